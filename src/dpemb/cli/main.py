@@ -1,0 +1,59 @@
+"""The `dpemb` command: argparse subcommands, each defined in its own module.
+
+Every command module exposes ``register(subparsers)`` which adds its parser(s) and
+sets ``func`` (a callable taking the parsed ``argparse.Namespace`` and returning an
+exit status). The CLI turns flags into config dataclasses and calls the library; it
+holds no logic a library user would need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# One module per command group; order is the order shown in --help.
+COMMAND_MODULES = [
+    "dpemb.cli.data",
+    "dpemb.cli.train",
+    "dpemb.cli.evaluate",
+    "dpemb.cli.embed",
+    "dpemb.cli.account",
+    "dpemb.cli.transfer",
+]
+
+
+class UsageError(Exception):
+    """A bad flag value found after parsing; reported like argparse errors (exit 2)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dpemb",
+        description=(
+            "Train image embedding models with user-level differential privacy "
+            "(DP-FedEmb and baselines), evaluate them by exact Recall@FAR, account "
+            "for privacy, and train DP classifiers on image features."
+        ),
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as e:
+        parser.exit(2, f"dpemb {args.command}: error: {e}\n")
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
