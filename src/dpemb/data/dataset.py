@@ -90,6 +90,14 @@ class UserDataset:
         images = np.asarray(images)
         if images.ndim == 3:
             images = images[..., None]
+        if images.dtype != np.uint8 and (
+            images.dtype.kind not in "iu"
+            or (images.size and (images.min() < 0 or images.max() > 255))
+        ):
+            raise DataError(
+                f"images must be uint8 (or integers in 0-255), got {images.dtype}; "
+                "scale float images to 0-255 and convert them first"
+            )
         labels_idx, label_names = _index(labels, label_names, "label")
         users_idx, user_names = _index(users, user_names, "user")
         if not (len(images) == len(labels_idx) == len(users_idx)):
@@ -180,23 +188,22 @@ class UserDataset:
         )
 
     def split(self) -> "Splits":
-        """The train (private), public and eval parts, each relabelled 0..k-1."""
-        is_eval = np.isin(self.labels, np.asarray(self.eval_labels, dtype=np.int64))
-        is_public_user = np.zeros(self.num_users, dtype=bool)
-        is_public_user[np.asarray(self.public_users, dtype=np.int64)] = True
-        is_public = is_public_user[self.user_of_example()]
-        return Splits(
-            train=self.select(~is_eval & ~is_public, relabel=True),
-            public=self.select(~is_eval & is_public, relabel=True),
-            eval=self.select(is_eval, relabel=True),
-        )
+        """The train (private), public and eval parts; each is built (and relabelled
+        0..k-1) on first access."""
+        return Splits(self)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike) -> Path:
         """Write atomically: into a temporary sibling directory, then rename."""
         path = Path(path)
+        if path.exists() and not (path / "meta.json").is_file():
+            if not path.is_dir() or any(path.iterdir()):
+                raise DataError(
+                    f"{path} exists and is not a dpemb dataset; refusing to replace it"
+                )
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; a dataset is an ordinary folder
         try:
             np.save(tmp / "images.npy", np.ascontiguousarray(self.images))
             np.save(tmp / "labels.npy", self.labels.astype(np.int64))
@@ -231,7 +238,10 @@ class UserDataset:
                 f"{path} is not a dpemb dataset (no meta.json); create one with "
                 "`dpemb data make`"
             )
-        meta = json.loads(meta_path.read_text())
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise DataError(f"{meta_path} is unreadable ({e}); re-create the dataset") from e
         if meta.get("format") != FORMAT_VERSION:
             raise DataError(f"{meta_path}: unsupported dataset format {meta.get('format')}")
         mode = "r" if mmap else None
@@ -275,11 +285,39 @@ class UserDataset:
         }
 
 
-@dataclass
 class Splits:
-    train: UserDataset
-    public: UserDataset
-    eval: UserDataset
+    """Views of a dataset by role. ``train``: private users' examples of training
+    identities; ``public``: public users' examples of training identities;
+    ``train_and_public``: both; ``eval``: every example of held-out identities."""
+
+    def __init__(self, ds: UserDataset):
+        self.ds = ds
+        self.is_eval = np.isin(ds.labels, np.asarray(ds.eval_labels, dtype=np.int64))
+        public_user = np.zeros(ds.num_users, dtype=bool)
+        public_user[np.asarray(ds.public_users, dtype=np.int64)] = True
+        self.is_public = public_user[ds.user_of_example()]
+        self._cache: dict[str, UserDataset] = {}
+
+    def _get(self, name: str, mask: np.ndarray) -> UserDataset:
+        if name not in self._cache:
+            self._cache[name] = self.ds.select(mask, relabel=True)
+        return self._cache[name]
+
+    @property
+    def train(self) -> UserDataset:
+        return self._get("train", ~self.is_eval & ~self.is_public)
+
+    @property
+    def public(self) -> UserDataset:
+        return self._get("public", ~self.is_eval & self.is_public)
+
+    @property
+    def train_and_public(self) -> UserDataset:
+        return self._get("train_and_public", ~self.is_eval)
+
+    @property
+    def eval(self) -> UserDataset:
+        return self._get("eval", self.is_eval)
 
 
 def _stats(x: np.ndarray) -> dict[str, float]:

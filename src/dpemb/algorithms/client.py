@@ -1,0 +1,158 @@
+"""The client update: what one virtual client computes from the current model.
+
+DP-FedEmb (Xu et al. 2022): starting from the server backbone, build a FRESH head
+(Glorot-uniform, no bias) over all training identities or only those present in the
+client's data, train backbone and head jointly with two SGD optimizers (head lr =
+client lr x head_lr_scale), optionally head-only for the first R steps and
+backbone-only after; return the BACKBONE delta only. The head is discarded.
+
+DP-FedAvg: the model is backbone + global head; both are trained with the client lr
+and the delta covers both.
+
+Nothing here clips or adds noise: the delta goes to ``dpemb.privacy`` unchanged.
+Expensive objects (the working copy of the model, the head) are built once and
+reused for every client.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.utils import parameters_to_vector
+
+from dpemb.algorithms.config import FederatedConfig
+from dpemb.models import Backbone
+
+
+@dataclass
+class ClientResult:
+    delta: torch.Tensor  # flat: start - end over the aggregated parameters
+    loss: float  # mean local training loss
+    steps: int
+    examples: int
+
+
+def client_batches(
+    example_idx: np.ndarray, cfg: FederatedConfig, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """The client's examples shuffled, repeated ``local_epochs`` times (each pass
+    reshuffled), truncated to ``max_examples_per_client``, cut into batches."""
+    stream = np.concatenate([rng.permutation(example_idx) for _ in range(cfg.local_epochs)])
+    if cfg.max_examples_per_client is not None:
+        stream = stream[: cfg.max_examples_per_client]
+    b = cfg.local_batch_size
+    return [stream[i : i + b] for i in range(0, len(stream), b)]
+
+
+@torch.no_grad()
+def load_flat_(params: list[torch.nn.Parameter], vec: torch.Tensor) -> None:
+    """Copy a flat vector into parameters (``vector_to_parameters`` would alias it)."""
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.copy_(vec[offset : offset + n].view_as(p))
+        offset += n
+    if offset != vec.numel():
+        raise ValueError(f"vector has {vec.numel()} entries, parameters {offset}")
+
+
+def glorot_(weight: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    fan_out, fan_in = weight.shape
+    a = math.sqrt(6.0 / (fan_in + fan_out))
+    with torch.no_grad():
+        return weight.uniform_(-a, a, generator=generator)
+
+
+class ClientTrainer:
+    """Runs client updates on a reusable working copy of the model."""
+
+    def __init__(self, backbone: Backbone, num_classes: int, cfg: FederatedConfig):
+        self.cfg = cfg
+        self.num_classes = num_classes
+        self.model = copy.deepcopy(backbone)
+        self.model.train()
+        self.backbone_params = [p for p in self.model.parameters() if p.requires_grad]
+        device = self.backbone_params[0].device
+        self.head_weight = torch.nn.Parameter(
+            torch.empty(num_classes, backbone.embedding_dim, device=device)
+        )
+
+    @property
+    def aggregated_params(self) -> list[torch.nn.Parameter]:
+        """The parameters whose delta is sent (and clipped and noised)."""
+        if self.cfg.aggregates_head:
+            return self.backbone_params + [self.head_weight]
+        return self.backbone_params
+
+    def update(
+        self,
+        start: torch.Tensor,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        example_idx: np.ndarray,
+        rng: np.random.Generator,
+        generator: torch.Generator,
+    ) -> ClientResult:
+        """One virtual client's local training from the flat parameter vector ``start``.
+
+        ``images`` (uint8 N,C,H,W) and ``labels`` hold the whole training split;
+        ``example_idx`` selects this client's examples. ``rng`` shuffles data and
+        ``generator`` initialises the fresh head, so a seeded run is reproducible.
+        """
+        cfg = self.cfg
+        params = self.aggregated_params
+        load_flat_(params, start)  # (for DP-FedAvg this also loads the global head)
+        device = start.device
+        ys_all = labels[torch.from_numpy(example_idx)]
+        if cfg.aggregates_head:
+            head_w, class_map = self.head_weight, None
+        elif cfg.local_head == "local":
+            present = torch.unique(ys_all)
+            head_w = torch.nn.Parameter(
+                glorot_(torch.empty(len(present), self.head_weight.shape[1], device=device), generator)
+            )
+            class_map = torch.full((self.num_classes,), -1, dtype=torch.long)
+            class_map[present] = torch.arange(len(present))
+        else:
+            head_w, class_map = self.head_weight, None
+            glorot_(head_w, generator)
+
+        if cfg.aggregates_head:
+            opt_backbone = torch.optim.SGD(params, lr=cfg.client_lr, momentum=cfg.client_momentum)
+            opt_head = None
+        else:
+            opt_backbone = torch.optim.SGD(
+                self.backbone_params, lr=cfg.client_lr, momentum=cfg.client_momentum
+            )
+            opt_head = torch.optim.SGD(
+                [head_w], lr=cfg.client_lr * cfg.head_lr_scale, momentum=cfg.client_momentum
+            )
+
+        batches = client_batches(example_idx, cfg, rng)
+        total_loss, n_seen = 0.0, 0
+        for step, b in enumerate(batches):
+            bt = torch.from_numpy(b)
+            x = images[bt].to(device, non_blocking=True).float().div_(255.0)
+            y = labels[bt].to(device)
+            if class_map is not None:
+                y = class_map[y.cpu()].to(device)
+            loss = F.cross_entropy(F.linear(self.model(x), head_w), y)
+            opt_backbone.zero_grad(set_to_none=True)
+            if opt_head is not None:
+                opt_head.zero_grad(set_to_none=True)
+            loss.backward()
+            head_only = step < cfg.head_first_steps
+            if opt_head is not None and (cfg.head_first_steps == 0 or head_only):
+                opt_head.step()
+            if not head_only:
+                opt_backbone.step()
+            total_loss += loss.item() * len(b)
+            n_seen += len(b)
+        with torch.no_grad():
+            delta = start - parameters_to_vector(params)
+        return ClientResult(delta=delta, loss=total_loss / max(n_seen, 1), steps=len(batches), examples=n_seen)

@@ -1,0 +1,59 @@
+"""Knobs of the federated algorithms (DP-FedEmb, DP-FedAvg, DP-FTRL-FedEmb).
+
+These change what each virtual client computes and how the server applies the
+aggregate; none of them changes the privacy guarantee, which depends only on the
+clipping, noise, sampling and number of rounds held in ``dpemb.privacy.PrivacySpec``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FEDERATED_ALGORITHMS = ("dp-fedavg", "dp-fedemb", "dp-ftrl-fedemb")
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ValueError(msg)
+
+
+@dataclass(frozen=True)
+class FederatedConfig:
+    algorithm: str = "dp-fedemb"
+    local_epochs: int = 1
+    local_batch_size: int = 32
+    max_examples_per_client: int | None = None  # Nmax; None: no cap
+    client_lr: float = 0.05
+    client_momentum: float = 0.0
+    head_lr_scale: float = 1.0  # head lr = client_lr * head_lr_scale (DP-FedEmb)
+    head_first_steps: int = 0  # first R local steps update only the head, then only the backbone
+    local_head: str = "global"  # DP-FedEmb fresh head over "global" (all training ids) or "local" ids
+    server_lr: float = 1.0
+    server_momentum: float = 0.9
+    efficient_tree: bool = True  # DP-FTRL: inverse-variance weighted (Honaker) prefix sums
+
+    def __post_init__(self) -> None:
+        _check(self.algorithm in FEDERATED_ALGORITHMS, f"algorithm must be one of {FEDERATED_ALGORITHMS}")
+        _check(self.local_epochs >= 1, "local_epochs must be >= 1")
+        _check(self.local_batch_size >= 1, "local_batch_size must be >= 1")
+        _check(
+            self.max_examples_per_client is None or self.max_examples_per_client >= 1,
+            "max_examples_per_client must be >= 1",
+        )
+        _check(self.client_lr > 0, "client_lr must be positive")
+        _check(0 <= self.client_momentum < 1, "client_momentum must lie in [0, 1)")
+        _check(self.head_lr_scale > 0, "head_lr_scale must be positive")
+        _check(self.head_first_steps >= 0, "head_first_steps must be >= 0")
+        _check(self.local_head in ("global", "local"), "local_head must be 'global' or 'local'")
+        _check(self.server_lr > 0, "server_lr must be positive")
+        _check(0 <= self.server_momentum < 1, "server_momentum must lie in [0, 1)")
+        _check(
+            self.algorithm != "dp-fedavg" or (self.local_head == "global" and self.head_first_steps == 0),
+            "dp-fedavg trains the global head with the model: --local-head and "
+            "--head-first-steps apply to dp-fedemb only",
+        )
+
+    @property
+    def aggregates_head(self) -> bool:
+        """DP-FedAvg sends (and so clips and noises) the global head; DP-FedEmb does not."""
+        return self.algorithm == "dp-fedavg"

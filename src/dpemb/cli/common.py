@@ -1,0 +1,37 @@
+"""Small helpers shared by the command modules."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable
+
+from dpemb.data.dataset import DataError, UserDataset
+
+
+def load_dataset(path: str) -> UserDataset:
+    return UserDataset.load(path)
+
+
+def guarded(fn: Callable[[argparse.Namespace], int], name: str) -> Callable[[argparse.Namespace], int]:
+    """Turn expected errors (bad data, bad config values) into one clear line, exit 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        from dpemb.training.checkpoint import CheckpointError
+
+        try:
+            return fn(args)
+        except (DataError, CheckpointError, FileNotFoundError) as e:
+            print(f"dpemb {name}: error: {e}", file=sys.stderr)
+            return 1
+
+    return run
+
+
+def print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+def fmt(x: Any) -> str:
+    return f"{x:.4f}" if isinstance(x, float) else str(x)

@@ -1,0 +1,203 @@
+"""`dpemb train`: train an embedding backbone on a dpemb dataset directory."""
+
+from __future__ import annotations
+
+import argparse
+
+from dpemb.cli.common import fmt, guarded, load_dataset
+from dpemb.cli.main import UsageError
+from dpemb.models import BACKBONES
+from dpemb.training.config import ModelConfig, OptimConfig, RunConfig
+
+ALGORITHMS = ("centralized", "dp-fedavg", "dp-fedemb", "dp-ftrl-fedemb")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train an embedding model",
+        description=(
+            "Train an embedding backbone on the training identities of a dataset made "
+            "with `dpemb data make`, evaluating Recall@FAR on its held-out identities. "
+            "Writes config.json, metrics.jsonl, checkpoint.pt, report.json, roc.png and "
+            "training.png to --out."
+        ),
+    )
+    p.add_argument("--data", required=True, help="dataset directory (from `dpemb data make`)")
+    p.add_argument("--out", required=True, help="run directory to write")
+    p.add_argument("--algorithm", choices=ALGORITHMS, default="centralized",
+                   help="centralized (non-private SGD, the baseline), dp-fedemb (virtual clients, "
+                        "fresh local head, only the backbone is clipped/noised), dp-fedavg (whole "
+                        "model incl. global head is aggregated), dp-ftrl-fedemb (DP-FedEmb with "
+                        "tree-aggregation noise). Default: centralized")
+    p.add_argument("--train-split", choices=("private", "public", "all"), default="private",
+                   help="users to train on: the private users (default), the public users "
+                        "(public pretraining), or both")
+    m = p.add_argument_group("model")
+    m.add_argument("--backbone", choices=BACKBONES, default="lenet")
+    m.add_argument("--embedding-dim", type=int, default=128)
+    m.add_argument("--width", type=float, default=1.0, help="channel width multiplier")
+    m.add_argument("--init", default="random",
+                   help="'random', 'imagenet' (mobilenetv2-bn only) or a run directory / "
+                        "checkpoint.pt to start from (e.g. a public pretraining run)")
+    m.add_argument("--trainable", choices=("all", "norm-only"), default="all",
+                   help="norm-only: freeze convolutions; train normalisation layers and the "
+                        "embedding layer")
+    o = p.add_argument_group("optimizer (centralized)")
+    o.add_argument("--lr", type=float, default=0.05)
+    o.add_argument("--momentum", type=float, default=0.9)
+    o.add_argument("--weight-decay", type=float, default=0.0)
+    o.add_argument("--batch-size", type=int, default=128)
+    o.add_argument("--steps", type=int, default=1000)
+    o.add_argument("--cosine", action="store_true", help="cosine learning-rate decay to 0")
+    f = p.add_argument_group("federated (dp-fedemb, dp-fedavg, dp-ftrl-fedemb)")
+    f.add_argument("--rounds", type=int, default=100)
+    f.add_argument("--clients-per-round", type=int, default=32, help="M, virtual clients per round")
+    f.add_argument("--users-per-client", type=int, default=1, help="K, users per virtual client")
+    f.add_argument("--local-epochs", type=int, default=1)
+    f.add_argument("--local-batch-size", type=int, default=32)
+    f.add_argument("--max-examples-per-client", type=int, default=None,
+                   help="Nmax: cap on examples a virtual client trains on per round")
+    f.add_argument("--client-lr", type=float, default=0.05)
+    f.add_argument("--client-momentum", type=float, default=0.0)
+    f.add_argument("--head-lr-scale", type=float, default=1.0,
+                   help="dp-fedemb: head learning rate = client lr x this")
+    f.add_argument("--head-first-steps", type=int, default=0,
+                   help="dp-fedemb: first R local steps train only the head, later ones only the backbone")
+    f.add_argument("--local-head", choices=("global", "local"), default="global",
+                   help="dp-fedemb: fresh head over all training identities (global) or over the "
+                        "identities present in the virtual client (local)")
+    f.add_argument("--server-lr", type=float, default=1.0)
+    f.add_argument("--server-momentum", type=float, default=0.9)
+    f.add_argument("--plain-tree", action="store_true",
+                   help="dp-ftrl-fedemb: plain tree prefix sums instead of the efficient estimator")
+    q = p.add_argument_group("privacy (federated algorithms)")
+    q.add_argument("--clip-norm", type=float, default=0.3, help="C, L2 clip norm of each client delta")
+    q.add_argument("--noise-multiplier", type=float, default=None,
+                   help="z: noise std on the clipped sum = z x user-level sensitivity")
+    q.add_argument("--target-epsilon", type=float, default=None,
+                   help="calibrate z for this epsilon (RDP accountant) before training; "
+                        "alternative to --noise-multiplier")
+    q.add_argument("--delta", type=float, default=None, help="default: 1 / number of training users")
+    q.add_argument("--sampling", choices=("poisson", "fixed"), default="poisson",
+                   help="user sampling per round (poisson: accounting is exact)")
+    q.add_argument("--epsilon-budget", type=float, default=None,
+                   help="stop before a round would take RDP epsilon above this")
+    q.add_argument("--noise-seed", type=int, default=None,
+                   help="seed noise and sampling for a reproducible experiment (default: the OS's "
+                        "secure source)")
+    q.add_argument("--non-private", action="store_true",
+                   help="explicitly run without noise (z = 0); every output says 'not private'")
+    r = p.add_argument_group("run")
+    r.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
+    r.add_argument("--eval-every", type=int, default=200)
+    r.add_argument("--eval-max-pairs", type=int, default=None,
+                   help="sample this many pairs instead of evaluating all pairs exactly")
+    r.add_argument("--resume", action="store_true",
+                   help="continue from --out/checkpoint.pt (same flags required)")
+    r.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    r.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=guarded(run, "train"))
+
+
+def configs(args: argparse.Namespace) -> tuple[ModelConfig, OptimConfig, RunConfig]:
+    try:
+        return (
+            ModelConfig(args.backbone, args.embedding_dim, args.width, args.init, args.trainable),
+            OptimConfig(args.lr, args.momentum, args.weight_decay, args.batch_size, args.steps, args.cosine),
+            RunConfig(out=args.out, seed=args.seed, eval_every=args.eval_every, threads=args.threads,
+                      eval_max_pairs=args.eval_max_pairs, progress=not args.no_progress),
+        )
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+
+
+def run(args: argparse.Namespace) -> int:
+    model_cfg, optim_cfg, run_cfg = configs(args)
+    splits = load_dataset(args.data).split()
+    if splits.eval.num_examples == 0:
+        raise UsageError(
+            f"{args.data} has no held-out evaluation identities; make it with "
+            "--eval-identity-fraction > 0"
+        )
+    split_name = {"private": "train", "public": "public", "all": "train_and_public"}[args.train_split]
+    train = getattr(splits, split_name)
+    if train.num_examples == 0:
+        raise UsageError(f"the {args.train_split} split of {args.data} is empty")
+    if args.algorithm == "centralized":
+        from dpemb.training.centralized import train_centralized
+
+        report = train_centralized(train, splits.eval, model_cfg, optim_cfg, run_cfg, resume=args.resume)
+    else:
+        from dpemb.training.federated import train_federated
+
+        fed_cfg, spec = federated_configs(args, train.num_users)
+        report = train_federated(train, splits.eval, model_cfg, fed_cfg, spec, run_cfg,
+                                 noise_seed=args.noise_seed, epsilon_budget=args.epsilon_budget,
+                                 resume=args.resume)
+    print_summary(report)
+    return 0
+
+
+def federated_configs(args: argparse.Namespace, num_users: int):
+    from dataclasses import replace
+
+    from dpemb.algorithms.config import FederatedConfig
+    from dpemb.privacy.accounting import PrivacySpec, calibrate_noise_multiplier, describe_epsilon
+
+    given = [x is not None for x in (args.noise_multiplier, args.target_epsilon)] + [args.non_private]
+    if sum(given) != 1:
+        raise UsageError(
+            "give exactly one of --noise-multiplier, --target-epsilon or --non-private"
+        )
+    try:
+        fed_cfg = FederatedConfig(
+            algorithm=args.algorithm, local_epochs=args.local_epochs,
+            local_batch_size=args.local_batch_size, max_examples_per_client=args.max_examples_per_client,
+            client_lr=args.client_lr, client_momentum=args.client_momentum,
+            head_lr_scale=args.head_lr_scale, head_first_steps=args.head_first_steps,
+            local_head=args.local_head, server_lr=args.server_lr, server_momentum=args.server_momentum,
+            efficient_tree=not args.plain_tree,
+        )
+        spec = PrivacySpec(
+            population=num_users, clients_per_round=args.clients_per_round,
+            users_per_client=args.users_per_client,
+            noise_multiplier=0.0 if args.non_private else (
+                args.noise_multiplier if args.noise_multiplier is not None else 1.0),
+            clip_norm=args.clip_norm, rounds=args.rounds, delta=args.delta,
+            sampling=args.sampling, mechanism="tree" if args.algorithm == "dp-ftrl-fedemb" else "gaussian",
+            nonprivate=args.non_private,
+        )
+        if args.target_epsilon is not None:
+            z = calibrate_noise_multiplier(spec, args.target_epsilon, "rdp")
+            spec = replace(spec, noise_multiplier=z)
+            print(f"calibrated noise multiplier z = {z:.4f} for "
+                  + describe_epsilon(args.target_epsilon, accountant="rdp", delta=spec.resolved_delta,
+                                     unit=spec.unit, relation=spec.relation))
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    return fed_cfg, spec
+
+
+def print_summary(report: dict) -> None:
+    init, final = report.get("initial") or {}, report["final"]
+    print(f"run directory: {report['run_dir']}")
+    priv = report["privacy"]
+    if isinstance(priv, str):
+        print(f"privacy: {priv}")
+    elif "statement" in priv:
+        print(f"privacy: {priv['statement']}")
+    else:
+        for a in ("rdp", "pld"):
+            print(f"privacy: {priv[f'statement_{a}']}")
+        for ex in priv.get("extrapolated", []):
+            print(f"extrapolated: {ex['statement']}")
+        if priv.get("noise_seeded"):
+            print("note: noise and sampling were SEEDED (reproducible experiment, not for release)")
+    if report.get("stopped_by_epsilon_budget"):
+        print(f"stopped after {report['rounds']} rounds: the next round would exceed --epsilon-budget")
+    keys = ["recall_at_far_0.001", "recall_at_far_0.0001", "recall_at_far_0.01",
+            "recall_at_far_0.001_in_batch_approx", "roc_auc", "precision_at_1", "map_at_r"]
+    print(f"{'metric (held-out identities)':40s} {'initial':>9s} {'final':>9s}")
+    for k in keys:
+        print(f"{k:40s} {fmt(init.get(k, '-')):>9s} {fmt(final.get(k)):>9s}")

@@ -1,0 +1,201 @@
+"""Centralized (non-private) training: the paper's centralized baseline.
+
+Read top to bottom: build the model, then loop over SGD steps on shuffled batches of
+all training examples with a softmax head over the training identities; evaluate on
+held-out identities every ``eval_every`` steps; checkpoint atomically; write a report.
+
+This run is NOT private. Its report says so wherever epsilon would be.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from dpemb.data.dataset import UserDataset
+from dpemb.data.tensors import default_device, to_float_tensor
+from dpemb.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from dpemb.training.config import ModelConfig, OptimConfig, RunConfig, config_json, to_dict
+from dpemb.training.evaluate import evaluate_backbone
+from dpemb.training.modelinit import build_model
+from dpemb.training.plots import plot_training
+from dpemb.training.rundir import RunDir
+from dpemb.metrics import plot_roc
+
+NOT_PRIVATE = "not private (centralized non-private training; epsilon = inf)"
+
+
+class BatchOrder:
+    """Shuffled epochs over ``n`` examples; its whole state is (rng state, perm, pos)."""
+
+    def __init__(self, n: int, seed: int):
+        self.n = n
+        self.rng = np.random.default_rng(seed)
+        self.perm = self.rng.permutation(n)
+        self.pos = 0
+
+    def next(self, batch_size: int) -> np.ndarray:
+        out = []
+        while batch_size > 0:
+            if self.pos == self.n:
+                self.perm, self.pos = self.rng.permutation(self.n), 0
+            take = min(batch_size, self.n - self.pos)
+            out.append(self.perm[self.pos : self.pos + take])
+            self.pos += take
+            batch_size -= take
+        return np.concatenate(out)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": self.rng.bit_generator.state, "perm": self.perm.copy(), "pos": self.pos}
+
+    def load_state_dict(self, s: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = s["rng"]
+        self.perm, self.pos = np.asarray(s["perm"]), int(s["pos"])
+
+
+def train_centralized(
+    train: UserDataset,
+    eval_ds: UserDataset,
+    model_cfg: ModelConfig,
+    optim_cfg: OptimConfig,
+    run_cfg: RunConfig,
+    *,
+    resume: bool = False,
+) -> dict[str, Any]:
+    """Train; returns the report (also written to ``<out>/report.json``)."""
+    if train.num_examples == 0:
+        raise ValueError("the training split has no examples")
+    if run_cfg.threads:
+        torch.set_num_threads(run_cfg.threads)
+    device = default_device()
+    run = RunDir(run_cfg.out)
+    config = config_json(algorithm="centralized", model=model_cfg, optim=optim_cfg, run=run_cfg)
+
+    # --- model, head, optimizer
+    torch.manual_seed(run_cfg.seed)
+    model, ckpt_meta = build_model(model_cfg, train.image_shape, device=device)
+    head = torch.nn.Linear(model.embedding_dim, train.num_classes, bias=False).to(device)
+    torch.nn.init.xavier_uniform_(head.weight)
+    params = [p for p in model.parameters() if p.requires_grad] + list(head.parameters())
+    opt = torch.optim.SGD(
+        params, lr=optim_cfg.lr, momentum=optim_cfg.momentum, weight_decay=optim_cfg.weight_decay
+    )
+    total = optim_cfg.steps
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, (lambda s: 0.5 * (1 + math.cos(math.pi * s / total))) if optim_cfg.cosine else (lambda s: 1.0)
+    )
+
+    # --- data: the training split in memory as uint8, batches converted on the fly
+    images = torch.from_numpy(np.ascontiguousarray(train.images)).permute(0, 3, 1, 2).contiguous()
+    labels = torch.from_numpy(train.labels.astype(np.int64))
+    order = BatchOrder(train.num_examples, run_cfg.seed)
+
+    step, loss_ema = 0, None
+    if resume and run.checkpoint.exists():
+        state = load_checkpoint(run.checkpoint, map_location=device)
+        if state.get("config") != config:
+            raise CheckpointError(
+                f"{run.checkpoint} was written with a different configuration; "
+                "use a new --out directory or the original flags"
+            )
+        model.load_state_dict(state["backbone"])
+        head.load_state_dict(state["head"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        order.load_state_dict(state["batch_order"])
+        torch.set_rng_state(state["torch_rng"])
+        step, loss_ema = int(state["step"]), state["loss_ema"]
+        run.truncate_metrics_after("step", step)
+    else:
+        run.write_config(config)
+        run.metrics.unlink(missing_ok=True)
+
+    def evaluate(step: int, loss: float | None) -> dict[str, Any]:
+        metrics, ver = evaluate_backbone(
+            model, eval_ds, batch_size=run_cfg.eval_batch_size, max_pairs=run_cfg.eval_max_pairs, device=device
+        )
+        model.train()
+        rec = {"step": step, "train_loss": loss, "epsilon": NOT_PRIVATE, **metrics}
+        run.append_metrics(rec)
+        return rec | {"_roc": ver}
+
+    def checkpoint(step: int, loss_ema: float | None) -> None:
+        save_checkpoint(
+            run.checkpoint,
+            {
+                "kind": "centralized",
+                **ckpt_meta,
+                "backbone": model.state_dict(),
+                "head": head.state_dict(),
+                "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict(),
+                "batch_order": order.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "step": step,
+                "loss_ema": loss_ema,
+                "config": config,
+                "model_config": to_dict(model_cfg),
+                "num_classes": train.num_classes,
+            },
+        )
+
+    first = evaluate(0, None) if step == 0 else None  # step 0 = the initialisation's score
+    last_eval = first
+    model.train()
+    t0, seen = time.perf_counter(), 0
+    bar = tqdm(total=total, initial=step, desc="centralized", disable=not run_cfg.progress, unit="step")
+    while step < total:
+        idx = torch.from_numpy(order.next(optim_cfg.batch_size))
+        x = images[idx].to(device, non_blocking=True).float().div_(255.0)
+        y = labels[idx].to(device)
+        loss = F.cross_entropy(head(model(x)), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        step += 1
+        seen += len(idx)
+        loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_ema:.3f}")
+        if step % run_cfg.eval_every == 0 or step == total:
+            last_eval = evaluate(step, loss_ema)
+            bar.set_postfix(loss=f"{loss_ema:.3f}", r1e3=f"{last_eval['recall_at_far_0.001']:.3f}")
+            checkpoint(step, loss_ema)
+        elif run_cfg.checkpoint_every and step % run_cfg.checkpoint_every == 0:
+            checkpoint(step, loss_ema)
+    bar.close()
+    elapsed = time.perf_counter() - t0
+
+    records = run.read_metrics()
+    if last_eval is None:  # resumed a run that had already finished: re-score, do not log
+        metrics, ver = evaluate_backbone(
+            model, eval_ds, batch_size=run_cfg.eval_batch_size, max_pairs=run_cfg.eval_max_pairs, device=device
+        )
+        last_eval = {"step": step, **metrics, "_roc": ver}
+    roc = last_eval.pop("_roc")
+    plot_roc({"trained": roc}, run.path / "roc.png", title="ROC on held-out identities")
+    plot_training(records, run.path / "training.png", x="step")
+    report = {
+        "algorithm": "centralized",
+        "privacy": NOT_PRIVATE,
+        "steps": step,
+        "train_examples": train.num_examples,
+        "train_identities": train.num_classes,
+        "eval_examples": eval_ds.num_examples,
+        "eval_identities": eval_ds.num_classes,
+        "initial": {k: v for k, v in records[0].items() if k.startswith(("recall", "roc", "prec", "map"))}
+        if records and records[0]["step"] == 0
+        else None,
+        "final": {k: v for k, v in last_eval.items() if k != "_roc"},
+        "images_per_second": seen / elapsed if elapsed > 0 and seen else None,
+        "run_dir": str(run.path),
+    }
+    run.write_report(report)
+    return report

@@ -1,0 +1,285 @@
+"""User-level DP federated training: DP-FedEmb, DP-FedAvg, DP-FTRL-FedEmb.
+
+Read top to bottom. Each round:
+  1. sample users and group them into virtual clients  (privacy.sampling)
+  2. every virtual client trains locally               (algorithms.client)
+  3. clip each delta and sum                           (privacy.clipping)
+  4. add Gaussian (or tree) noise to the SUM           (privacy.noise / privacy.tree)
+  5. divide by the expected number of clients (public) and take a server step
+  6. advance the privacy ledger                        (privacy accounting)
+Evaluation on held-out identities every ``eval_every`` rounds; an atomic checkpoint
+holds everything needed to resume exactly (model, server optimizer, sampler, noise,
+tree, ledger, data RNGs) plus the fingerprint of the privacy spec.
+
+Privacy guarantee: (epsilon, delta)-DP at the USER level for the released sequence
+of models, under the neighbouring relation of ``spec.relation``, as computed by the
+ledger for the rounds actually run.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn.utils import parameters_to_vector
+from tqdm.auto import tqdm
+
+from dpemb.algorithms.client import ClientTrainer, glorot_
+from dpemb.algorithms.config import FederatedConfig
+from dpemb.algorithms.round import map_clients, reduce_clients, server_step
+from dpemb.data.dataset import UserDataset
+from dpemb.data.tensors import default_device
+from dpemb.metrics import plot_roc
+from dpemb.privacy.accounting import (
+    PrivacyLedger,
+    PrivacySpec,
+    describe_epsilon,
+    extrapolate,
+    supported_accountants,
+)
+from dpemb.privacy.clipping import ClipAndSum
+from dpemb.privacy.noise import GaussianNoise
+from dpemb.privacy.sampling import VirtualClientSampler
+from dpemb.privacy.tree import TreeAggregationNoise
+from dpemb.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from dpemb.training.config import ModelConfig, RunConfig, config_json, to_dict
+from dpemb.training.evaluate import evaluate_backbone
+from dpemb.training.modelinit import build_model
+from dpemb.training.plots import plot_training
+from dpemb.training.rundir import RunDir
+
+ACCOUNTANTS = ("rdp", "pld")
+EXTRAPOLATE_TO = (1_000_000, 10_000_000)
+
+
+def epsilons(ledger: PrivacyLedger, spec: PrivacySpec) -> dict[str, Any]:
+    """Epsilon from every accountant that supports the mechanism (None where one does
+    not, e.g. PLD for tree aggregation)."""
+    if spec.nonprivate:
+        return {f"epsilon_{a}": None for a in ACCOUNTANTS} | {"privacy": "not private"}
+    ok = supported_accountants(spec)
+    return {f"epsilon_{a}": ledger.epsilon(a) if a in ok else None for a in ACCOUNTANTS}
+
+
+def train_federated(
+    train: UserDataset,
+    eval_ds: UserDataset,
+    model_cfg: ModelConfig,
+    fed_cfg: FederatedConfig,
+    spec: PrivacySpec,
+    run_cfg: RunConfig,
+    *,
+    noise_seed: int | None = None,
+    epsilon_budget: float | None = None,
+    resume: bool = False,
+) -> dict[str, Any]:
+    """Train with user-level DP; returns the report (also ``<out>/report.json``).
+
+    ``noise_seed`` None draws the noise and sampling seeds from the OS's secure
+    source; give one only for a reproducible experiment (the report says so).
+    """
+    # (PrivacySpec itself refuses M*K > N: fewer users than one round needs.)
+    if spec.population != train.num_users:
+        raise ValueError(
+            f"spec.population ({spec.population}) must equal the number of training users "
+            f"({train.num_users}): the sampling rate depends on it"
+        )
+    if run_cfg.threads:
+        torch.set_num_threads(run_cfg.threads)
+    device = default_device()
+    run = RunDir(run_cfg.out)
+    seeded = noise_seed is not None
+    config = config_json(
+        algorithm=fed_cfg.algorithm, model=model_cfg, federated=fed_cfg, privacy=spec, run=run_cfg,
+        epsilon_budget=epsilon_budget, noise_seeded=seeded,
+    )
+
+    # --- server model (and, for DP-FedAvg, the global head that is aggregated too)
+    torch.manual_seed(run_cfg.seed)
+    model, ckpt_meta = build_model(model_cfg, train.image_shape, device=device, per_user_training=True)
+    server_params = [p for p in model.parameters() if p.requires_grad]
+    global_head = None
+    if fed_cfg.aggregates_head:
+        global_head = torch.nn.Parameter(torch.empty(train.num_classes, model.embedding_dim, device=device))
+        glorot_(global_head, torch.Generator().manual_seed(run_cfg.seed))
+        server_params = server_params + [global_head]
+    server_opt = torch.optim.SGD(server_params, lr=fed_cfg.server_lr, momentum=fed_cfg.server_momentum)
+    trainer = ClientTrainer(model, train.num_classes, fed_cfg)
+
+    # --- privacy machinery
+    secure = lambda: secrets.randbits(63)  # noqa: E731
+    sampler = VirtualClientSampler(
+        train.num_users, clients_per_round=spec.clients_per_round, users_per_client=spec.users_per_client,
+        sampling=spec.sampling, seed=noise_seed + 1 if seeded else secure(),
+    )
+    if spec.mechanism == "tree":
+        noise: Any = TreeAggregationNoise(
+            spec.noise_multiplier, efficient=fed_cfg.efficient_tree, seed=noise_seed,
+            allow_nonprivate=spec.nonprivate,
+        )
+    else:
+        noise = GaussianNoise(spec.noise_multiplier, seed=noise_seed, allow_nonprivate=spec.nonprivate)
+    ledger = PrivacyLedger(spec)
+    num_params = sum(p.numel() for p in server_params)
+    template = [torch.zeros(num_params, device=device)]
+    prev_prefix = torch.zeros(num_params, device=device)  # DP-FTRL: previous noisy prefix sum
+
+    # --- data: the training split in memory as uint8; client RNGs (not privacy-relevant)
+    images = torch.from_numpy(np.ascontiguousarray(train.images)).permute(0, 3, 1, 2).contiguous()
+    labels = torch.from_numpy(train.labels.astype(np.int64))
+    data_rng = np.random.default_rng(run_cfg.seed)
+    head_gen = torch.Generator().manual_seed(run_cfg.seed)
+
+    rnd = 0
+    if resume and run.checkpoint.exists():
+        state = load_checkpoint(run.checkpoint, map_location=device)
+        if state.get("privacy_fingerprint") != spec.fingerprint():
+            raise CheckpointError(
+                f"{run.checkpoint} was trained under a different privacy spec "
+                "(noise, clip norm, sampling, clients, rounds or delta differ); resuming would "
+                "make the reported epsilon wrong. Resume with the original privacy flags."
+            )
+        if state.get("config") != config:
+            raise CheckpointError(
+                f"{run.checkpoint} was written with different flags; resume with the original flags"
+            )
+        model.load_state_dict(state["backbone"])
+        if global_head is not None:
+            with torch.no_grad():
+                global_head.copy_(state["global_head"])
+        server_opt.load_state_dict(state["server_optimizer"])
+        sampler.load_state_dict(state["sampler"])
+        noise.load_state_dict(state["noise"])
+        ledger.load_state_dict(state["ledger"])
+        data_rng.bit_generator.state = state["data_rng"]
+        head_gen.set_state(state["head_gen"])
+        prev_prefix = state["prev_prefix"].to(device)
+        rnd = int(state["round"])
+        run.truncate_metrics_after("round", rnd)
+    else:
+        run.write_config(config)
+        run.metrics.unlink(missing_ok=True)
+
+    def evaluate() -> tuple[dict[str, Any], Any]:
+        metrics, ver = evaluate_backbone(
+            model, eval_ds, batch_size=run_cfg.eval_batch_size, max_pairs=run_cfg.eval_max_pairs, device=device
+        )
+        model.train()
+        return metrics, ver
+
+    def checkpoint() -> None:
+        save_checkpoint(run.checkpoint, {
+            "kind": fed_cfg.algorithm, **ckpt_meta,
+            "backbone": model.state_dict(),
+            "global_head": global_head.detach().cpu() if global_head is not None else None,
+            "server_optimizer": server_opt.state_dict(),
+            "sampler": sampler.state_dict(), "noise": noise.state_dict(), "ledger": ledger.state_dict(),
+            "data_rng": data_rng.bit_generator.state, "head_gen": head_gen.get_state(),
+            "prev_prefix": prev_prefix.cpu(), "round": rnd, "config": config,
+            "privacy_fingerprint": spec.fingerprint(), "privacy_spec": to_dict(spec),
+            "model_config": to_dict(model_cfg),
+        })
+
+    last_ver = None
+    if rnd == 0:
+        metrics, last_ver = evaluate()  # round 0: the initialisation's score (pretrained-only, or random)
+        run.append_metrics({"round": 0, **epsilons(ledger, spec), **metrics})
+    stopped_by_budget = False
+    t0, seen = time.perf_counter(), 0
+    bar = tqdm(total=spec.rounds, initial=rnd, desc=fed_cfg.algorithm, unit="round", disable=not run_cfg.progress)
+    while rnd < spec.rounds:
+        if epsilon_budget is not None and not spec.nonprivate and \
+                ledger.epsilon_after(ledger.rounds + 1, "rdp") > epsilon_budget:
+            stopped_by_budget = True
+            break
+        # 1-2. sample virtual clients; map: local training from the current model
+        start = parameters_to_vector(server_params).detach()
+        slots = sampler.sample_round()
+        results = map_clients(trainer, start, slots, images, labels, train.offsets, data_rng, head_gen)
+        # 3. reduce: clip every delta and sum (the sum carries its sensitivity)
+        acc = ClipAndSum(template, spec.clip_norm, spec.sensitivity, spec.relation)
+        clipped, stats = reduce_clients(results, acc)
+        # 4. noise on the sum
+        if spec.mechanism == "tree":
+            prefix = noise.noisy_prefix_sum(clipped)[0]
+            noised, prev_prefix = prefix - prev_prefix, prefix
+        else:
+            noised = noise.add(clipped)[0]
+        # 5. divide by the PUBLIC expected number of clients; server optimizer step
+        server_step(server_params, server_opt, noised, sampler.expected_clients)
+        # 6. account
+        ledger.step()
+        rnd += 1
+        seen += stats.examples  # local training examples processed (epochs included)
+        rec: dict[str, Any] = {
+            "round": rnd, **epsilons(ledger, spec), "train_loss": stats.loss, "clients": stats.clients,
+            "users": stats.users, "preclip_norm_mean": stats.preclip_norm_mean,
+            "fraction_clipped": stats.fraction_clipped, "nonfinite_deltas": stats.nonfinite,
+        }
+        if rnd % run_cfg.eval_every == 0 or rnd == spec.rounds:
+            metrics, last_ver = evaluate()
+            rec.update(metrics)
+            bar.set_postfix(r1e3=f"{metrics['recall_at_far_0.001']:.3f}", loss=f"{stats.loss:.3f}")
+        run.append_metrics(rec)
+        if rnd % run_cfg.eval_every == 0 or rnd == spec.rounds or (
+            run_cfg.checkpoint_every and rnd % run_cfg.checkpoint_every == 0
+        ):
+            checkpoint()
+        bar.update(1)
+    bar.close()
+    elapsed = time.perf_counter() - t0
+    if stopped_by_budget or last_ver is None or run.read_metrics()[-1].get("recall_at_far_0.001") is None:
+        metrics, last_ver = evaluate()
+        run.append_metrics({"round": rnd, **epsilons(ledger, spec), **metrics, "final": True})
+        checkpoint()
+
+    records = run.read_metrics()
+    final = [r for r in records if "recall_at_far_0.001" in r][-1]
+    plot_roc({fed_cfg.algorithm: last_ver}, run.path / "roc.png", title="ROC on held-out identities")
+    plot_training(records, run.path / "training.png", x="round")
+    report = {
+        "algorithm": fed_cfg.algorithm,
+        "rounds": rnd,
+        "stopped_by_epsilon_budget": stopped_by_budget,
+        "privacy": privacy_report(spec, ledger, seeded),
+        "train_users": train.num_users, "train_examples": train.num_examples,
+        "train_identities": train.num_classes, "eval_identities": eval_ds.num_classes,
+        "initial": {k: v for k, v in records[0].items() if k.startswith(("recall", "roc", "prec", "map"))},
+        "final": {k: v for k, v in final.items() if k.startswith(("recall", "roc", "prec", "map"))},
+        "images_per_second": seen / elapsed if elapsed > 0 and seen else None,
+        "run_dir": str(run.path),
+    }
+    run.write_report(report)
+    return report
+
+
+def privacy_report(spec: PrivacySpec, ledger: PrivacyLedger, seeded: bool) -> dict[str, Any]:
+    """Every epsilon with its accountant, delta, unit and neighbouring relation."""
+    out: dict[str, Any] = {"spec": to_dict(spec), "noise_seeded": seeded, "rounds_composed": ledger.rounds}
+    if spec.nonprivate:
+        out["statement"] = "not private (noise multiplier 0, explicitly requested)"
+        return out
+    kw = dict(delta=spec.resolved_delta, unit=spec.unit, relation=spec.relation)
+    for a in supported_accountants(spec):
+        eps = ledger.epsilon(a)
+        out[f"epsilon_{a}"] = eps
+        out[f"statement_{a}"] = describe_epsilon(eps, accountant=a, **kw)
+    spent = replace(spec, rounds=max(ledger.rounds, 1))
+    out["extrapolated"] = []
+    for n in EXTRAPOLATE_TO:
+        if n <= spec.population:
+            continue
+        ex = extrapolate(spent, n, "rdp")
+        out["extrapolated"].append({
+            "population": n, "factor": ex.factor, "noise_multiplier": ex.noise_multiplier,
+            "clients_per_round": ex.clients_per_round, "epsilon_rdp": ex.epsilon,
+            "statement": describe_epsilon(ex.epsilon, accountant="rdp", delta=1.0 / n,
+                                          unit=spec.unit, relation=spec.relation)
+            + f" if {n:,} users took part with noise {spec.noise_multiplier:g} x {ex.factor:g} and "
+              f"{ex.clients_per_round:,} clients per round (same noise on the average)",
+        })
+    return out

@@ -1,0 +1,41 @@
+"""Training curves to PNG (matplotlib, Agg backend, written atomically)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from dpemb.training.atomic import atomic_write
+
+
+def plot_training(records: Sequence[dict[str, Any]], path: str | Path, *, x: str = "step") -> Path | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recs = [r for r in records if "recall_at_far_0.001" in r]
+    if not recs:
+        return None
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
+    xs = [r[x] for r in recs]
+    for key, label in [
+        ("recall_at_far_0.001", "Recall@FAR=1e-3 (exact, all pairs)"),
+        ("recall_at_far_0.001_in_batch_approx", "Recall@FAR=1e-3 (in-batch approx.)"),
+        ("recall_at_far_0.01", "Recall@FAR=1e-2"),
+    ]:
+        ax[0].plot(xs, [r.get(key) for r in recs], marker="o", ms=3, label=label)
+    ax[0].set_xlabel(x)
+    ax[0].set_ylabel("recall on held-out identities")
+    ax[0].legend(fontsize=8)
+    ax[0].grid(alpha=0.3)
+    loss = [(r[x], r["train_loss"]) for r in recs if r.get("train_loss") is not None]
+    if loss:
+        ax[1].plot(*zip(*loss), marker="o", ms=3)
+    ax[1].set_xlabel(x)
+    ax[1].set_ylabel("train loss")
+    ax[1].grid(alpha=0.3)
+    fig.tight_layout()
+    out = atomic_write(path, lambda p: fig.savefig(p, dpi=110, format="png"))
+    plt.close(fig)
+    return out

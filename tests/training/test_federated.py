@@ -1,0 +1,126 @@
+"""The federated run loop: exact resume, refusing changed privacy knobs, budget stop,
+non-finite deltas, population checks, epsilon tracked every round."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import dpemb.training.federated as fed
+from dpemb.algorithms.config import FederatedConfig
+from dpemb.privacy.accounting import PrivacyLedger, PrivacySpec
+from dpemb.training.checkpoint import CheckpointError, load_checkpoint
+from dpemb.training.config import ModelConfig, RunConfig
+from tests.conftest import make_tiny_dataset
+
+MODEL = ModelConfig(backbone="lenet", embedding_dim=16)
+
+
+def setup(tmp_path, name="run", rounds=4, clip=0.5, z=0.5, algorithm="dp-fedemb", **fed_kw):
+    splits = make_tiny_dataset(num_users=30).split()
+    train, ev = splits.train, splits.eval
+    spec = PrivacySpec(population=train.num_users, clients_per_round=3, users_per_client=2,
+                       noise_multiplier=z, clip_norm=clip, rounds=rounds,
+                       mechanism="tree" if algorithm == "dp-ftrl-fedemb" else "gaussian")
+    cfg = FederatedConfig(algorithm=algorithm, local_batch_size=8, **fed_kw)
+    run = RunConfig(out=str(tmp_path / name), eval_every=2, progress=False)
+    return train, ev, spec, cfg, run
+
+
+@pytest.mark.parametrize("algorithm", ["dp-fedemb", "dp-fedavg", "dp-ftrl-fedemb"])
+def test_resume_equals_uninterrupted(tmp_path, monkeypatch, algorithm):
+    train, ev, spec, cfg, run_a = setup(tmp_path, "a", algorithm=algorithm)
+    rep_a = fed.train_federated(train, ev, MODEL, cfg, spec, run_a, noise_seed=7)
+
+    _, _, _, _, run_b = setup(tmp_path, "b", algorithm=algorithm)
+    real_step, calls = fed.server_step, {"n": 0}
+
+    def crashing_step(*a, **k):
+        if calls["n"] == 3:  # die in round 3, after the round-2 checkpoint
+            raise RuntimeError("simulated crash")
+        calls["n"] += 1
+        return real_step(*a, **k)
+
+    monkeypatch.setattr(fed, "server_step", crashing_step)
+    with pytest.raises(RuntimeError):
+        fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=7)
+    assert load_checkpoint(tmp_path / "b")["round"] == 2
+    monkeypatch.setattr(fed, "server_step", real_step)
+    rep_b = fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=7, resume=True)
+
+    a, b = load_checkpoint(tmp_path / "a"), load_checkpoint(tmp_path / "b")
+    for k in a["backbone"]:
+        assert torch.equal(a["backbone"][k], b["backbone"][k]), k
+    assert rep_a["privacy"]["epsilon_rdp"] == rep_b["privacy"]["epsilon_rdp"]
+    assert rep_a["final"] == rep_b["final"]
+    lines_a = (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()
+    lines_b = (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines_a) == len(lines_b) == 5  # round 0 + 4 rounds
+    strip = lambda l: {k: v for k, v in json.loads(l).items()}  # noqa: E731
+    assert [strip(l) for l in lines_a] == [strip(l) for l in lines_b]
+
+
+def test_resume_with_other_privacy_knobs_is_refused(tmp_path):
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=2)
+    fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=1)
+    _, _, spec2, _, _ = setup(tmp_path, rounds=2, clip=0.9)
+    with pytest.raises(CheckpointError, match="privacy"):
+        fed.train_federated(train, ev, MODEL, cfg, spec2, run, noise_seed=1, resume=True)
+
+
+def test_epsilon_every_round_matches_ledger(tmp_path):
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=3)
+    fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=1)
+    recs = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    ledger = PrivacyLedger(spec)
+    for rec in recs[1:]:
+        ledger.step()
+        assert rec["epsilon_rdp"] == pytest.approx(ledger.epsilon("rdp"))
+        assert rec["epsilon_pld"] == pytest.approx(ledger.epsilon("pld"))
+        assert 0 <= rec["fraction_clipped"] <= 1 and rec["preclip_norm_mean"] > 0
+
+
+def test_budget_stop_never_exceeds_budget(tmp_path):
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=50, z=0.8)
+    ledger = PrivacyLedger(spec)
+    ledger.step(3)
+    budget = ledger.epsilon("rdp") * 1.0001  # affords exactly 3 rounds
+    rep = fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=1, epsilon_budget=budget)
+    assert rep["stopped_by_epsilon_budget"] and rep["rounds"] == 3
+    assert rep["privacy"]["epsilon_rdp"] <= budget
+
+
+def test_nonfinite_deltas_are_zeroed_and_counted(tmp_path, monkeypatch):
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=2, z=0.5)
+    real = fed.ClientTrainer.update
+
+    def poisoned(self, *a, **k):
+        res = real(self, *a, **k)
+        res.delta[0] = float("nan")
+        return res
+
+    monkeypatch.setattr(fed.ClientTrainer, "update", poisoned)
+    fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=1)
+    recs = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["nonfinite_deltas"] == r["clients"] for r in recs[1:])
+    state = load_checkpoint(tmp_path / "run")
+    assert all(torch.isfinite(v).all() for v in state["backbone"].values() if v.is_floating_point())
+
+
+def test_too_few_users_or_wrong_population_fail_before_training(tmp_path):
+    train, ev, spec, cfg, run = setup(tmp_path)
+    with pytest.raises(ValueError, match="exceeds 1"):
+        PrivacySpec(population=train.num_users, clients_per_round=20, users_per_client=2,
+                    noise_multiplier=1.0, clip_norm=1.0, rounds=2)
+    wrong = PrivacySpec(population=train.num_users + 100, clients_per_round=3, noise_multiplier=1.0,
+                        clip_norm=1.0, rounds=2)
+    with pytest.raises(ValueError, match="population"):
+        fed.train_federated(train, ev, MODEL, cfg, wrong, run)
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def test_zero_noise_without_nonprivate_flag_is_refused():
+    with pytest.raises(ValueError):
+        PrivacySpec(population=100, clients_per_round=4, noise_multiplier=0.0, clip_norm=1.0, rounds=2)
