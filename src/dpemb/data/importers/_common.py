@@ -1,0 +1,227 @@
+"""Shared machinery of the importers: the report, bad-row handling, packing.
+
+File-based importers first list their rows (``_Row``: where it came from, the image
+file, its user and label), then :func:`pack_rows` decodes the images straight into
+one preallocated uint8 array in user order, so decoded pixels are held once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from dpemb.data.dataset import DataError, UserDataset
+from dpemb.data.images import check_geometry, decode_image
+
+#: How many problems an :class:`ImportReport` keeps verbatim (all are counted).
+MAX_PROBLEMS = 20
+
+#: Image decoding threads (capped by the CPU count) and images decoded per batch.
+DECODE_THREADS = 4
+DECODE_CHUNK = 256
+
+_DIGITS = re.compile(r"(\d+)")
+
+SKIP_HINT = "fix or remove it, or pass skip_bad=True (CLI: --skip-bad) to skip bad rows"
+
+
+@dataclass
+class ImportReport:
+    """What an import did: counts, and the first problems met (each names its row/file/user)."""
+
+    rows_total: int = 0
+    rows_imported: int = 0
+    rows_skipped: int = 0
+    problems: list[str] = field(default_factory=list)
+    num_problems: int = 0
+
+    def problem(self, message: str) -> None:
+        """Record one problem (kept verbatim while fewer than :data:`MAX_PROBLEMS`)."""
+        self.num_problems += 1
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(message)
+
+    def lines(self) -> list[str]:
+        """Human-readable lines, as printed by ``dpemb data make``."""
+        out = [
+            f"rows: {self.rows_total} total, {self.rows_imported} imported, "
+            f"{self.rows_skipped} skipped"
+        ]
+        if self.num_problems:
+            shown = len(self.problems)
+            more = f" (first {shown} shown)" if self.num_problems > shown else ""
+            out.append(f"problems: {self.num_problems}{more}")
+            out.extend(f"  - {p}" for p in self.problems)
+        return out
+
+
+class BadRows:
+    """Raise on the first bad row, or (``skip_bad``) record it in the report."""
+
+    def __init__(self, report: ImportReport, skip_bad: bool) -> None:
+        self.report = report
+        self.skip_bad = skip_bad
+
+    def bad(self, where: str, what: str, *, rows: int = 1) -> None:
+        """A bad row (or ``rows`` rows at once) at ``where``: raise or count as skipped."""
+        message = f"{where}: {what}" if where else what
+        if not self.skip_bad:
+            raise DataError(f"{message}; {SKIP_HINT}")
+        self.report.rows_skipped += rows
+        self.report.problem(message)
+
+
+@dataclass
+class Row:
+    """One example before decoding."""
+
+    where: str  # names the row for messages, e.g. "list.csv line 7" or a file path
+    path: Path
+    user: str
+    label: str
+
+
+def _natural_key(name: str) -> tuple[list[str | int], str]:
+    parts: list[str | int] = [int(t) if t.isdecimal() else t for t in _DIGITS.split(name)]
+    return parts, name
+
+
+def natural_order(names: Iterable[str]) -> list[str]:
+    """Unique names in natural order: digit runs compare as numbers ("u2" < "u10")."""
+    return sorted(set(names), key=_natural_key)
+
+
+def clean(value: Any) -> str:
+    """A CSV cell as a stripped string ('' for a missing cell)."""
+    return "" if value is None else str(value).strip()
+
+
+def resolve(path_text: str, base: Path) -> Path:
+    """``path_text`` as a path; relative paths are taken from ``base``."""
+    p = Path(os.path.expanduser(path_text))
+    return p if p.is_absolute() else base / p
+
+
+def pack_rows(
+    rows: Sequence[Row],
+    *,
+    image_size: int,
+    channels: int,
+    bad: BadRows,
+    source: dict[str, Any],
+    progress: bool,
+    name: str,
+) -> UserDataset:
+    """Decode ``rows`` into one preallocated array, grouped by user.
+
+    Bad images raise (or are skipped through ``bad``); users left without images and
+    labels left without examples are dropped. Users and labels are numbered in
+    natural order of their names (numeric when all names are integers).
+    """
+    check_geometry(image_size, channels)
+    report = bad.report
+    if not rows:
+        raise DataError(f"{name}: no usable rows to import ({report.rows_skipped} skipped)")
+    user_names = natural_order(r.user for r in rows)
+    user_index = {u: i for i, u in enumerate(user_names)}
+    label_names = natural_order(r.label for r in rows)
+    label_index = {lab: i for i, lab in enumerate(label_names)}
+    row_users = np.fromiter((user_index[r.user] for r in rows), dtype=np.int64, count=len(rows))
+    order = np.argsort(row_users, kind="stable")
+
+    n = len(rows)
+    images = np.empty((n, image_size, image_size, channels), dtype=np.uint8)
+    labels = np.empty(n, dtype=np.int64)
+    users = np.empty(n, dtype=np.int64)
+    w = 0
+    decoded = _decode_in_order(rows, order, image_size, channels)
+    desc = f"importing {Path(name).name}"
+    bar = tqdm(decoded, total=n, desc=desc, unit="img", disable=not progress)
+    for i, arr, err in bar:
+        row = rows[i]
+        if err is not None:
+            reason = str(err).split(";")[0]  # "<file>: what went wrong"
+            bad.bad("" if row.where == str(row.path) else row.where, reason)
+            continue
+        images[w] = arr
+        labels[w] = label_index[row.label]
+        users[w] = row_users[i]
+        w += 1
+    report.rows_imported = w
+    if w == 0:
+        raise DataError(f"{name}: no image could be imported ({report.rows_skipped} skipped)")
+    images, labels, users = images[:w], labels[:w], users[:w]
+
+    counts = np.bincount(users, minlength=len(user_names))
+    for u in np.flatnonzero(counts == 0):
+        report.problem(f"user {user_names[u]!r}: no usable images left; user dropped")
+    source = {**source, "rows_skipped": report.rows_skipped}
+    return assemble(images, labels, users, user_names, label_names, source)
+
+
+def _decode_in_order(
+    rows: Sequence[Row], order: np.ndarray, image_size: int, channels: int
+) -> Iterator[tuple[int, np.ndarray | None, DataError | None]]:
+    """Decode ``rows[order]`` on a few threads (PIL releases the GIL), in order.
+
+    At most :data:`DECODE_CHUNK` decoded images are in flight, so memory stays
+    bounded by the preallocated array plus one chunk.
+    """
+
+    def work(i: int) -> tuple[int, np.ndarray | None, DataError | None]:
+        try:
+            return i, decode_image(rows[i].path, image_size=image_size, channels=channels), None
+        except DataError as e:
+            return i, None, e
+
+    workers = min(DECODE_THREADS, os.cpu_count() or 1)
+    if workers <= 1:
+        yield from map(work, order.tolist())
+        return
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for start in range(0, len(order), DECODE_CHUNK):
+            yield from pool.map(work, order[start : start + DECODE_CHUNK].tolist())
+
+
+def assemble(
+    images: np.ndarray,
+    labels: np.ndarray,
+    users: np.ndarray,
+    user_names: Sequence[str],
+    label_names: Sequence[str],
+    source: dict[str, Any],
+    *,
+    keep_all_labels: bool = False,
+) -> UserDataset:
+    """Build a :class:`UserDataset` from rows ALREADY grouped by user (non-decreasing).
+
+    Drops users without rows and (unless ``keep_all_labels``) labels without rows,
+    renumbering both; never copies ``images``.
+    """
+    if len(users) and np.any(np.diff(users) < 0):
+        raise AssertionError("rows must be grouped by user")
+    counts = np.bincount(users, minlength=len(user_names))
+    kept_users = np.flatnonzero(counts > 0)
+    offsets = np.concatenate([[0], np.cumsum(counts[kept_users])]).astype(np.int64)
+    if not keep_all_labels:
+        present = np.flatnonzero(np.bincount(labels, minlength=len(label_names)) > 0)
+        if len(present) != len(label_names):
+            remap = np.full(len(label_names), -1, dtype=np.int64)
+            remap[present] = np.arange(len(present))
+            labels = remap[labels]
+            label_names = [label_names[i] for i in present]
+    return UserDataset(
+        images=images,
+        labels=np.asarray(labels, dtype=np.int64),
+        offsets=offsets,
+        user_names=[str(user_names[u]) for u in kept_users],
+        label_names=[str(x) for x in label_names],
+        source=dict(source),
+    )

@@ -1,0 +1,168 @@
+"""Importer for Fashion-MNIST IDX files (as shipped by Debian's ``dataset-fashion-mnist``).
+
+IDX: a big-endian header ``0x00 0x00 <type> <ndim>`` (type 0x08 = unsigned byte),
+then ``ndim`` big-endian uint32 sizes, then the data. Image files have magic
+0x00000803 (3 dims), label files 0x00000801 (1 dim). Files may be gzipped.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from dpemb.data.dataset import DataError, UserDataset
+
+DEBIAN_PACKAGE = "dataset-fashion-mnist"
+#: Where the Debian package installs its files.
+KNOWN_DIRS = [Path("/usr/share/datasets/fashion-mnist")]
+
+LABEL_NAMES = [
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+]
+FILE_STEMS = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+IMAGES_MAGIC = 0x00000803
+LABELS_MAGIC = 0x00000801
+
+
+def read_idx(path: str | os.PathLike, *, expect_dims: int) -> np.ndarray:
+    """Read an unsigned-byte IDX file (``.gz`` or raw) into one preallocated array.
+
+    Raises :class:`DataError` naming the file on a wrong magic number, an
+    unexpected number of dimensions or a truncated file.
+    """
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as f:
+            head = f.read(4)
+            if len(head) < 4:
+                raise DataError(f"{path}: truncated IDX file (no header)")
+            zero, dtype_code, ndim = struct.unpack(">HBB", head)
+            magic = int.from_bytes(head, "big")
+            if zero != 0 or dtype_code != 0x08 or ndim != expect_dims:
+                want = 0x800 + expect_dims
+                raise DataError(
+                    f"{path}: not an unsigned-byte IDX file with {expect_dims} dimension(s) "
+                    f"(magic 0x{magic:08x}, expected 0x{want:08x})"
+                )
+            dims_raw = f.read(4 * ndim)
+            if len(dims_raw) < 4 * ndim:
+                raise DataError(f"{path}: truncated IDX header")
+            dims = struct.unpack(f">{ndim}I", dims_raw)
+            out = np.empty(dims, dtype=np.uint8)
+            view = memoryview(out.reshape(-1))
+            got = 0
+            while got < out.size:
+                n = f.readinto(view[got:])
+                if not n:
+                    break
+                got += n
+            if got < out.size:
+                raise DataError(
+                    f"{path}: truncated IDX file ({got} of {out.size} data bytes); "
+                    "re-download or reinstall it"
+                )
+    except FileNotFoundError as e:
+        raise DataError(f"{path}: file not found") from e
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        raise DataError(f"{path}: cannot read IDX file ({e})") from e
+    return out
+
+
+def _find_file(directory: Path, stem: str) -> Path:
+    for name in (stem + ".gz", stem):
+        if (directory / name).is_file():
+            return directory / name
+    raise DataError(f"{directory}: no {stem}.gz or {stem} file (Fashion-MNIST IDX)")
+
+
+def _dpkg_listed_dirs() -> list[Path]:
+    """Folders holding IDX files according to ``dpkg -L dataset-fashion-mnist``."""
+    if shutil.which("dpkg") is None:
+        return []
+    try:
+        out = subprocess.run(
+            ["dpkg", "-L", DEBIAN_PACKAGE], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if out.returncode != 0:
+        return []
+    dirs = []
+    for line in out.stdout.splitlines():
+        if line.endswith("-idx3-ubyte.gz") or line.endswith("-idx3-ubyte"):
+            d = Path(line).parent
+            if d not in dirs:
+                dirs.append(d)
+    return dirs
+
+
+def find_fashion_mnist_dir() -> Path:
+    """The folder of the Debian package's IDX files; :class:`DataError` when absent."""
+    for d in _dpkg_listed_dirs() + KNOWN_DIRS:
+        if any((d / (stem + ext)).is_file() for stem in FILE_STEMS["train"] for ext in (".gz", "")):
+            return d
+    raise DataError(
+        "Fashion-MNIST not found: install the Debian package with "
+        f"`sudo apt-get install {DEBIAN_PACKAGE}` (files in {KNOWN_DIRS[0]}), "
+        "or pass the folder holding the IDX files"
+    )
+
+
+def import_fashion_mnist(
+    directory: str | os.PathLike | None = None, *, split: str = "train"
+) -> UserDataset:
+    """Import Fashion-MNIST (``split`` "train": 60,000 images, "test": 10,000).
+
+    ``directory`` holds ``train-images-idx3-ubyte(.gz)`` etc.; by default the files of
+    the Debian package ``dataset-fashion-mnist`` are used. There is no writer or
+    owner information, so each example is its own user (example-level = user-level
+    privacy). Labels are the 10 clothing classes.
+    """
+    if split not in FILE_STEMS:
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    folder = Path(directory) if directory is not None else find_fashion_mnist_dir()
+    if not folder.is_dir():
+        raise DataError(f"{folder}: Fashion-MNIST folder not found")
+    img_path = _find_file(folder, FILE_STEMS[split][0])
+    lab_path = _find_file(folder, FILE_STEMS[split][1])
+    images = read_idx(img_path, expect_dims=3)
+    labels = read_idx(lab_path, expect_dims=1).astype(np.int64)
+    if len(images) != len(labels):
+        raise DataError(
+            f"{img_path} holds {len(images)} images but {lab_path} holds {len(labels)} labels"
+        )
+    if len(labels) and labels.max() >= len(LABEL_NAMES):
+        raise DataError(f"{lab_path}: label {int(labels.max())} outside 0-9")
+    n = len(labels)
+    return UserDataset(
+        images=images[..., None],
+        labels=labels,
+        offsets=np.arange(n + 1, dtype=np.int64),
+        user_names=[str(i) for i in range(n)],
+        label_names=list(LABEL_NAMES),
+        source={
+            "format": "fashion_mnist",
+            "path": str(folder.resolve()),
+            "split": split,
+            "unit": "each example is its own user",
+        },
+    )
