@@ -1,0 +1,142 @@
+"""The backbone base class and small building blocks shared by the architectures.
+
+Convention (see ``dpemb.data.tensors``): every backbone takes float32
+``(N, C, H, W)`` in [0, 1] with ``C`` equal to its ``in_channels`` (1 or 3) and does
+its own input normalisation. ``forward_features`` returns pooled features
+``(N, feature_dim)``; ``forward`` applies the final embedding layer
+(``Linear(feature_dim, embedding_dim)``, named ``embedding``) and returns the raw,
+un-normalised embedding used for training with a head. Embeddings are
+L2-normalised at inference only (``dpemb.models.embed``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from torch import Tensor, nn
+
+NormFactory = Callable[[int], nn.Module]
+
+
+class Backbone(nn.Module):
+    """Base class: image ``(N, C, H, W)`` in [0, 1] -> embedding ``(N, embedding_dim)``.
+
+    Subclasses set ``self.embedding = nn.Linear(feature_dim, embedding_dim)`` and
+    implement ``_features`` (normalised input -> pooled features).
+    """
+
+    name: str = "backbone"
+    #: minimum input side length in pixels; subclasses may raise it
+    min_image_size: int = 8
+
+    def __init__(self, *, in_channels: int, image_size: int, embedding_dim: int, width: float):
+        super().__init__()
+        check_common_args(in_channels=in_channels, image_size=image_size,
+                          embedding_dim=embedding_dim, width=width,
+                          min_image_size=self.min_image_size, name=self.name)
+        self.in_channels = int(in_channels)
+        self.image_size = int(image_size)
+        self.embedding_dim = int(embedding_dim)
+        self.width = float(width)
+        self.groups: int | None = None  # GroupNorm groups, set by GroupNorm subclasses
+        self.feature_dim = 0  # set by subclasses
+
+    # -------------------------------------------------------------------- interface
+    def forward_features(self, x: Tensor) -> Tensor:
+        """Pooled features ``(N, feature_dim)`` before the embedding layer."""
+        self._check_input(x)
+        return self._features(self.normalize_input(x))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Raw (un-normalised) embedding ``(N, embedding_dim)``."""
+        return self.embedding(self.forward_features(x))
+
+    def normalize_input(self, x: Tensor) -> Tensor:
+        """[0, 1] pixels -> the range the first layer expects. Default: centre to [-1, 1]."""
+        return x.sub(0.5).mul(2.0)
+
+    def _features(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def spec(self) -> dict:
+        """The ``build_backbone`` arguments that rebuild this architecture (for configs
+        and checkpoints): ``build_backbone(**model.spec())``."""
+        return {"name": self.name, "in_channels": self.in_channels, "image_size": self.image_size,
+                "embedding_dim": self.embedding_dim, "width": self.width, "groups": self.groups}
+
+    # ---------------------------------------------------------------------- helpers
+    def _check_input(self, x: Tensor) -> None:
+        if not isinstance(x, Tensor) or x.ndim != 4:
+            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(
+                f"{self.name}: expected a float tensor (N, C, H, W), got {shape}; "
+                "convert uint8 images with dpemb.data.tensors.to_float_tensor"
+            )
+        if not x.is_floating_point():
+            raise ValueError(
+                f"{self.name}: expected float pixels in [0, 1], got dtype {x.dtype}; "
+                "convert uint8 images with dpemb.data.tensors.to_float_tensor"
+            )
+        if x.shape[1] != self.in_channels:
+            raise ValueError(
+                f"{self.name}: built for {self.in_channels}-channel input, got "
+                f"{x.shape[1]} channels (input shape {tuple(x.shape)}); rebuild the "
+                "backbone with the dataset's channel count"
+            )
+
+    def extra_repr(self) -> str:
+        return (f"in_channels={self.in_channels}, image_size={self.image_size}, "
+                f"feature_dim={self.feature_dim}, embedding_dim={self.embedding_dim}, "
+                f"width={self.width}")
+
+
+def check_common_args(*, in_channels: int, image_size: int, embedding_dim: int, width: float,
+                      min_image_size: int, name: str) -> None:
+    """Validate the constructor arguments every backbone shares (ValueError if bad)."""
+    if in_channels not in (1, 3):
+        raise ValueError(f"{name}: in_channels must be 1 (grayscale) or 3 (RGB), got {in_channels}")
+    if not isinstance(image_size, int) or image_size < min_image_size:
+        raise ValueError(f"{name}: image_size must be an integer >= {min_image_size}, got {image_size!r}")
+    if not isinstance(embedding_dim, int) or embedding_dim < 1:
+        raise ValueError(f"{name}: embedding_dim must be a positive integer, got {embedding_dim!r}")
+    if not (isinstance(width, (int, float)) and 0 < float(width) <= 8):
+        raise ValueError(f"{name}: width must be a number in (0, 8], got {width!r}")
+
+
+def make_divisible(value: float, divisor: int = 8) -> int:
+    """Round a channel count to the nearest multiple of ``divisor`` (never down by >10%)."""
+    new = max(divisor, int(value + divisor / 2) // divisor * divisor)
+    if new < 0.9 * value:
+        new += divisor
+    return new
+
+
+def group_norm_factory(groups: int, where: str) -> NormFactory:
+    """A GroupNorm constructor with a fixed number of groups; errors name the layer width."""
+    if not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"{where}: groups must be a positive integer, got {groups!r}")
+
+    def make(channels: int) -> nn.Module:
+        if channels % groups:
+            raise ValueError(
+                f"{where}: groups={groups} does not divide a layer of {channels} channels; "
+                "channel counts are multiples of 8, so use 1, 2, 4 or 8 groups"
+            )
+        return nn.GroupNorm(groups, channels)
+
+    return make
+
+
+def batch_norm_factory() -> NormFactory:
+    """A BatchNorm2d constructor (torchvision defaults: eps 1e-5, momentum 0.1)."""
+    return lambda channels: nn.BatchNorm2d(channels)
+
+
+NORM_TYPES: tuple[type[nn.Module], ...] = (
+    nn.GroupNorm, nn.LayerNorm, nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm,
+)
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Number of scalar parameters (trainable or not)."""
+    return sum(p.numel() for p in module.parameters())

@@ -1,0 +1,49 @@
+"""``lenet``: the reference EMNIST model of DP-FedEmb.
+
+conv5x5(32) -> ReLU -> maxpool 2 -> conv5x5(64) -> ReLU -> maxpool 2 -> flatten ->
+dense(embedding_dim). Convolutions use 'same' padding, so a 28x28 input gives
+64 x 7 x 7 = 3,136 features. There are no normalisation layers, hence no
+cross-example interaction at all; "norm-only" training of this model trains the
+embedding layer alone.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from .base import Backbone, make_divisible
+
+
+class LeNet(Backbone):
+    """Two 5x5 convolutions with max pooling, then the dense embedding layer."""
+
+    name = "lenet"
+    min_image_size = 4
+
+    def __init__(self, *, in_channels: int, image_size: int, embedding_dim: int = 128,
+                 width: float = 1.0):
+        super().__init__(in_channels=in_channels, image_size=image_size,
+                         embedding_dim=embedding_dim, width=width)
+        c1 = make_divisible(32 * width, 8)
+        c2 = make_divisible(64 * width, 8)
+        self.conv1 = nn.Conv2d(in_channels, c1, kernel_size=5, padding=2)
+        self.conv2 = nn.Conv2d(c1, c2, kernel_size=5, padding=2)
+        self.pool = nn.MaxPool2d(2)
+        self.act = nn.ReLU()
+        side = (image_size // 2) // 2
+        self.feature_dim = c2 * side * side
+        self.embedding = nn.Linear(self.feature_dim, embedding_dim)
+
+    def _check_input(self, x: Tensor) -> None:
+        super()._check_input(x)
+        if tuple(x.shape[2:]) != (self.image_size, self.image_size):
+            raise ValueError(
+                f"lenet: built for {self.image_size}x{self.image_size} images (its dense "
+                f"layer has a fixed input size), got {tuple(x.shape[2:])}; rebuild with "
+                "image_size matching the dataset"
+            )
+
+    def _features(self, x: Tensor) -> Tensor:
+        x = self.pool(self.act(self.conv1(x)))
+        x = self.pool(self.act(self.conv2(x)))
+        return x.flatten(1)

@@ -1,0 +1,36 @@
+"""The backbone registry: a name -> a freshly initialised backbone."""
+
+from __future__ import annotations
+
+from .base import Backbone
+from .lenet import LeNet
+from .mobilenetv2 import MobileNetV2
+from .resnet_gn import ResNetGN
+
+#: every backbone name ``build_backbone`` accepts
+BACKBONES: tuple[str, ...] = ("lenet", "resnet-gn", "mobilenetv2-gn", "mobilenetv2-bn")
+
+
+def build_backbone(name: str, *, in_channels: int, image_size: int, embedding_dim: int = 128,
+                   width: float = 1.0, groups: int | None = None) -> Backbone:
+    """Build a randomly initialised backbone (on the CPU; move it with ``.to(device)``).
+
+    ``width`` scales every channel count (rounded to a multiple of 8). ``groups`` is the
+    number of GroupNorm groups (default: 8 for ``resnet-gn``, 2 for ``mobilenetv2-gn``);
+    ``lenet`` has no normalisation layers and ``mobilenetv2-bn`` uses BatchNorm, so
+    both reject ``groups``. Initialisation draws from torch's global RNG: seed it with
+    ``torch.manual_seed`` for a reproducible model.
+    """
+    if name not in BACKBONES:
+        raise ValueError(f"unknown backbone {name!r}; choose one of {', '.join(BACKBONES)}")
+    common = dict(in_channels=in_channels, image_size=image_size,
+                  embedding_dim=embedding_dim, width=width)
+    if name == "lenet":
+        if groups is not None:
+            raise ValueError("lenet has no normalisation layers; pass groups=None")
+        return LeNet(**common)
+    if name == "resnet-gn":
+        return ResNetGN(**common, groups=groups)
+    if name == "mobilenetv2-gn":
+        return MobileNetV2(**common, norm="gn", groups=groups)
+    return MobileNetV2(**common, norm="bn", groups=groups)
