@@ -1,1 +1,31 @@
-"""dpemb.metrics"""
+"""dpemb.metrics: pure functions of embeddings (or logits) and integer labels.
+
+* verification: exact all-pairs Recall@FAR (TAR@FAR), ROC AUC, compact ROC curve.
+* in_batch: the reference code's in-batch Recall@FAR approximation (for comparison).
+* retrieval: precision@1 and MAP@R, leave-one-out by cosine similarity.
+* accuracy: closed-set top-1 accuracy of a classification head.
+* plots: ROC curves to PNG.
+
+Imports nothing from dpemb.privacy or dpemb.algorithms.
+"""
+
+from dpemb.metrics.accuracy import top1_accuracy
+from dpemb.metrics.in_batch import in_batch_recall_at_far
+from dpemb.metrics.plots import plot_roc
+from dpemb.metrics.retrieval import map_at_r, precision_at_1
+from dpemb.metrics.verification import (
+    DEFAULT_FARS,
+    VerificationResult,
+    verification_metrics,
+)
+
+__all__ = [
+    "DEFAULT_FARS",
+    "VerificationResult",
+    "in_batch_recall_at_far",
+    "map_at_r",
+    "plot_roc",
+    "precision_at_1",
+    "top1_accuracy",
+    "verification_metrics",
+]

@@ -1,0 +1,94 @@
+"""The reference code's in-batch Recall@FAR: a rough APPROXIMATION, for comparison only.
+
+The public DP-FedEmb code (``dp_visual_embeddings/metrics.py``, ``PairwiseRecallAtFAR``,
+built on Keras ``SensitivityAtSpecificity``) estimates Recall@FAR like this, and its own
+docstring warns that the estimate is imprecise and can be biased:
+
+1. split the evaluation set into consecutive batches of 256 in the given order and
+   form pairs only WITHIN each batch (a set of N examples gives about ``N * 255 / 2``
+   of the ``N^2 / 2`` pairs; pairs across batches are never compared);
+2. score a pair by ``(1 + cos) / 2`` of the L2-normalised embeddings (the reference
+   writes it as ``1 - ||x - y||^2 / 4``), a value in [0, 1];
+3. count TP/FP/TN/FN at 200 FIXED thresholds: ``0, 1/199, 2/199, ..., 198/199, 1``,
+   a pair being predicted positive when its score is strictly above the threshold
+   (on the cosine scale these are 200 evenly spaced thresholds in [-1, 1]);
+4. return the largest recall among thresholds whose specificity ``TN / (TN + FP)`` is
+   at least ``1 - far``, or 0 when none is.
+
+With 256-example batches a batch of distinct identities contributes ~32,600 negative
+pairs, so FAR=1e-3 rests on a few dozen false accepts per batch, and the fixed grid
+(steps of 0.01 in cosine) moves the operating point away from the requested FAR. Use
+:func:`dpemb.metrics.verification.verification_metrics` for the exact value; this
+function exists to compare with the paper's "approx" numbers. Computed in float64
+(the reference used float32; results can differ when a score lies within float32
+rounding of a grid threshold).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from dpemb.metrics.verification import prepare_inputs
+
+__all__ = ["in_batch_recall_at_far", "reference_thresholds"]
+
+
+def reference_thresholds(num_thresholds: int = 200) -> np.ndarray:
+    """Keras ``SensitivitySpecificityBase`` thresholds on the (1 + cos)/2 scale."""
+    if num_thresholds < 1:
+        raise ValueError(f"num_thresholds must be >= 1; got {num_thresholds}")
+    if num_thresholds == 1:
+        return np.array([0.5])
+    inner = [(i + 1) * 1.0 / (num_thresholds - 1) for i in range(num_thresholds - 2)]
+    return np.array([0.0] + inner + [1.0])
+
+
+def in_batch_recall_at_far(
+    embeddings: Any,
+    labels: Any,
+    *,
+    far: float = 1e-3,
+    batch_size: int = 256,
+    num_thresholds: int = 200,
+) -> float:
+    """The reference's in-batch Recall@FAR estimate (an approximation; see module doc).
+
+    The result depends on the order of the examples (batches are consecutive slices).
+    Returns 0.0 when no grid threshold meets the FAR (as the reference does).
+    """
+    far = float(far)
+    if not 0.0 < far < 1.0:
+        raise ValueError(f"far must lie in (0, 1); got {far}")
+    if int(batch_size) < 2:
+        raise ValueError(f"batch_size must be >= 2; got {batch_size}")
+    thresholds = reference_thresholds(int(num_thresholds))
+    x, y = prepare_inputs(embeddings, labels, normalize=True, device="cpu")
+    n = x.shape[0]
+    tp = np.zeros(thresholds.size, dtype=np.int64)
+    fp = np.zeros_like(tp)
+    n_pos = n_neg = 0
+    with torch.no_grad():
+        for a in range(0, n, int(batch_size)):
+            xb, yb = x[a : a + int(batch_size)], y[a : a + int(batch_size)]
+            sim = ((1.0 + xb @ xb.T) / 2.0).numpy()
+            same = (yb[:, None] == yb[None, :]).numpy()
+            lower = np.tril(np.ones(same.shape, dtype=bool), k=-1)
+            pos = np.sort(sim[lower & same])
+            neg = np.sort(sim[lower & ~same])
+            # number of scores strictly above each threshold
+            tp += pos.size - np.searchsorted(pos, thresholds, side="right")
+            fp += neg.size - np.searchsorted(neg, thresholds, side="right")
+            n_pos += pos.size
+            n_neg += neg.size
+    tn = n_neg - fp
+    fn = n_pos - tp
+    with np.errstate(invalid="ignore", divide="ignore"):
+        specificity = np.where(tn + fp > 0, tn / np.maximum(tn + fp, 1), 0.0)
+        sensitivity = np.where(tp + fn > 0, tp / np.maximum(tp + fn, 1), 0.0)
+    feasible = specificity >= 1.0 - far
+    if not feasible.any():
+        return 0.0
+    return float(sensitivity[feasible].max())
