@@ -1,1 +1,55 @@
-"""dpemb.privacy"""
+"""dpemb.privacy: the privacy-critical path, small enough to audit in one sitting.
+
+Clipping (a clipped sum carries its sensitivity), noise (Gaussian, tree aggregation),
+sampling (users and virtual-client slots), accounting (dp_accounting events, ledger,
+calibration, extrapolation). Works on tensors and counts only; imports nothing from
+models, algorithms, training or cli. Conventions (docs/PRIVACY.md): the noise
+multiplier z is relative to the L2 sensitivity of the clipped sum (noise std =
+z x sensitivity), and the sensitivity follows from K and the neighbouring relation
+(``relations.user_sensitivity``).
+
+Names are loaded on first use, so accounting alone (``dpemb account``) does not
+import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "relations": ("Relation", "user_sensitivity", "describe_relation"),
+    "clipping": ("ClipAndSum", "ClippedSum", "clip_by_global_norm"),
+    "noise": ("GaussianNoise",),
+    "tree": ("TreeAggregationNoise",),
+    "sampling": ("VirtualClientSampler",),
+    "spec": ("PrivacySpec", "PrivacySpecError"),
+    "events": (
+        "ACCOUNTANTS", "PLD_DISCRETIZATION", "EpsilonCurve", "UnsupportedAccountantError",
+        "compute_epsilon", "epsilon_for", "gaussian_releases_event", "round_event",
+        "supported_accountants", "training_event",
+    ),
+    "statements": ("describe_epsilon", "describe_mechanism"),
+    "ledger": ("PrivacyLedger", "PrivacyStateError"),
+    "calibration": (
+        "CalibrationError", "Extrapolation", "calibrate_gaussian_releases",
+        "calibrate_noise_multiplier", "extrapolate", "max_rounds",
+    ),
+    "advice": ("cohort_warnings",),
+    "factory": ("make_accumulator", "make_noise", "make_sampler"),
+}
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dpemb.privacy' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"dpemb.privacy.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,356 @@
+"""`dpemb account`: what-if privacy accounting for user-level DP federated training.
+
+Answers: what epsilon does this configuration give (RDP and PLD accountants)? what
+noise multiplier reaches a target epsilon? how many rounds fit in a budget? what is
+the epsilon of the same run scaled to a larger population (the paper's "noise z x k"
+extrapolation)? Any of --population, --clients-per-round, --users-per-client,
+--rounds, --noise-multiplier, --delta, --target-epsilon, --extrapolate-to and
+--epsilon-budget takes a comma-separated list; a list sweeps all combinations and
+prints a table. Every epsilon printed names its accountant, delta, unit of privacy
+and neighbouring relation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+from typing import Any, Callable
+
+from dpemb.cli.main import UsageError
+
+MAX_PLOT_ROWS = 8
+
+
+def _list_of(kind: Callable[[str], Any], name: str) -> Callable[[str], list[Any]]:
+    def parse(text: str) -> list[Any]:
+        items = [s.strip().replace("_", "") for s in text.split(",")]
+        if not items or any(not s for s in items):
+            raise argparse.ArgumentTypeError(f"{name}: expected a number or a comma-separated list, got {text!r}")
+        try:
+            return [kind(s) for s in items]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{name}: {text!r} is not a {'whole number' if kind is _int else 'number'} "
+                "(or comma-separated list of them)"
+            ) from None
+
+    return parse
+
+
+def _int(text: str) -> int:
+    value = float(text)
+    if not value.is_integer():
+        raise ValueError(text)
+    return int(value)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "account",
+        help="what-if privacy accounting (epsilon, calibration, extrapolation)",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--population", type=_list_of(_int, "--population"), required=True,
+                   help="N: users in the population (comma list sweeps)")
+    p.add_argument("--clients-per-round", type=_list_of(_int, "--clients-per-round"), required=True,
+                   help="M: virtual clients per round")
+    p.add_argument("--users-per-client", type=_list_of(_int, "--users-per-client"), default=[1],
+                   help="K: users per virtual client (K > 1 doubles the add/remove sensitivity)")
+    p.add_argument("--rounds", type=_list_of(_int, "--rounds"), required=True, help="T: training rounds")
+    p.add_argument("--noise-multiplier", type=_list_of(float, "--noise-multiplier"), default=None,
+                   help="z: noise std = z x sensitivity of the clipped sum")
+    p.add_argument("--target-epsilon", type=_list_of(float, "--target-epsilon"), default=None,
+                   help="calibrate the noise multiplier for this epsilon (instead of --noise-multiplier)")
+    p.add_argument("--delta", type=_list_of(float, "--delta"), default=None,
+                   help="delta (default 1/population)")
+    p.add_argument("--clip-norm", type=float, default=1.0,
+                   help="C (does not change epsilon; sets the printed noise std)")
+    p.add_argument("--sampling", choices=("poisson", "fixed", "epoch"), default=None,
+                   help="poisson (default for gaussian), fixed size without replacement, or epoch "
+                        "(each user once per epoch; default and only choice for tree)")
+    p.add_argument("--mechanism", choices=("gaussian", "tree"), default="gaussian",
+                   help="independent Gaussian noise per round, or tree aggregation (DP-FTRL)")
+    p.add_argument("--relation", choices=("add-remove", "replace-one", "replace-special"), default=None,
+                   help="neighbouring relation (default: the one the sampling is accounted under)")
+    p.add_argument("--tree-restarts", action="store_true",
+                   help="tree: restart the tree every epoch (one tree per epoch)")
+    p.add_argument("--unit", choices=("user", "example"), default="user", help="unit of privacy")
+    p.add_argument("--accountant", choices=("rdp", "pld", "both"), default="both")
+    p.add_argument("--epsilon-budget", type=_list_of(float, "--epsilon-budget"), default=None,
+                   help="also print the most rounds whose epsilon stays within this budget")
+    p.add_argument("--extrapolate-to", type=_list_of(_int, "--extrapolate-to"), default=None,
+                   metavar="N", help="epsilon at N users with z and M scaled by N/population")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--plot", metavar="FILE", default=None, help="plot epsilon against rounds to FILE")
+    p.set_defaults(func=run)
+
+
+# ---------------------------------------------------------------------------- computing
+def _accountants(choice: str) -> tuple[str, ...]:
+    return ("rdp", "pld") if choice == "both" else (choice,)
+
+
+def _spec_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(
+        clip_norm=args.clip_norm, sampling=args.sampling, mechanism=args.mechanism,
+        relation=args.relation, unit=args.unit, tree_restarts=args.tree_restarts,
+    )
+
+
+def _combinations(args: argparse.Namespace) -> list[dict[str, Any]]:
+    lists = {
+        "population": args.population,
+        "clients_per_round": args.clients_per_round,
+        "users_per_client": args.users_per_client,
+        "rounds": args.rounds,
+        "noise_multiplier": args.noise_multiplier or [None],
+        "target_epsilon": args.target_epsilon or [None],
+        "delta": args.delta or [None],
+        "extrapolate_to": args.extrapolate_to or [None],
+        "epsilon_budget": args.epsilon_budget or [None],
+    }
+    keys = list(lists)
+    return [dict(zip(keys, values)) for values in itertools.product(*(lists[k] for k in keys))]
+
+
+def _epsilons(spec: Any, accountants: tuple[str, ...]) -> dict[str, Any]:
+    from dpemb.privacy import describe_epsilon, epsilon_for, supported_accountants
+
+    out: dict[str, Any] = {}
+    for acc in ("rdp", "pld"):
+        out[f"epsilon_{acc}"] = None
+        if acc not in accountants:
+            continue
+        if acc not in supported_accountants(spec):
+            out[f"note_{acc}"] = f"{acc.upper()} not available for {spec.sampling} sampling"
+            continue
+        eps = epsilon_for(spec, acc)
+        out[f"epsilon_{acc}"] = None if math.isinf(eps) else eps
+        out[f"statement_{acc}"] = describe_epsilon(
+            eps, accountant=acc, delta=spec.resolved_delta, unit=spec.unit, relation=spec.relation
+        )
+    return out
+
+
+def compute_row(combo: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """One configuration: epsilon(s), calibration, budget, extrapolation, warnings."""
+    from dpemb.privacy import (
+        PrivacySpec,
+        calibrate_noise_multiplier,
+        cohort_warnings,
+        describe_mechanism,
+        extrapolate,
+        max_rounds,
+    )
+
+    accountants = _accountants(args.accountant)
+    z = combo["noise_multiplier"]
+    target = combo["target_epsilon"]
+    try:
+        spec = PrivacySpec(
+            population=combo["population"], clients_per_round=combo["clients_per_round"],
+            users_per_client=combo["users_per_client"], rounds=combo["rounds"],
+            noise_multiplier=1.0 if z is None else z, delta=combo["delta"], **_spec_kwargs(args),
+        )
+        if "pld" in accountants and args.accountant == "pld" and spec.sampling == "fixed":
+            raise UsageError("the PLD accountant does not support fixed-size sampling; use --accountant rdp")
+        if target is not None:
+            if not (0 < target < math.inf):
+                raise UsageError(f"--target-epsilon must be positive and finite, got {target}")
+            calib_acc = "pld" if args.accountant == "pld" else "rdp"
+            spec = _replace(spec, noise_multiplier=calibrate_noise_multiplier(spec, target, calib_acc))
+        row: dict[str, Any] = {
+            "population": spec.population, "clients_per_round": spec.clients_per_round,
+            "users_per_client": spec.users_per_client, "rounds": spec.rounds,
+            "noise_multiplier": spec.noise_multiplier, "calibrated": target is not None,
+            "target_epsilon": target, "calibrated_with": (calib_acc if target is not None else None),
+            "delta": spec.resolved_delta, "delta_is_default": spec.delta is None,
+            "sampling": spec.sampling, "mechanism": spec.mechanism, "relation": spec.relation.value,
+            "unit": spec.unit, "tree_restarts": spec.tree_restarts,
+            "sampling_rate": spec.sampling_rate, "clip_norm": spec.clip_norm,
+            "sensitivity": spec.sensitivity, "noise_std": spec.noise_std,
+            "noise_on_average": spec.noise_on_average, "mechanism_description": describe_mechanism(spec),
+        }
+        if spec.mechanism == "tree" or spec.sampling == "epoch":
+            row["rounds_per_epoch"] = spec.rounds_per_epoch
+        row.update(_epsilons(spec, accountants))
+        budget = combo["epsilon_budget"]
+        if budget is not None:
+            if not (0 < budget < math.inf):
+                raise UsageError(f"--epsilon-budget must be positive and finite, got {budget}")
+            row["epsilon_budget"] = budget
+            acc = "pld" if args.accountant == "pld" else "rdp"
+            row["max_rounds"] = max_rounds(spec, budget, acc)
+            row["max_rounds_accountant"] = acc
+        target_n = combo["extrapolate_to"]
+        if target_n is not None:
+            ex = extrapolate(spec, target_n, "rdp")
+            row["extrapolation"] = {
+                "population": ex.population, "factor": ex.factor, "noise_multiplier": ex.noise_multiplier,
+                "clients_per_round": ex.clients_per_round, "delta": ex.delta,
+                **_epsilons(ex.spec, accountants),
+            }
+        eps_for_warning = row.get("epsilon_rdp") if row.get("epsilon_rdp") is not None else row.get("epsilon_pld")
+        row["warnings"] = cohort_warnings(spec, eps_for_warning)
+        row["_spec"] = spec
+        return row
+    except UsageError:
+        raise
+    except ValueError as e:  # invalid spec values, calibration failures
+        raise UsageError(str(e)) from e
+
+
+def _replace(spec: Any, **kw: Any) -> Any:
+    from dataclasses import replace
+
+    return replace(spec, **kw)
+
+
+# ---------------------------------------------------------------------------- output
+def _eps_text(x: Any) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:.2f}" if x >= 1 else f"{x:#.3g}"
+
+
+def _z_text(z: float) -> str:
+    return f"{z:.4f}" if z < 10 else f"{z:.5g}"
+
+
+def _print_single(row: dict[str, Any]) -> None:
+    print(
+        f"configuration: N = {row['population']:,} {row['unit']}s, M = {row['clients_per_round']:,} "
+        f"virtual clients per round x K = {row['users_per_client']}, T = {row['rounds']:,} rounds, "
+        f"sampling rate q = M*K/N = {row['sampling_rate']:.4g}"
+    )
+    print(f"mechanism: {row['mechanism_description']}")
+    if row["calibrated"]:
+        print(f"calibrated noise multiplier z = {row['noise_multiplier']:.4f} for target epsilon "
+              f"{row['target_epsilon']:g} ({row['calibrated_with'].upper()} accountant)")
+    print(f"delta = {row['delta']:.3g}" + (" (default: 1/population)" if row["delta_is_default"] else ""))
+    for acc in ("rdp", "pld"):
+        if row.get(f"statement_{acc}"):
+            print(row[f"statement_{acc}"])
+        elif row.get(f"note_{acc}"):
+            print(f"{acc.upper()}: {row[f'note_{acc}']}")
+    if "max_rounds" in row:
+        print(f"rounds within epsilon budget {row['epsilon_budget']:g} "
+              f"({row['max_rounds_accountant'].upper()} accountant): {row['max_rounds']:,}")
+    ex = row.get("extrapolation")
+    if ex:
+        print(f"extrapolated to N = {ex['population']:,}: scale factor k = {ex['factor']:.6g}, noise "
+              f"multiplier {row['noise_multiplier']:g} x {ex['factor']:.6g} = {ex['noise_multiplier']:.6g}, "
+              f"{ex['clients_per_round']:,} clients per round (same noise on the average), "
+              f"delta = {ex['delta']:.3g}")
+        for acc in ("rdp", "pld"):
+            if ex.get(f"statement_{acc}"):
+                print(f"  {ex[f'statement_{acc}']}")
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    first = rows[0]
+    cols: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+        ("N", lambda r: f"{r['population']:,}"),
+        ("M", lambda r: f"{r['clients_per_round']:,}"),
+        ("K", lambda r: str(r["users_per_client"])),
+        ("T", lambda r: f"{r['rounds']:,}"),
+        ("z" + (" (calibrated)" if first["calibrated"] else ""), lambda r: _z_text(r["noise_multiplier"])),
+        ("delta", lambda r: f"{r['delta']:.3g}"),
+    ]
+    if any(r["target_epsilon"] is not None for r in rows):
+        cols.append(("target eps", lambda r: f"{r['target_epsilon']:g}"))
+    for acc in ("rdp", "pld"):
+        if any(f"statement_{acc}" in r or f"note_{acc}" in r for r in rows):
+            cols.append((f"eps {acc.upper()}", lambda r, a=acc: _eps_text(r.get(f"epsilon_{a}"))))
+    if any("max_rounds" in r for r in rows):
+        cols.append(("budget", lambda r: f"{r['epsilon_budget']:g}"))
+        cols.append(("max rounds", lambda r: f"{r['max_rounds']:,}"))
+    if any("extrapolation" in r for r in rows):
+        cols += [
+            ("N'", lambda r: f"{r['extrapolation']['population']:,}"),
+            ("k", lambda r: f"{r['extrapolation']['factor']:.4g}"),
+            ("z'", lambda r: _z_text(r["extrapolation"]["noise_multiplier"])),
+            ("M'", lambda r: f"{r['extrapolation']['clients_per_round']:,}"),
+        ]
+        for acc in ("rdp", "pld"):
+            if any(f"statement_{acc}" in r["extrapolation"] for r in rows):
+                cols.append((f"eps' {acc.upper()}",
+                             lambda r, a=acc: _eps_text(r["extrapolation"].get(f"epsilon_{a}"))))
+    cells = [[fmt(r) for _, fmt in cols] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (h, _) in enumerate(cols)]
+    print("  ".join(h.rjust(w) for (h, _), w in zip(cols, widths)))
+    for c in cells:
+        print("  ".join(x.rjust(w) for x, w in zip(c, widths)))
+    rel = first["relation"]
+    ext = " (eps' at the extrapolated delta)" if any("extrapolation" in r for r in rows) else ""
+    print(f"epsilon: {first['unit']}-level, relation {rel}, delta as listed{ext}; "
+          f"mechanism {first['mechanism']}, sampling {first['sampling']}")
+
+
+def _plot(rows: list[dict[str, Any]], path: str, accountants: tuple[str, ...]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from dpemb.privacy import EpsilonCurve, supported_accountants
+    from dpemb.privacy.relations import describe_relation
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, row in enumerate(rows):
+        spec = row["_spec"]
+        label = (f"N={spec.population:,} M={spec.clients_per_round:,} K={spec.users_per_client} "
+                 f"z={spec.noise_multiplier:.3g}")
+        for acc in accountants:
+            if acc not in supported_accountants(spec):
+                continue
+            n = 200 if acc == "rdp" else 30
+            ts = np.unique(np.geomspace(1, spec.rounds, n).round().astype(int))
+            curve = EpsilonCurve(spec, acc)
+            ax.plot(ts, [curve(int(t)) for t in ts], "-" if acc == "rdp" else "--", color=f"C{i}",
+                    label=f"{label} ({acc.upper()})")
+    first = rows[0]["_spec"]
+    ax.set_xlabel("rounds")
+    ax.set_ylabel("epsilon")
+    ax.set_title(f"{first.unit}-level epsilon, {describe_relation(first.relation, first.unit)}, "
+                 f"delta = {rows[0]['delta']:.3g}" + (" (per row)" if len({r['delta'] for r in rows}) > 1 else ""),
+                 fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    if (args.noise_multiplier is None) == (args.target_epsilon is None):
+        raise UsageError("give exactly one of --noise-multiplier or --target-epsilon")
+    combos = _combinations(args)
+    if args.plot and len(combos) > MAX_PLOT_ROWS:
+        raise UsageError(f"--plot draws at most {MAX_PLOT_ROWS} configurations, the sweep has {len(combos)}")
+    rows = [compute_row(c, args) for c in combos]
+    for i, row in enumerate(rows):
+        for w in row["warnings"]:
+            prefix = f"row {i + 1}: " if len(rows) > 1 else ""
+            print(f"warning: {prefix}{w}", file=sys.stderr)
+    if args.plot:
+        _plot(rows, args.plot, _accountants(args.accountant))
+    public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
+    if args.json:
+        out = public[0] if len(public) == 1 else {"rows": public}
+        if args.plot:
+            out = {**out, "plot": args.plot}
+        print(json.dumps(out, indent=2, sort_keys=True))
+        return 0
+    if len(rows) == 1:
+        _print_single(rows[0])
+    else:
+        _print_table(rows)
+    if args.plot:
+        print(f"plot: {args.plot}")
+    return 0

@@ -1,0 +1,157 @@
+"""Calibration: the noise for a target epsilon, the rounds a budget affords, extrapolation.
+
+- ``calibrate_noise_multiplier``: the smallest z (within a relative 1e-4, rounded UP)
+  whose epsilon is at most the target; the returned z always meets the target.
+- ``max_rounds``: the largest number of rounds whose epsilon stays within a budget.
+- ``extrapolate``: the paper's "noise z x k" convention (Xu et al. 2022). Utility is
+  measured in simulation with noise multiplier z and M clients per round over N
+  users; the reported epsilon is for a deployment over N' users with k times more
+  clients per round and k times more noise, k = N'/N: the noise on the averaged
+  update, z x sensitivity / M, and the sampling rate M*K/N are unchanged, so the
+  utility is the same. M' = round(k M) and z' = z M'/M, so the noise on the average is
+  preserved exactly; ``factor`` is M'/M (= k whenever k M is an integer).
+  delta: if the spec leaves delta at its default (1/N), the extrapolated run uses
+  1/N' (the paper's delta = 1/N at the extrapolated N); an explicitly given delta is
+  kept as given.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from dpemb.privacy._checks import positive_finite, positive_int
+from dpemb.privacy.events import (
+    EpsilonCurve,
+    _check_accountant,
+    _check_delta,
+    compute_epsilon,
+    epsilon_for,
+    gaussian_releases_event,
+)
+from dpemb.privacy.spec import PrivacySpec
+
+REL_TOL = 1e-4
+_MAX_DOUBLINGS = 40
+
+
+class CalibrationError(ValueError):
+    """No parameter value meets the requested budget."""
+
+
+def _smallest_noise(eps_of_z: Callable[[float], float], target: float, what: str) -> float:
+    """Smallest z (relative tolerance REL_TOL, rounded up) with eps_of_z(z) <= target.
+
+    Bisection on a bracket [lo, hi] with eps(lo) > target >= eps(hi); epsilon falls as z
+    grows, and the returned ``hi`` always satisfies the target.
+    """
+    hi = 1.0
+    for _ in range(_MAX_DOUBLINGS):
+        if eps_of_z(hi) <= target:
+            break
+        hi *= 2.0
+    else:
+        raise CalibrationError(f"no noise multiplier up to 2^{_MAX_DOUBLINGS} reaches {what}")
+    lo = hi / 2.0
+    for _ in range(_MAX_DOUBLINGS):
+        if eps_of_z(lo) > target:
+            break
+        hi, lo = lo, lo / 2.0
+    else:
+        raise CalibrationError(f"{what} is met even by negligible noise; check the target")
+    while (hi - lo) > REL_TOL * lo:
+        mid = math.sqrt(lo * hi)
+        if eps_of_z(mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def calibrate_noise_multiplier(spec: PrivacySpec, target_epsilon: float, accountant: str = "rdp") -> float:
+    """Smallest noise multiplier (relative to the sensitivity) giving epsilon <= target.
+
+    All other fields of ``spec`` (population, M, K, rounds, delta, sampling, mechanism,
+    relation) are kept; ``spec.noise_multiplier`` is ignored.
+    """
+    target = positive_finite("target epsilon", target_epsilon)
+    _check_accountant(accountant)
+    if spec.nonprivate:
+        raise CalibrationError("a non-private spec has no noise to calibrate")
+
+    def eps(z: float) -> float:
+        return epsilon_for(replace(spec, noise_multiplier=z), accountant)
+
+    return _smallest_noise(eps, target, f"epsilon {target:g} ({accountant.upper()})")
+
+
+def max_rounds(spec: PrivacySpec, epsilon_budget: float, accountant: str = "rdp") -> int:
+    """Largest number of rounds whose epsilon stays within ``epsilon_budget`` (0 if none)."""
+    budget = positive_finite("epsilon budget", epsilon_budget)
+    if spec.nonprivate:
+        return 0
+    curve = EpsilonCurve(spec, accountant)
+    if curve(1) > budget:
+        return 0
+    lo, hi = 1, 2
+    while curve(hi) <= budget:
+        lo, hi = hi, hi * 2
+        if hi > 2**_MAX_DOUBLINGS:
+            raise CalibrationError(f"more than 2^{_MAX_DOUBLINGS} rounds fit in epsilon {budget:g}")
+    while hi - lo > 1:  # curve(lo) <= budget < curve(hi)
+        mid = (lo + hi) // 2
+        if curve(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@dataclass(frozen=True)
+class Extrapolation:
+    """The guarantee of the same run scaled to a larger population (same noise on the average)."""
+
+    factor: float  # scale applied to both the noise multiplier and the clients per round
+    population: int
+    noise_multiplier: float
+    clients_per_round: int
+    epsilon: float
+    delta: float = 0.0
+    accountant: str = "rdp"
+    spec: PrivacySpec | None = None  # the extrapolated spec
+
+
+def extrapolate(spec: PrivacySpec, population: int, accountant: str = "rdp") -> Extrapolation:
+    """Epsilon over ``population`` users with z and M scaled by k = population / spec.population."""
+    n = positive_int("population to extrapolate to", population)
+    _check_accountant(accountant)
+    k = n / spec.population
+    m = max(1, round(k * spec.clients_per_round))
+    factor = m / spec.clients_per_round
+    new = replace(
+        spec,
+        population=n,
+        clients_per_round=m,
+        noise_multiplier=0.0 if spec.nonprivate else spec.noise_multiplier * factor,
+    )
+    eps = math.inf if spec.nonprivate else epsilon_for(new, accountant)
+    return Extrapolation(
+        factor=factor, population=n, noise_multiplier=new.noise_multiplier, clients_per_round=m,
+        epsilon=eps, delta=new.resolved_delta, accountant=accountant, spec=new,
+    )
+
+
+def calibrate_gaussian_releases(
+    target_epsilon: float, delta: float, count: int, accountant: str = "pld"
+) -> float:
+    """Smallest z such that ``count`` Gaussian releases (std z x sensitivity each) meet the target."""
+    target = positive_finite("target epsilon", target_epsilon)
+    delta = _check_delta(delta)
+    n = positive_int("number of releases", count)
+    _check_accountant(accountant)
+
+    def eps(z: float) -> float:
+        return compute_epsilon(gaussian_releases_event(z, n), delta, accountant)
+
+    return _smallest_noise(eps, target, f"epsilon {target:g} at delta {delta:g} ({accountant.upper()})")

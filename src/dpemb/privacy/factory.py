@@ -1,0 +1,46 @@
+"""Privacy objects built from one ``PrivacySpec``, so noise, sampling and accounting agree.
+
+``make_noise`` returns the mechanism the spec is accounted for (Gaussian, or tree
+aggregation restarted every epoch when ``spec.tree_restarts``); ``make_sampler`` the
+matching user sampler; ``make_accumulator`` a clip-and-sum with the spec's clip norm,
+sensitivity and relation.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from dpemb.privacy.clipping import ClipAndSum
+from dpemb.privacy.noise import GaussianNoise
+from dpemb.privacy.sampling import VirtualClientSampler
+from dpemb.privacy.spec import PrivacySpec
+from dpemb.privacy.tree import TreeAggregationNoise
+
+
+def make_noise(
+    spec: PrivacySpec, *, seed: int | None = None, efficient: bool = True, secure: bool = False
+) -> GaussianNoise | TreeAggregationNoise:
+    """The noise mechanism ``spec`` is accounted for (seeded from the OS unless ``seed``)."""
+    if spec.mechanism == "tree":
+        if secure:
+            raise ValueError("secure sampling is available for the Gaussian mechanism only")
+        return TreeAggregationNoise(
+            spec.noise_multiplier, efficient=efficient, seed=seed, allow_nonprivate=spec.nonprivate,
+            restart_every=spec.rounds_per_epoch if spec.tree_restarts else None,
+        )
+    return GaussianNoise(spec.noise_multiplier, seed=seed, allow_nonprivate=spec.nonprivate, secure=secure)
+
+
+def make_sampler(spec: PrivacySpec, *, seed: int | None = None) -> VirtualClientSampler:
+    """The user sampler ``spec`` is accounted for."""
+    return VirtualClientSampler(
+        spec.population, clients_per_round=spec.clients_per_round,
+        users_per_client=spec.users_per_client, sampling=spec.sampling, seed=seed,
+    )
+
+
+def make_accumulator(spec: PrivacySpec, template: Sequence[torch.Tensor]) -> ClipAndSum:
+    """A clip-and-sum with the spec's clip norm, sensitivity and relation."""
+    return ClipAndSum(template, spec.clip_norm, spec.sensitivity, spec.relation)

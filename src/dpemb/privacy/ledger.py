@@ -1,0 +1,109 @@
+"""``PrivacyLedger``: what has been composed so far, epsilon every round, checkpointable.
+
+The ledger is bound to one ``PrivacySpec``. ``step()`` records completed rounds;
+``epsilon()`` is the guarantee for the rounds recorded so far (for the released
+sequence of models), computed by dp_accounting (see ``events``) and memoised per
+round count, so calling it every round is cheap (RDP: one conversion; PLD: one
+self-composition of the cached one-round distribution). ``state_dict`` goes into
+checkpoints; loading refuses a state recorded under a different spec.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+from dpemb.privacy.events import EpsilonCurve, UnsupportedAccountantError, supported_accountants
+from dpemb.privacy.spec import PrivacySpec
+from dpemb.privacy.statements import describe_epsilon, describe_mechanism
+
+
+class PrivacyStateError(ValueError):
+    """A saved privacy state does not belong to this privacy spec."""
+
+
+class PrivacyLedger:
+    """Rounds composed under one spec, and their epsilon."""
+
+    def __init__(self, spec: PrivacySpec) -> None:
+        if not isinstance(spec, PrivacySpec):
+            raise TypeError(f"PrivacyLedger needs a PrivacySpec, got {type(spec).__name__}")
+        self.spec = spec
+        self._rounds = 0
+        self._entries: list[dict[str, Any]] = []
+        self._curves: dict[str, EpsilonCurve] = {}
+
+    @property
+    def rounds(self) -> int:
+        """Rounds composed so far."""
+        return self._rounds
+
+    def step(self, n: int = 1) -> None:
+        """Compose ``n`` more rounds of the spec's mechanism."""
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+            raise ValueError(f"rounds to compose must be a non-negative integer, got {n!r}")
+        if n == 0:
+            return
+        start = self._rounds
+        self._rounds += int(n)
+        if self._entries and self._entries[-1]["to_round"] == start:
+            self._entries[-1]["to_round"] = self._rounds
+        else:
+            self._entries.append({
+                "from_round": start + 1,
+                "to_round": self._rounds,
+                "mechanism": describe_mechanism(self.spec),
+                "fingerprint": self.spec.fingerprint(),
+            })
+
+    def _curve(self, accountant: str) -> EpsilonCurve:
+        if accountant not in self._curves:
+            self._curves[accountant] = EpsilonCurve(self.spec, accountant)
+        return self._curves[accountant]
+
+    def epsilon(self, accountant: str = "rdp") -> float:
+        """Epsilon at ``spec.resolved_delta`` for the rounds composed so far (inf if non-private)."""
+        return self.epsilon_after(self._rounds, accountant)
+
+    def epsilon_after(self, rounds: int, accountant: str = "rdp") -> float:
+        """Epsilon if ``rounds`` rounds in total had been composed (for a budget stop)."""
+        if accountant not in supported_accountants(self.spec):
+            raise UnsupportedAccountantError(
+                f"the {accountant.upper()} accountant cannot account for {self.spec.sampling} "
+                f"sampling with {self.spec.mechanism} noise; use "
+                f"{' or '.join(a.upper() for a in supported_accountants(self.spec))}"
+            )
+        return self._curve(accountant)(rounds)
+
+    def describe(self, accountant: str = "rdp") -> str:
+        """The current guarantee as a sentence naming accountant, delta, unit and relation."""
+        eps = None if self.spec.nonprivate else self.epsilon(accountant)
+        return describe_epsilon(
+            eps, accountant=accountant, delta=self.spec.resolved_delta, unit=self.spec.unit,
+            relation=self.spec.relation,
+        )
+
+    def entries(self) -> list[dict[str, Any]]:
+        """What has been composed: runs of consecutive rounds under this spec."""
+        return [dict(e) for e in self._entries]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.spec.fingerprint(),
+            "spec": self.spec.to_dict(),
+            "rounds": self._rounds,
+            "entries": self.entries(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore; refuses a state whose spec fingerprint differs from this ledger's spec."""
+        if state.get("fingerprint") != self.spec.fingerprint():
+            raise PrivacyStateError(
+                "the saved privacy ledger was recorded under a different privacy spec "
+                f"({state.get('spec')}); resuming under {self.spec.to_dict()} would misstate epsilon"
+            )
+        rounds = state.get("rounds")
+        if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 0:
+            raise PrivacyStateError(f"saved ledger has an invalid round count {rounds!r}")
+        self._rounds = int(rounds)
+        self._entries = [dict(e) for e in state.get("entries", [])]

@@ -1,0 +1,150 @@
+"""The Gaussian mechanism on a clipped SUM.
+
+Guarantee: ``GaussianNoise(z).add(clipped)`` returns ``clipped.value`` plus
+independent N(0, (z * clipped.sensitivity)^2) noise on every entry, with fresh draws
+on every call. Releasing it is the Gaussian mechanism with noise multiplier z
+relative to the L2 sensitivity of the sum, which is what the accountant is told.
+Noise is added to the sum, before any division (by a public constant) happens in
+the caller. The scale is read from the ``ClippedSum`` and never re-derived here.
+
+A noise multiplier that is zero, negative, NaN or infinite is an error, unless the
+caller explicitly asks for a non-private run (``allow_nonprivate=True`` and z = 0),
+in which case nothing is added and every description says "not private".
+
+Randomness: without a seed the generator is seeded from the OS's secure source
+(``secrets``); with a seed the run is reproducible and ``seeded`` is True (reports
+must say so: a seeded run is an experiment, not a release). ``secure=True`` hardens
+the sampler against floating-point attacks on Gaussian sampling (Mironov 2012;
+Jin et al. 2022): every call re-seeds the generator from the OS's secure source and
+each noise entry is the normalised sum of two independent Gaussian draws, which
+removes the exploitable gaps in the set of floating-point values the noise can take
+(Holohan & Braghin 2021, "Secure random sampling in differential privacy"). A
+secure mechanism cannot be seeded.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import secrets
+from typing import Any
+
+import torch
+
+from dpemb.privacy.clipping import ClippedSum
+
+SECURE_DRAWS = 2
+
+
+def check_noise_multiplier(noise_multiplier: float, allow_nonprivate: bool) -> float:
+    """Validate z: > 0 and finite, or exactly 0 when a non-private run is explicitly allowed."""
+    if isinstance(noise_multiplier, bool) or not isinstance(noise_multiplier, numbers.Real):
+        raise ValueError(f"noise multiplier must be a number, got {noise_multiplier!r}")
+    z = float(noise_multiplier)
+    if math.isfinite(z) and z > 0:
+        return z
+    if allow_nonprivate and z == 0:
+        return 0.0
+    if allow_nonprivate:
+        raise ValueError(
+            f"noise multiplier {noise_multiplier!r} is invalid: a non-private run uses exactly 0"
+        )
+    raise ValueError(
+        f"noise multiplier must be positive and finite, got {noise_multiplier!r}; a run without "
+        "noise is not private and must be requested explicitly (allow_nonprivate / --non-private)"
+    )
+
+
+def secure_seed() -> int:
+    """A 63-bit seed from the OS's cryptographically secure source."""
+    return secrets.randbits(63)
+
+
+def gaussian_like(value: torch.Tensor, generator: torch.Generator, draws: int = 1) -> torch.Tensor:
+    """Standard normal noise with ``value``'s shape, on ``value``'s device and dtype.
+
+    Drawn on the CPU generator (so its state is device-independent and resumable).
+    With ``draws`` > 1 the result is the sum of that many draws divided by sqrt(draws).
+    """
+    dtype = value.dtype if value.dtype in (torch.float32, torch.float64) else torch.float32
+    noise = torch.randn(value.shape, generator=generator, dtype=dtype)
+    for _ in range(draws - 1):
+        noise += torch.randn(value.shape, generator=generator, dtype=dtype)
+    if draws > 1:
+        noise /= math.sqrt(draws)
+    return noise.to(device=value.device, dtype=value.dtype)
+
+
+class GaussianNoise:
+    """Gaussian noise of std ``noise_multiplier * sensitivity`` on a ``ClippedSum``."""
+
+    def __init__(
+        self,
+        noise_multiplier: float,
+        *,
+        seed: int | None = None,
+        allow_nonprivate: bool = False,
+        secure: bool = False,
+    ) -> None:
+        self.noise_multiplier = check_noise_multiplier(noise_multiplier, allow_nonprivate)
+        if secure and seed is not None:
+            raise ValueError("a secure noise mechanism cannot be seeded; drop the seed or secure=True")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
+        self.secure = bool(secure)
+        self._seeded = seed is not None
+        self._generator = torch.Generator().manual_seed(int(seed) if seed is not None else secure_seed())
+
+    @property
+    def seeded(self) -> bool:
+        """True when the noise comes from a user-given seed (reproducible, not for release)."""
+        return self._seeded
+
+    @property
+    def private(self) -> bool:
+        return self.noise_multiplier > 0
+
+    def std(self, sensitivity: float) -> float:
+        """Noise standard deviation for a sum of the given L2 sensitivity."""
+        return self.noise_multiplier * float(sensitivity)
+
+    def describe(self) -> str:
+        if not self.private:
+            return "not private: no noise (explicitly requested)"
+        how = "secure sampler" if self.secure else ("SEEDED" if self.seeded else "OS-seeded")
+        return f"Gaussian noise, std = {self.noise_multiplier:g} x sensitivity ({how})"
+
+    def add(self, clipped: ClippedSum) -> list[torch.Tensor]:
+        """``clipped.value`` + N(0, (z * clipped.sensitivity)^2) on every entry (new tensors)."""
+        if not isinstance(clipped, ClippedSum):
+            raise TypeError(
+                f"GaussianNoise.add takes a ClippedSum (a clipped sum with its sensitivity), "
+                f"got {type(clipped).__name__}"
+            )
+        if not self.private:
+            return [v.clone() for v in clipped.value]
+        std = self.std(clipped.sensitivity)
+        if self.secure:
+            self._generator.manual_seed(secure_seed())
+        draws = SECURE_DRAWS if self.secure else 1
+        with torch.no_grad():
+            return [v + std * gaussian_like(v, self._generator, draws) for v in clipped.value]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "noise_multiplier": self.noise_multiplier,
+            "secure": self.secure,
+            "seeded": self._seeded,
+            "generator": self._generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the generator exactly; refuses a state with another noise multiplier."""
+        if float(state["noise_multiplier"]) != self.noise_multiplier or bool(state["secure"]) != self.secure:
+            raise ValueError(
+                f"noise state was saved with noise multiplier {state['noise_multiplier']} "
+                f"(secure={state['secure']}), this mechanism has {self.noise_multiplier} "
+                f"(secure={self.secure})"
+            )
+        self._seeded = bool(state["seeded"])
+        self._generator.set_state(torch.as_tensor(state["generator"], dtype=torch.uint8).cpu())

@@ -1,0 +1,183 @@
+"""``PrivacySpec``: every number that changes the privacy guarantee, validated, hashable.
+
+A spec describes one training configuration: N users, M virtual clients of K users
+per round, noise multiplier z (relative to the sensitivity), clip norm C, T rounds,
+delta, the sampling scheme, the noise mechanism and the neighbouring relation. It is
+hashed into checkpoints (``fingerprint``), so a resumed run cannot silently change
+its guarantee.
+
+Consistent combinations (anything else is a ValueError):
+
+- gaussian + poisson: add-remove (default) or replace-special; Poisson-sampled Gaussian.
+- gaussian + fixed: replace-one; Gaussian with sampling without replacement (RDP only).
+- gaussian + epoch: replace-special; one Gaussian per epoch touched.
+- tree + epoch: replace-special; tree aggregation (zCDP / single-epoch tree events).
+
+``sampling`` and ``relation`` default to the first consistent choice for the
+mechanism (gaussian: poisson / add-remove; tree: epoch / replace-special) and are
+stored resolved; to change the sampling or mechanism of an existing spec with
+``dataclasses.replace``, pass ``sampling=None`` and ``relation=None`` too so they
+are resolved again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import numbers
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from dpemb.privacy._checks import positive_finite, positive_int
+from dpemb.privacy.relations import Relation, parse_relation, user_sensitivity
+
+MECHANISMS = ("gaussian", "tree")
+SAMPLINGS = ("poisson", "fixed", "epoch")
+UNITS = ("user", "example")
+
+_ALLOWED: dict[tuple[str, str], tuple[Relation, ...]] = {
+    ("gaussian", "poisson"): (Relation.ADD_REMOVE, Relation.REPLACE_SPECIAL),
+    ("gaussian", "fixed"): (Relation.REPLACE_ONE,),
+    ("gaussian", "epoch"): (Relation.REPLACE_SPECIAL,),
+    ("tree", "epoch"): (Relation.REPLACE_SPECIAL,),
+}
+
+
+class PrivacySpecError(ValueError):
+    """An invalid or inconsistent privacy configuration."""
+
+
+@dataclass(frozen=True)
+class PrivacySpec:
+    """Everything that changes the guarantee of a user-level DP training run."""
+
+    population: int
+    clients_per_round: int
+    users_per_client: int = 1
+    noise_multiplier: float = 1.0
+    clip_norm: float = 1.0
+    rounds: int = 1
+    delta: float | None = None  # None -> 1 / population
+    sampling: str | None = None  # None -> "poisson" (gaussian) or "epoch" (tree)
+    mechanism: str = "gaussian"  # "gaussian" | "tree"
+    relation: Relation | None = None  # None -> the default for (mechanism, sampling)
+    unit: str = "user"  # "user" | "example"
+    nonprivate: bool = False
+    tree_restarts: bool = False  # tree only: restart the tree every epoch
+
+    def __post_init__(self) -> None:
+        try:
+            self._validate()
+        except PrivacySpecError:
+            raise
+        except ValueError as e:
+            raise PrivacySpecError(str(e)) from None
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    def _validate(self) -> None:
+        self._set("population", positive_int("population (number of users)", self.population))
+        self._set("clients_per_round", positive_int("clients per round (M)", self.clients_per_round))
+        self._set("users_per_client", positive_int("users per client (K)", self.users_per_client))
+        self._set("rounds", positive_int("rounds", self.rounds))
+        self._set("clip_norm", positive_finite("clip norm", self.clip_norm))
+        per_round = self.clients_per_round * self.users_per_client
+        if per_round > self.population:
+            raise PrivacySpecError(
+                f"sampling rate M*K/N = {self.clients_per_round} x {self.users_per_client} / "
+                f"{self.population} = {per_round / self.population:.4g} exceeds 1: fewer clients "
+                "per round or users per client, or a larger population"
+            )
+        if not isinstance(self.nonprivate, bool):
+            raise PrivacySpecError(f"nonprivate must be True or False, got {self.nonprivate!r}")
+        z = self.noise_multiplier
+        if isinstance(z, bool) or not isinstance(z, numbers.Real):
+            raise PrivacySpecError(f"noise multiplier must be a number, got {z!r}")
+        if self.nonprivate:
+            if float(z) != 0.0:
+                raise PrivacySpecError(
+                    f"a non-private spec has noise multiplier 0, got {z!r}; drop nonprivate to add noise"
+                )
+            self._set("noise_multiplier", 0.0)
+        else:
+            if not (math.isfinite(float(z)) and float(z) > 0):
+                raise PrivacySpecError(
+                    f"noise multiplier must be positive and finite, got {z!r}; a run without noise is "
+                    "not private and must be requested explicitly (nonprivate=True, z = 0)"
+                )
+            self._set("noise_multiplier", float(z))
+        if self.delta is not None:
+            d = self.delta
+            if isinstance(d, bool) or not isinstance(d, numbers.Real) or not (0 < float(d) < 1):
+                raise PrivacySpecError(f"delta must lie strictly between 0 and 1, got {d!r}")
+            self._set("delta", float(d))
+        if self.mechanism not in MECHANISMS:
+            raise PrivacySpecError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {self.mechanism!r}")
+        if self.unit not in UNITS:
+            raise PrivacySpecError(f"unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
+        sampling = self.sampling if self.sampling is not None else (
+            "epoch" if self.mechanism == "tree" else "poisson")
+        if sampling not in SAMPLINGS:
+            raise PrivacySpecError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
+        allowed = _ALLOWED.get((self.mechanism, sampling))
+        if allowed is None:
+            raise PrivacySpecError(
+                f"mechanism {self.mechanism!r} cannot be accounted with {sampling!r} sampling: tree "
+                "aggregation needs sampling='epoch' (each user at most once per epoch of "
+                "ceil(N / (M*K)) rounds)"
+            )
+        self._set("sampling", sampling)
+        relation = allowed[0] if self.relation is None else parse_relation(self.relation)
+        if relation not in allowed:
+            raise PrivacySpecError(
+                f"{self.mechanism} noise with {sampling} sampling is accounted under "
+                f"{' or '.join(r.value for r in allowed)}, not {relation.value}"
+            )
+        self._set("relation", relation)
+        if not isinstance(self.tree_restarts, bool):
+            raise PrivacySpecError(f"tree_restarts must be True or False, got {self.tree_restarts!r}")
+        if self.tree_restarts and self.mechanism != "tree":
+            raise PrivacySpecError("tree_restarts applies only to mechanism='tree'")
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def sampling_rate(self) -> float:
+        """q = M*K/N: the probability that a given user takes part in a round."""
+        return self.clients_per_round * self.users_per_client / self.population
+
+    @property
+    def sensitivity(self) -> float:
+        """L2 sensitivity of the per-round clipped sum (``relations.user_sensitivity``)."""
+        return user_sensitivity(self.clip_norm, self.users_per_client, self.relation)
+
+    @property
+    def resolved_delta(self) -> float:
+        """delta, or 1 / population when not given."""
+        return self.delta if self.delta is not None else 1.0 / self.population
+
+    @property
+    def rounds_per_epoch(self) -> int:
+        """R = ceil(N / (M*K)): rounds in which every user takes part once (epoch sampling)."""
+        return math.ceil(self.population / (self.clients_per_round * self.users_per_client))
+
+    @property
+    def noise_std(self) -> float:
+        """Noise standard deviation on the clipped sum: z x sensitivity."""
+        return self.noise_multiplier * self.sensitivity
+
+    @property
+    def noise_on_average(self) -> float:
+        """Noise std per coordinate of the averaged update: z x sensitivity / M."""
+        return self.noise_std / self.clients_per_round
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["relation"] = self.relation.value if self.relation is not None else None
+        return d
+
+    def fingerprint(self) -> str:
+        """Stable hash of every field (resolved), for checkpoints."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]

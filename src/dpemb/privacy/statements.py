@@ -1,0 +1,58 @@
+"""Human-readable privacy statements. Every epsilon names accountant, delta, unit, relation."""
+
+from __future__ import annotations
+
+import math
+
+from dpemb.privacy.relations import Relation, describe_relation, parse_relation
+from dpemb.privacy.spec import PrivacySpec
+
+ACCOUNTANT_NAMES = {"rdp": "RDP accountant", "pld": "PLD accountant"}
+
+
+def format_epsilon(epsilon: float) -> str:
+    """Two decimals from 1 upward, three significant digits below."""
+    if epsilon >= 1:
+        return f"{epsilon:.2f}"
+    return f"{epsilon:#.3g}"
+
+
+def describe_epsilon(
+    epsilon: float | None, *, accountant: str, delta: float, unit: str, relation: Relation
+) -> str:
+    """E.g. "epsilon = 3.90 (RDP accountant, delta = 1e-07, user-level, add/remove-one-user)".
+
+    ``None`` or an infinite epsilon reads "not private (epsilon = inf)".
+    """
+    if epsilon is None or math.isinf(epsilon):
+        return "not private (epsilon = inf)"
+    if math.isnan(epsilon):
+        raise ValueError("epsilon is NaN: the accounting failed")
+    name = ACCOUNTANT_NAMES.get(accountant)
+    if name is None:
+        raise ValueError(f"unknown accountant {accountant!r}; use one of {', '.join(ACCOUNTANT_NAMES)}")
+    rel = describe_relation(parse_relation(relation), unit)
+    return f"epsilon = {format_epsilon(epsilon)} ({name}, delta = {delta:.3g}, {unit}-level, {rel})"
+
+
+def describe_mechanism(spec: PrivacySpec) -> str:
+    """One line: mechanism, sampling, sensitivity, noise, K, relation."""
+    if spec.nonprivate:
+        return "not private: no noise (explicitly requested)"
+    if spec.mechanism == "tree":
+        noise = (f"tree aggregation (DP-FTRL), node noise std = {spec.noise_multiplier:g} x sensitivity"
+                 + (", restarted every epoch" if spec.tree_restarts else ""))
+    else:
+        noise = f"Gaussian noise std = {spec.noise_multiplier:g} x sensitivity"
+    sampling = {
+        "poisson": f"Poisson sampling q = {spec.sampling_rate:.4g}",
+        "fixed": f"fixed-size sampling of {spec.clients_per_round * spec.users_per_client:,} users",
+        "epoch": f"each user once per epoch of {spec.rounds_per_epoch} rounds",
+    }[spec.sampling]
+    factor = spec.sensitivity / spec.clip_norm
+    sens = "C" if factor == 1 else f"{factor:g}C"
+    return (
+        f"{noise}; {sampling}; {spec.clients_per_round:,} virtual clients of K = {spec.users_per_client} "
+        f"{spec.unit}s per round; sensitivity {sens} = {spec.sensitivity:g} under "
+        f"{describe_relation(spec.relation, spec.unit)}"
+    )

@@ -1,0 +1,200 @@
+"""Online binary-tree noise for prefix sums (DP-FTRL; Kairouz et al. 2021).
+
+Round t's clipped sum x_t is a leaf of a binary tree over rounds. Every tree node
+(a dyadic block of rounds) gets its own independent Gaussian noise of std
+sigma = z x sensitivity the moment its block is complete; the noisy prefix sum
+x_1 + ... + x_t is assembled from the O(log t) complete nodes that tile [1, t]
+(the binary digits of t). Two estimators of the same released node values:
+
+- plain: the prefix sum uses each tiling node's own noisy value; its noise variance
+  is sigma^2 x popcount(t).
+- efficient (Honaker 2015, as in Kairouz et al. 2021): a complete node's estimate is
+  the inverse-variance weighted mean of its own noisy value and the sum of its two
+  children's estimates; variance v_0 = sigma^2, v_{h+1} = 1 / (1/sigma^2 + 1/(2 v_h))
+  for a node of 2^h rounds. Lower variance, same privacy (post-processing).
+
+Privacy: the released values are the noisy node sums of complete nodes; a user's
+effect is bounded by the sensitivity on every leaf it takes part in. The accounting
+(``dpemb.privacy.tree_accounting`` / ``accounting``) counts, for the worst-case
+placement of one user's participations, the sum over nodes of the squared number
+of participations under the node. With ``restart_every`` = R the tree restarts
+after every R rounds (one epoch) and the noisy total of a finished tree is carried
+over, so the output is still the noisy sum of ALL rounds so far; then each epoch's
+tree is accounted separately.
+
+The state holds the un-noised running sum of the current tree and the tree noise:
+a checkpoint of it is as sensitive as the raw data and must be protected as such.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from dpemb.privacy.clipping import ClippedSum
+from dpemb.privacy.noise import check_noise_multiplier, gaussian_like, secure_seed
+
+
+def node_variances(levels: int, efficient: bool) -> list[float]:
+    """Noise variance (in units of sigma^2) of a complete node's estimate, per level 0..levels-1."""
+    v = [1.0]
+    for _ in range(1, levels):
+        v.append(1.0 / (1.0 + 1.0 / (2.0 * v[-1])) if efficient else 1.0)
+    return v
+
+
+def prefix_noise_variance(t: int, efficient: bool = True, restart_every: int | None = None) -> float:
+    """Per-entry noise variance (units of sigma^2) of the noisy prefix sum after t rounds."""
+    if t < 1:
+        raise ValueError(f"t must be >= 1, got {t}")
+    total = 0.0
+    if restart_every:
+        full, t = divmod(t, restart_every)
+        total += full * prefix_noise_variance(restart_every, efficient) if full else 0.0
+        if t == 0:
+            return total
+    v = node_variances(t.bit_length(), efficient)
+    return total + sum(v[h] for h in range(t.bit_length()) if (t >> h) & 1)
+
+
+class TreeAggregationNoise:
+    """Noisy prefix sums of clipped per-round sums via online tree aggregation.
+
+    Feed round t's ``ClippedSum`` to ``noisy_prefix_sum`` and get the noisy sum of
+    rounds 1..t; the update of round t is the difference of consecutive outputs.
+    The noise multiplier z is relative to the clipped sum's sensitivity (which must
+    stay the same every round). z <= 0, NaN or inf is an error unless
+    ``allow_nonprivate`` (then z must be 0 and the exact prefix sums come out).
+    """
+
+    def __init__(
+        self,
+        noise_multiplier: float,
+        *,
+        efficient: bool = True,
+        seed: int | None = None,
+        allow_nonprivate: bool = False,
+        restart_every: int | None = None,
+    ) -> None:
+        self.noise_multiplier = check_noise_multiplier(noise_multiplier, allow_nonprivate)
+        self.efficient = bool(efficient)
+        if restart_every is not None and (isinstance(restart_every, bool) or int(restart_every) < 1):
+            raise ValueError(f"restart_every must be a positive number of rounds, got {restart_every!r}")
+        self.restart_every = int(restart_every) if restart_every is not None else None
+        self._seeded = seed is not None
+        self._generator = torch.Generator().manual_seed(int(seed) if seed is not None else secure_seed())
+        self._sensitivity: float | None = None
+        self._rounds = 0  # rounds fed in total
+        self._t = 0  # leaves in the current tree
+        self._stack: list[tuple[int, list[torch.Tensor]]] = []  # (level, estimate noise / sigma)
+        self._cum: list[torch.Tensor] | None = None  # raw sum of the current tree
+        self._done: list[torch.Tensor] | None = None  # noisy totals of finished trees
+
+    @property
+    def seeded(self) -> bool:
+        return self._seeded
+
+    @property
+    def private(self) -> bool:
+        return self.noise_multiplier > 0
+
+    @property
+    def rounds(self) -> int:
+        return self._rounds
+
+    def describe(self) -> str:
+        if not self.private:
+            return "not private: no noise (explicitly requested)"
+        kind = "efficient (Honaker)" if self.efficient else "plain"
+        restart = f", restarted every {self.restart_every} rounds" if self.restart_every else ""
+        seeded = "SEEDED" if self.seeded else "OS-seeded"
+        return (
+            f"tree aggregation noise, node std = {self.noise_multiplier:g} x sensitivity, {kind} "
+            f"estimator{restart} ({seeded})"
+        )
+
+    def _draw(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [gaussian_like(v, self._generator) for v in like]
+
+    def noisy_prefix_sum(self, clipped: ClippedSum) -> list[torch.Tensor]:
+        """Add round t's clipped sum; return the noisy sum of rounds 1..t (new tensors)."""
+        if not isinstance(clipped, ClippedSum):
+            raise TypeError(f"noisy_prefix_sum takes a ClippedSum, got {type(clipped).__name__}")
+        if self._sensitivity is None:
+            self._sensitivity = clipped.sensitivity
+        elif clipped.sensitivity != self._sensitivity:
+            raise ValueError(
+                f"the sensitivity changed from {self._sensitivity} to {clipped.sensitivity}: the tree "
+                "noise of earlier rounds was scaled for the first one"
+            )
+        value = clipped.value
+        with torch.no_grad():
+            if self._cum is None:
+                self._cum = [torch.zeros_like(v) for v in value]
+            if len(self._cum) != len(value) or any(c.shape != v.shape for c, v in zip(self._cum, value)):
+                raise ValueError("the clipped sum changed shape between rounds")
+            self._cum = [c.to(v.device, v.dtype) + v for c, v in zip(self._cum, value)]
+            self._t += 1
+            self._rounds += 1
+            if self.private:
+                self._push_leaf(value)
+            out = [c.clone() for c in self._cum]
+            if self.private:
+                sigma = self.noise_multiplier * self._sensitivity
+                for _, est in self._stack:
+                    out = [o + sigma * e.to(o.device, o.dtype) for o, e in zip(out, est)]
+            if self._done is not None:
+                out = [o + d.to(o.device, o.dtype) for o, d in zip(out, self._done)]
+            if self.restart_every is not None and self._t == self.restart_every:
+                self._done = [o.clone() for o in out]
+                self._t, self._stack, self._cum = 0, [], None
+        return out
+
+    def _push_leaf(self, like: list[torch.Tensor]) -> None:
+        self._stack.append((0, self._draw(like)))
+        while len(self._stack) >= 2 and self._stack[-1][0] == self._stack[-2][0]:
+            (h, right), (_, left) = self._stack.pop(), self._stack.pop()
+            own = self._draw(like)  # the parent node's own noise, drawn when it completes
+            if self.efficient:
+                w = node_variances(h + 2, True)[h + 1]  # weight of the node's own value
+                est = [w * o + (1.0 - w) * (a.to(o.device, o.dtype) + b.to(o.device, o.dtype))
+                       for o, a, b in zip(own, left, right)]
+            else:
+                est = own
+            self._stack.append((h + 1, est))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Exact state (generator, tree noise, running sums). Sensitive: holds un-noised sums."""
+        cpu = lambda ts: None if ts is None else [t.detach().cpu().clone() for t in ts]  # noqa: E731
+        return {
+            "noise_multiplier": self.noise_multiplier,
+            "efficient": self.efficient,
+            "restart_every": self.restart_every,
+            "seeded": self._seeded,
+            "generator": self._generator.get_state(),
+            "sensitivity": self._sensitivity,
+            "rounds": self._rounds,
+            "t": self._t,
+            "stack": [(h, cpu(est)) for h, est in self._stack],
+            "cum": cpu(self._cum),
+            "done": cpu(self._done),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore exactly; refuses a state saved with another z, estimator or restart period."""
+        mine = (self.noise_multiplier, self.efficient, self.restart_every)
+        theirs = (float(state["noise_multiplier"]), bool(state["efficient"]), state["restart_every"])
+        if mine != theirs:
+            raise ValueError(
+                f"tree state was saved with (noise multiplier, efficient, restart_every) = {theirs}, "
+                f"this mechanism has {mine}"
+            )
+        self._seeded = bool(state["seeded"])
+        self._generator.set_state(torch.as_tensor(state["generator"], dtype=torch.uint8).cpu())
+        self._sensitivity = None if state["sensitivity"] is None else float(state["sensitivity"])
+        self._rounds, self._t = int(state["rounds"]), int(state["t"])
+        self._stack = [(int(h), list(est)) for h, est in state["stack"]]
+        self._cum = None if state["cum"] is None else list(state["cum"])
+        self._done = None if state["done"] is None else list(state["done"])
+

@@ -1,0 +1,142 @@
+"""`dpemb account`, driven through a parser that holds only this command."""
+
+import argparse
+import json
+import sys
+
+import pytest
+
+from dpemb.cli import account
+from dpemb.cli.main import UsageError
+from dpemb.privacy.accounting import PrivacySpec, epsilon_for
+
+
+def run(argv, capsys):
+    """Parse and run like dpemb.cli.main.main; returns (exit status, stdout, stderr)."""
+    parser = argparse.ArgumentParser(prog="dpemb")
+    account.register(parser.add_subparsers(dest="command"))
+    try:
+        args = parser.parse_args(["account", *argv])
+        status = int(args.func(args) or 0)
+    except UsageError as e:
+        print(f"dpemb account: error: {e}", file=sys.stderr)
+        status = 2
+    except SystemExit as e:  # argparse errors
+        status = int(e.code)
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+BASE = ["--population", "10000000", "--clients-per-round", "4096", "--rounds", "1000"]
+
+
+def test_single_configuration_names_accountant_delta_unit_relation(capsys):
+    status, out, err = run([*BASE, "--noise-multiplier", "1.0"], capsys)
+    assert status == 0
+    spec = PrivacySpec(population=10_000_000, clients_per_round=4096, rounds=1000, noise_multiplier=1.0)
+    rdp, pld = epsilon_for(spec, "rdp"), epsilon_for(spec, "pld")
+    assert f"epsilon = {rdp:#.3g} (RDP accountant, delta = 1e-07, user-level, add/remove-one-user)" in out
+    assert f"epsilon = {pld:#.3g} (PLD accountant, delta = 1e-07, user-level, add/remove-one-user)" in out
+    assert "delta = 1e-07 (default: 1/population)" in out
+    assert "warning" not in err
+
+
+def test_json_output(capsys):
+    status, out, _ = run([*BASE, "--noise-multiplier", "1.0", "--users-per-client", "4", "--json"], capsys)
+    assert status == 0
+    obj = json.loads(out)
+    for key in ("epsilon_rdp", "epsilon_pld", "delta", "noise_multiplier", "relation", "unit", "sensitivity"):
+        assert key in obj
+    spec = PrivacySpec(population=10_000_000, clients_per_round=4096, users_per_client=4, rounds=1000)
+    assert obj["epsilon_rdp"] == pytest.approx(epsilon_for(spec, "rdp"))
+    assert obj["delta"] == pytest.approx(1e-7) and obj["sensitivity"] == 2.0
+
+
+def test_target_epsilon_calibrates(capsys):
+    status, out, _ = run([*BASE, "--target-epsilon", "3.9", "--accountant", "rdp", "--json"], capsys)
+    obj = json.loads(out)
+    assert status == 0 and obj["calibrated"] and obj["epsilon_pld"] is None
+    assert 3.89 < obj["epsilon_rdp"] <= 3.9
+    status, text, _ = run([*BASE, "--target-epsilon", "3.9", "--accountant", "rdp"], capsys)
+    assert f"calibrated noise multiplier z = {obj['noise_multiplier']:.4f}" in text
+
+
+def test_extrapolation_prints_factor_noise_clients_and_epsilon(capsys):
+    argv = ["--population", "3000", "--clients-per-round", "32", "--rounds", "100", "--noise-multiplier", "0.3",
+            "--extrapolate-to", "3000000", "--json"]
+    status, out, err = run(argv, capsys)
+    ex = json.loads(out)["extrapolation"]
+    assert status == 0
+    assert (ex["population"], ex["factor"], ex["clients_per_round"]) == (3_000_000, 1000, 32_000)
+    assert ex["noise_multiplier"] == pytest.approx(300.0) and ex["delta"] == pytest.approx(1 / 3e6)
+    assert ex["epsilon_rdp"] < 0.1
+    assert "small cohort" in err  # 32 clients per round at z = 0.3
+    status, text, _ = run(argv[:-1], capsys)
+    assert "scale factor k = 1000" in text and "32,000 clients per round" in text
+
+
+def test_sweep_prints_a_table(capsys):
+    argv = ["--population", "10000000", "--clients-per-round", "1024,4096", "--rounds", "1000,2000",
+            "--noise-multiplier", "0.8", "--accountant", "rdp"]
+    status, out, _ = run(argv, capsys)
+    lines = out.strip().splitlines()
+    assert status == 0
+    assert lines[0].split()[:4] == ["N", "M", "K", "T"] and "eps" in lines[0]
+    assert len(lines) == 1 + 4 + 1  # header, 4 rows, the footnote naming unit, relation, delta
+    assert "relation add-remove" in lines[-1] and "user-level" in lines[-1]
+    status, js, _ = run([*argv, "--json"], capsys)
+    rows = json.loads(js)["rows"]
+    assert len(rows) == 4 and all(r["epsilon_rdp"] > 0 for r in rows)
+
+
+def test_budget_and_tree_and_fixed(capsys):
+    status, out, _ = run([*BASE, "--noise-multiplier", "1.0", "--epsilon-budget", "1", "--json",
+                          "--accountant", "rdp"], capsys)
+    obj = json.loads(out)
+    spec = PrivacySpec(population=10_000_000, clients_per_round=4096, rounds=1, noise_multiplier=1.0)
+    t = obj["max_rounds"]
+    assert epsilon_for(spec, rounds=t) <= 1 < epsilon_for(spec, rounds=t + 1)
+    status, out, _ = run(["--population", "100000", "--clients-per-round", "100", "--users-per-client", "2",
+                          "--rounds", "500", "--noise-multiplier", "2", "--mechanism", "tree", "--json"], capsys)
+    obj = json.loads(out)
+    assert status == 0 and obj["relation"] == "replace-special" and obj["sampling"] == "epoch"
+    assert obj["epsilon_pld"] <= obj["epsilon_rdp"]
+    status, out, _ = run([*BASE, "--noise-multiplier", "1", "--sampling", "fixed"], capsys)
+    assert status == 0 and "replace-one-user" in out and "PLD: PLD not available" in out
+
+
+def test_plot(tmp_path, capsys):
+    path = tmp_path / "eps.png"
+    status, out, _ = run([*BASE, "--noise-multiplier", "1.0,1.5", "--plot", str(path)], capsys)
+    assert status == 0 and path.stat().st_size > 1000
+    assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--noise-multiplier", "-1"], "noise multiplier"),
+    (["--noise-multiplier", "0"], "noise multiplier"),
+    (["--noise-multiplier", "nan"], "noise multiplier"),
+    (["--noise-multiplier", "1", "--delta", "1"], "delta"),
+    (["--noise-multiplier", "1", "--delta", "1.5"], "delta"),
+    (["--noise-multiplier", "1", "--population", "100"], "exceeds 1"),
+    (["--noise-multiplier", "1", "--rounds", "0"], "rounds"),
+    ([], "exactly one"),
+    (["--noise-multiplier", "1", "--target-epsilon", "2"], "exactly one"),
+    (["--target-epsilon", "-2"], "target"),
+    (["--noise-multiplier", "1", "--mechanism", "tree", "--sampling", "poisson"], "epoch"),
+    (["--noise-multiplier", "1", "--sampling", "fixed", "--accountant", "pld"], "PLD"),
+    (["--noise-multiplier", "abc"], "not a number"),
+    (["--noise-multiplier", "1", "--rounds", "1.5"], "whole number"),
+    (["--noise-multiplier", "1", "--sampling", "bogus"], "invalid choice"),
+])
+def test_bad_flags_exit_2(argv, message, capsys):
+    flags = dict(zip(BASE[::2], BASE[1::2]))
+    flags.update(zip(argv[::2], argv[1::2]))  # the case's flags override the base configuration
+    status, _, err = run([x for pair in flags.items() for x in pair], capsys)
+    assert status == 2
+    assert message in err
+
+
+def test_population_too_small_for_the_cohort(capsys):
+    status, _, err = run([*BASE, "--noise-multiplier", "1", "--clients-per-round", "20000000"], capsys)
+    assert status == 2 and "sampling rate" in err

@@ -1,0 +1,87 @@
+"""Noise calibration, rounds for a budget, extrapolation, cohort warnings."""
+
+import math
+from dataclasses import replace
+
+import dp_accounting as dpa
+import pytest
+from dp_accounting.rdp import RdpAccountant
+
+from dpemb.privacy.accounting import (
+    PrivacySpec,
+    calibrate_gaussian_releases,
+    calibrate_noise_multiplier,
+    compute_epsilon,
+    epsilon_for,
+    extrapolate,
+    gaussian_releases_event,
+    max_rounds,
+)
+from dpemb.privacy.advice import cohort_warnings
+
+
+def test_calibration_matches_measured_value_and_meets_target():
+    """MEASURED.md: calibrate_dp_mechanism gives sigma 0.8646 for eps 3 (q 0.01, 1000 steps, 1e-5)."""
+    spec = PrivacySpec(population=10_000, clients_per_round=100, rounds=1000, delta=1e-5)
+    z = calibrate_noise_multiplier(spec, 3.0, "rdp")
+    assert z == pytest.approx(0.8646, abs=2e-4)
+    assert epsilon_for(replace(spec, noise_multiplier=z)) <= 3.0
+    assert epsilon_for(replace(spec, noise_multiplier=z * (1 - 1e-3))) > 3.0
+
+
+@pytest.mark.parametrize("kw, acc", [({}, "pld"), ({"mechanism": "tree"}, "rdp"), ({"users_per_client": 4}, "rdp")])
+def test_calibration_other_settings(kw, acc):
+    spec = PrivacySpec(population=50_000, clients_per_round=100, rounds=200, **kw)
+    z = calibrate_noise_multiplier(spec, 5.0, acc)
+    assert 4.9 < epsilon_for(replace(spec, noise_multiplier=z), acc) <= 5.0
+
+
+def test_max_rounds_is_the_last_round_within_budget():
+    spec = PrivacySpec(population=10_000, clients_per_round=100, noise_multiplier=1.0, rounds=1)
+    t = max_rounds(spec, 2.0)
+    assert epsilon_for(spec, rounds=t) <= 2.0 < epsilon_for(spec, rounds=t + 1)
+    assert max_rounds(spec, 1e-3) == 0
+
+
+def test_extrapolation_keeps_noise_on_average_and_uses_new_delta():
+    spec = PrivacySpec(population=3000, clients_per_round=32, noise_multiplier=0.3, rounds=100)
+    assert epsilon_for(spec) == pytest.approx(25.3, abs=0.05)  # MEASURED.md
+    ex = extrapolate(spec, 3_000_000)
+    assert ex.factor == 1000 and ex.clients_per_round == 32_000
+    assert ex.noise_multiplier == pytest.approx(300.0)
+    assert ex.delta == pytest.approx(1 / 3_000_000)
+    assert ex.spec.noise_on_average == pytest.approx(spec.noise_on_average)
+    assert ex.spec.sampling_rate == pytest.approx(spec.sampling_rate)
+    independent = RdpAccountant()
+    independent.compose(dpa.PoissonSampledDpEvent(32_000 / 3_000_000, dpa.GaussianDpEvent(300.0)), 100)
+    assert ex.epsilon == pytest.approx(independent.get_epsilon(1 / 3_000_000), rel=1e-9)
+    explicit = extrapolate(replace(spec, delta=1e-5), 3_000_000)
+    assert explicit.delta == 1e-5  # an explicit delta is kept
+
+
+def test_extrapolation_rounds_clients_and_preserves_average_noise():
+    spec = PrivacySpec(population=3000, clients_per_round=32, noise_multiplier=0.3, rounds=100)
+    ex = extrapolate(spec, 1_000_000)
+    assert ex.clients_per_round == round(32 * 1_000_000 / 3000)
+    assert ex.factor == pytest.approx(ex.clients_per_round / 32)
+    assert ex.spec.noise_on_average == pytest.approx(spec.noise_on_average, rel=1e-12)
+
+
+def test_gaussian_release_calibration():
+    z = calibrate_gaussian_releases(1.0, 1e-6, 3, "pld")
+    eps = compute_epsilon(gaussian_releases_event(z, 3), 1e-6, "pld")
+    assert 0.995 < eps <= 1.0
+    assert calibrate_gaussian_releases(1.0, 1e-6, 3, "rdp") > z  # RDP is looser: needs more noise
+    with pytest.raises(ValueError):
+        calibrate_gaussian_releases(0.0, 1e-6, 3)
+    with pytest.raises(ValueError):
+        calibrate_gaussian_releases(1.0, 1.0, 3)
+
+
+def test_cohort_warnings():
+    small = PrivacySpec(population=3000, clients_per_round=32, noise_multiplier=0.3, rounds=100)
+    assert any("small cohort" in w for w in cohort_warnings(small, 25.3))
+    assert any("weak guarantee" in w for w in cohort_warnings(small, 25.3))
+    big = PrivacySpec(population=10_000_000, clients_per_round=4096, noise_multiplier=1.0, rounds=1000)
+    assert cohort_warnings(big, 1.0) == []
+    assert math.isfinite(epsilon_for(big))
