@@ -78,7 +78,8 @@ def test_epsilon_every_round_matches_ledger(tmp_path):
     for rec in recs[1:]:
         ledger.step()
         assert rec["epsilon_rdp"] == pytest.approx(ledger.epsilon("rdp"))
-        assert rec["epsilon_pld"] == pytest.approx(ledger.epsilon("pld"))
+        if rec["epsilon_pld"] is not None or "recall_at_far_0.001" in rec:  # PLD: cheap or eval round
+            assert rec["epsilon_pld"] == pytest.approx(ledger.epsilon("pld"))
         assert 0 <= rec["fraction_clipped"] <= 1 and rec["preclip_norm_mean"] > 0
 
 

@@ -10,6 +10,13 @@ from typing import Any, Callable
 from dpemb.data.dataset import DataError, UserDataset
 
 
+class UsageError(Exception):
+    """A bad flag value found after parsing; reported like argparse errors (exit 2).
+
+    Defined here, not in ``main``, so that ``python -m dpemb.cli.main`` (which loads
+    ``main`` twice) raises and catches the same class."""
+
+
 def load_dataset(path: str) -> UserDataset:
     return UserDataset.load(path)
 

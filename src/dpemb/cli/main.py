@@ -23,8 +23,7 @@ COMMAND_MODULES = [
 ]
 
 
-class UsageError(Exception):
-    """A bad flag value found after parsing; reported like argparse errors (exit 2)."""
+from dpemb.cli.common import UsageError  # noqa: E402  (re-exported for command modules)
 
 
 def build_parser() -> argparse.ArgumentParser:

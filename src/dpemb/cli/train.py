@@ -79,8 +79,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="calibrate z for this epsilon (RDP accountant) before training; "
                         "alternative to --noise-multiplier")
     q.add_argument("--delta", type=float, default=None, help="default: 1 / number of training users")
-    q.add_argument("--sampling", choices=("poisson", "fixed"), default="poisson",
-                   help="user sampling per round (poisson: accounting is exact)")
+    q.add_argument("--sampling", choices=("poisson", "fixed", "epoch"), default=None,
+                   help="user sampling per round. Default: poisson (Gaussian noise; accounting "
+                        "is exact) or epoch (tree noise: each user at most once per epoch). "
+                        "fixed = M*K users without replacement (replace-one relation, RDP only)")
+    q.add_argument("--tree-restarts", action="store_true",
+                   help="dp-ftrl-fedemb: restart the tree every epoch")
     q.add_argument("--epsilon-budget", type=float, default=None,
                    help="stop before a round would take RDP epsilon above this")
     q.add_argument("--noise-seed", type=int, default=None,
@@ -166,7 +170,7 @@ def federated_configs(args: argparse.Namespace, num_users: int):
                 args.noise_multiplier if args.noise_multiplier is not None else 1.0),
             clip_norm=args.clip_norm, rounds=args.rounds, delta=args.delta,
             sampling=args.sampling, mechanism="tree" if args.algorithm == "dp-ftrl-fedemb" else "gaussian",
-            nonprivate=args.non_private,
+            nonprivate=args.non_private, tree_restarts=args.tree_restarts,
         )
         if args.target_epsilon is not None:
             z = calibrate_noise_multiplier(spec, args.target_epsilon, "rdp")

@@ -18,7 +18,6 @@ ledger for the rounds actually run.
 
 from __future__ import annotations
 
-import secrets
 import time
 from dataclasses import replace
 from typing import Any
@@ -38,13 +37,11 @@ from dpemb.privacy.accounting import (
     PrivacyLedger,
     PrivacySpec,
     describe_epsilon,
+    epsilon_for,
     extrapolate,
     supported_accountants,
 )
-from dpemb.privacy.clipping import ClipAndSum
-from dpemb.privacy.noise import GaussianNoise
-from dpemb.privacy.sampling import VirtualClientSampler
-from dpemb.privacy.tree import TreeAggregationNoise
+from dpemb.privacy.factory import make_accumulator, make_noise, make_sampler
 from dpemb.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from dpemb.training.config import ModelConfig, RunConfig, config_json, to_dict
 from dpemb.training.evaluate import evaluate_backbone
@@ -56,13 +53,24 @@ ACCOUNTANTS = ("rdp", "pld")
 EXTRAPOLATE_TO = (1_000_000, 10_000_000)
 
 
-def epsilons(ledger: PrivacyLedger, spec: PrivacySpec) -> dict[str, Any]:
-    """Epsilon from every accountant that supports the mechanism (None where one does
-    not, e.g. PLD for tree aggregation)."""
+# PLD is tight but its cost grows with epsilon: beyond these RDP epsilons it is computed
+# only at evaluation rounds, then not at all (the guarantee is vacuous by then anyway).
+PLD_EVERY_ROUND_MAX_RDP_EPSILON = 50.0
+PLD_MAX_RDP_EPSILON = 1000.0
+
+
+def epsilons(ledger: PrivacyLedger, spec: PrivacySpec, *, with_pld: bool = True) -> dict[str, Any]:
+    """Epsilon from every accountant that supports the mechanism; None where one does
+    not (PLD for tree aggregation) or where PLD is skipped (see the limits above)."""
     if spec.nonprivate:
         return {f"epsilon_{a}": None for a in ACCOUNTANTS} | {"privacy": "not private"}
     ok = supported_accountants(spec)
-    return {f"epsilon_{a}": ledger.epsilon(a) if a in ok else None for a in ACCOUNTANTS}
+    out: dict[str, Any] = {f"epsilon_{a}": None for a in ACCOUNTANTS}
+    if "rdp" in ok:
+        out["epsilon_rdp"] = ledger.epsilon("rdp")
+    if "pld" in ok and with_pld and (out["epsilon_rdp"] or 0.0) <= PLD_MAX_RDP_EPSILON:
+        out["epsilon_pld"] = ledger.epsilon("pld")
+    return out
 
 
 def train_federated(
@@ -111,19 +119,14 @@ def train_federated(
     trainer = ClientTrainer(model, train.num_classes, fed_cfg)
 
     # --- privacy machinery
-    secure = lambda: secrets.randbits(63)  # noqa: E731
-    sampler = VirtualClientSampler(
-        train.num_users, clients_per_round=spec.clients_per_round, users_per_client=spec.users_per_client,
-        sampling=spec.sampling, seed=noise_seed + 1 if seeded else secure(),
-    )
-    if spec.mechanism == "tree":
-        noise: Any = TreeAggregationNoise(
-            spec.noise_multiplier, efficient=fed_cfg.efficient_tree, seed=noise_seed,
-            allow_nonprivate=spec.nonprivate,
-        )
-    else:
-        noise = GaussianNoise(spec.noise_multiplier, seed=noise_seed, allow_nonprivate=spec.nonprivate)
+    # noise and sampler built from the spec so they match what the ledger accounts for;
+    # both are seeded from the OS's secure source unless a seed is given
+    sampler = make_sampler(spec, seed=noise_seed + 1 if seeded else None)
+    noise = make_noise(spec, seed=noise_seed, efficient=fed_cfg.efficient_tree)
     ledger = PrivacyLedger(spec)
+    pld_every_round = spec.nonprivate or "rdp" not in supported_accountants(spec) or (
+        epsilon_for(spec, "rdp") <= PLD_EVERY_ROUND_MAX_RDP_EPSILON
+    )
     num_params = sum(p.numel() for p in server_params)
     template = [torch.zeros(num_params, device=device)]
     prev_prefix = torch.zeros(num_params, device=device)  # DP-FTRL: previous noisy prefix sum
@@ -201,7 +204,7 @@ def train_federated(
         slots = sampler.sample_round()
         results = map_clients(trainer, start, slots, images, labels, train.offsets, data_rng, head_gen)
         # 3. reduce: clip every delta and sum (the sum carries its sensitivity)
-        acc = ClipAndSum(template, spec.clip_norm, spec.sensitivity, spec.relation)
+        acc = make_accumulator(spec, template)
         clipped, stats = reduce_clients(results, acc)
         # 4. noise on the sum
         if spec.mechanism == "tree":
@@ -215,12 +218,13 @@ def train_federated(
         ledger.step()
         rnd += 1
         seen += stats.examples  # local training examples processed (epochs included)
+        is_eval = rnd % run_cfg.eval_every == 0 or rnd == spec.rounds
         rec: dict[str, Any] = {
-            "round": rnd, **epsilons(ledger, spec), "train_loss": stats.loss, "clients": stats.clients,
+            "round": rnd, **epsilons(ledger, spec, with_pld=pld_every_round or is_eval), "train_loss": stats.loss, "clients": stats.clients,
             "users": stats.users, "preclip_norm_mean": stats.preclip_norm_mean,
             "fraction_clipped": stats.fraction_clipped, "nonfinite_deltas": stats.nonfinite,
         }
-        if rnd % run_cfg.eval_every == 0 or rnd == spec.rounds:
+        if is_eval:
             metrics, last_ver = evaluate()
             rec.update(metrics)
             bar.set_postfix(r1e3=f"{metrics['recall_at_far_0.001']:.3f}", loss=f"{stats.loss:.3f}")
@@ -264,10 +268,15 @@ def privacy_report(spec: PrivacySpec, ledger: PrivacyLedger, seeded: bool) -> di
         out["statement"] = "not private (noise multiplier 0, explicitly requested)"
         return out
     kw = dict(delta=spec.resolved_delta, unit=spec.unit, relation=spec.relation)
-    for a in supported_accountants(spec):
-        eps = ledger.epsilon(a)
+    for a, eps in epsilons(ledger, spec).items():
+        a = a.removeprefix("epsilon_")
         out[f"epsilon_{a}"] = eps
-        out[f"statement_{a}"] = describe_epsilon(eps, accountant=a, **kw)
+        out[f"statement_{a}"] = (
+            describe_epsilon(eps, accountant=a, **kw) if eps is not None
+            else f"{a.upper()} epsilon not computed ("
+            + ("unsupported for this mechanism" if a not in supported_accountants(spec)
+               else f"RDP epsilon exceeds {PLD_MAX_RDP_EPSILON:g}; the guarantee is vacuous") + ")"
+        )
     spent = replace(spec, rounds=max(ledger.rounds, 1))
     out["extrapolated"] = []
     for n in EXTRAPOLATE_TO:
@@ -277,7 +286,8 @@ def privacy_report(spec: PrivacySpec, ledger: PrivacyLedger, seeded: bool) -> di
         out["extrapolated"].append({
             "population": n, "factor": ex.factor, "noise_multiplier": ex.noise_multiplier,
             "clients_per_round": ex.clients_per_round, "epsilon_rdp": ex.epsilon,
-            "statement": describe_epsilon(ex.epsilon, accountant="rdp", delta=1.0 / n,
+            "delta": ex.delta,
+            "statement": describe_epsilon(ex.epsilon, accountant="rdp", delta=ex.delta,
                                           unit=spec.unit, relation=spec.relation)
             + f" if {n:,} users took part with noise {spec.noise_multiplier:g} x {ex.factor:g} and "
               f"{ex.clients_per_round:,} clients per round (same noise on the average)",

