@@ -102,3 +102,12 @@ def test_client_batches_epochs_and_cap():
 def test_fedavg_rejects_fedemb_only_knobs():
     with pytest.raises(ValueError):
         FederatedConfig(algorithm="dp-fedavg", local_head="local")
+
+
+def test_zero_head_passes_no_gradient_to_backbone_on_first_step():
+    # one local step from a zero head: the backbone cannot move, the head does
+    cfg = FederatedConfig(algorithm="dp-fedemb", head_init="zeros", local_batch_size=100)
+    ds, model, trainer, images, labels = setup(cfg)
+    res, _ = run(trainer, model, images, labels, np.arange(12))
+    assert res.steps == 1 and torch.count_nonzero(res.delta) == 0
+    assert trainer.head_weight.detach().abs().sum() > 0

@@ -61,6 +61,15 @@ def load_flat_(params: list[torch.nn.Parameter], vec: torch.Tensor) -> None:
         raise ValueError(f"vector has {vec.numel()} entries, parameters {offset}")
 
 
+def init_head_(weight: torch.Tensor, how: str, generator: torch.Generator) -> torch.Tensor:
+    """A fresh head: Glorot-uniform (the reference), or zeros (the first local steps
+    then train the head only, since a zero head passes no gradient to the backbone)."""
+    if how == "zeros":
+        with torch.no_grad():
+            return weight.zero_()
+    return glorot_(weight, generator)
+
+
 def glorot_(weight: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     fan_out, fan_in = weight.shape
     a = math.sqrt(6.0 / (fan_in + fan_out))
@@ -108,19 +117,19 @@ class ClientTrainer:
         params = self.aggregated_params
         load_flat_(params, start)  # (for DP-FedAvg this also loads the global head)
         device = start.device
-        ys_all = labels[torch.from_numpy(example_idx)]
         if cfg.aggregates_head:
             head_w, class_map = self.head_weight, None
         elif cfg.local_head == "local":
-            present = torch.unique(ys_all)
+            present = torch.unique(labels[torch.from_numpy(example_idx)])
             head_w = torch.nn.Parameter(
-                glorot_(torch.empty(len(present), self.head_weight.shape[1], device=device), generator)
+                init_head_(torch.empty(len(present), self.head_weight.shape[1], device=device),
+                           cfg.head_init, generator)
             )
             class_map = torch.full((self.num_classes,), -1, dtype=torch.long)
             class_map[present] = torch.arange(len(present))
         else:
             head_w, class_map = self.head_weight, None
-            glorot_(head_w, generator)
+            init_head_(head_w, cfg.head_init, generator)
 
         if cfg.aggregates_head:
             opt_backbone = torch.optim.SGD(params, lr=cfg.client_lr, momentum=cfg.client_momentum)
@@ -134,7 +143,7 @@ class ClientTrainer:
             )
 
         batches = client_batches(example_idx, cfg, rng)
-        total_loss, n_seen = 0.0, 0
+        total_loss, n_seen = torch.zeros((), device=device), 0
         for step, b in enumerate(batches):
             bt = torch.from_numpy(b)
             x = images[bt].to(device, non_blocking=True).float().div_(255.0)
@@ -151,8 +160,8 @@ class ClientTrainer:
                 opt_head.step()
             if not head_only:
                 opt_backbone.step()
-            total_loss += loss.item() * len(b)
+            total_loss += loss.detach() * len(b)  # no per-step device sync
             n_seen += len(b)
         with torch.no_grad():
             delta = start - parameters_to_vector(params)
-        return ClientResult(delta=delta, loss=total_loss / max(n_seen, 1), steps=len(batches), examples=n_seen)
+        return ClientResult(delta=delta, loss=total_loss.item() / max(n_seen, 1), steps=len(batches), examples=n_seen)

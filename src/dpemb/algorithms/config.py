@@ -28,6 +28,7 @@ class FederatedConfig:
     head_lr_scale: float = 1.0  # head lr = client_lr * head_lr_scale (DP-FedEmb)
     head_first_steps: int = 0  # first R local steps update only the head, then only the backbone
     local_head: str = "global"  # DP-FedEmb fresh head over "global" (all training ids) or "local" ids
+    head_init: str = "glorot"  # DP-FedEmb fresh head: "glorot" (the reference) or "zeros"
     server_lr: float = 1.0
     server_momentum: float = 0.9
     efficient_tree: bool = True  # DP-FTRL: inverse-variance weighted (Honaker) prefix sums
@@ -45,6 +46,7 @@ class FederatedConfig:
         _check(self.head_lr_scale > 0, "head_lr_scale must be positive")
         _check(self.head_first_steps >= 0, "head_first_steps must be >= 0")
         _check(self.local_head in ("global", "local"), "local_head must be 'global' or 'local'")
+        _check(self.head_init in ("glorot", "zeros"), "head_init must be 'glorot' or 'zeros'")
         _check(self.server_lr > 0, "server_lr must be positive")
         _check(0 <= self.server_momentum < 1, "server_momentum must lie in [0, 1)")
         _check(

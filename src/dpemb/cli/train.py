@@ -67,6 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--local-head", choices=("global", "local"), default="global",
                    help="dp-fedemb: fresh head over all training identities (global) or over the "
                         "identities present in the virtual client (local)")
+    f.add_argument("--head-init", choices=("glorot", "zeros"), default="glorot",
+                   help="dp-fedemb: initialisation of the fresh head (glorot: the reference; zeros "
+                        "avoided the backbone collapse measured in docs/RESULTS_FEDEMB.md)")
     f.add_argument("--server-lr", type=float, default=1.0)
     f.add_argument("--server-momentum", type=float, default=0.9)
     f.add_argument("--plain-tree", action="store_true",
@@ -160,7 +163,7 @@ def federated_configs(args: argparse.Namespace, num_users: int):
             local_batch_size=args.local_batch_size, max_examples_per_client=args.max_examples_per_client,
             client_lr=args.client_lr, client_momentum=args.client_momentum,
             head_lr_scale=args.head_lr_scale, head_first_steps=args.head_first_steps,
-            local_head=args.local_head, server_lr=args.server_lr, server_momentum=args.server_momentum,
+            local_head=args.local_head, head_init=args.head_init, server_lr=args.server_lr, server_momentum=args.server_momentum,
             efficient_tree=not args.plain_tree,
         )
         spec = PrivacySpec(
