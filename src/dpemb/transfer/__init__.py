@@ -1,1 +1,44 @@
-"""dpemb.transfer"""
+"""dpemb.transfer: DP classification from frozen-backbone features (Mehta et al. 2022).
+
+Pipeline: ``features`` (extract and store features) -> ``prepare`` (clip rows to C,
+unit weights) -> a method (``dp_ls``, ``dp_sgd``, ``dp_newton``, ``dp_fc``; every
+statistic released through ``budget.ReleaseMechanism``, i.e. the privacy layer's
+Gaussian mechanism) -> ``result.LinearModel``. ``runner.train_transfer`` runs it
+all; every epsilon comes from ``dpemb.privacy.accounting``.
+
+Privacy guarantee of a DP method's model: (epsilon, delta)-DP with respect to adding
+or removing one unit (an example, or with ``unit="user"`` all of one user's
+examples) of the training features, from the composition of the method's fixed
+number of Gaussian releases at an equal noise multiplier. The non-private baseline
+and ``non_private=True`` runs carry no guarantee and say so.
+"""
+
+from dpemb.transfer.budget import NoisePlan, PrivacyConfigError, PrivacyRequest, ReleaseMechanism, plan_noise
+from dpemb.transfer.config import DP_METHODS, METHODS, TransferConfig
+from dpemb.transfer.features import (
+    FeatureSet,
+    extract_features,
+    load_backbone,
+    load_features,
+    load_image_dataset,
+    save_features,
+)
+from dpemb.transfer.prepare import PreparedFeatures, prepare_features, transform_features
+from dpemb.transfer.result import LinearModel
+from dpemb.transfer.runner import (
+    TransferRun,
+    evaluate,
+    holdout_split,
+    prepare_train,
+    sweep_epsilon,
+    train_prepared,
+    train_transfer,
+)
+
+__all__ = [
+    "DP_METHODS", "METHODS", "FeatureSet", "LinearModel", "NoisePlan", "PreparedFeatures",
+    "PrivacyConfigError", "PrivacyRequest", "ReleaseMechanism", "TransferConfig", "TransferRun",
+    "evaluate", "extract_features", "holdout_split", "load_backbone", "load_features",
+    "load_image_dataset", "plan_noise", "prepare_features", "prepare_train", "save_features",
+    "sweep_epsilon", "train_prepared", "train_transfer", "transform_features",
+]

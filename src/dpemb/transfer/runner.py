@@ -1,0 +1,274 @@
+"""Run a transfer method on a FeatureSet: prepare, plan the budget, fit, evaluate, report.
+
+``train_transfer`` is the library entry point (the CLI ``dpemb transfer`` calls it);
+``sweep_epsilon`` runs one configuration at several target epsilons re-using the
+clipped features and their exact statistics (each run draws its own fresh noise and
+is accounted on its own: the runs of a sweep are alternatives, and publishing all of
+them costs the SUM of their epsilons).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from . import dp_fc, dp_ls, dp_newton, dp_sgd, nonprivate
+from .budget import NoisePlan, ReleaseMechanism, ReleaseRecord, plan_noise
+from .config import TransferConfig
+from .features import FeatureSet
+from .prepare import PreparedFeatures, prepare_features, transform_features
+from .result import LinearModel
+
+# Defaults (hyperparameters chosen on a validation split of the Fashion-MNIST
+# training set, never on the test split; see docs/TRANSFER.md).
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "dp-ls": {"alpha": 1.0, "reg_noise": 0.3, "reg_floor": 1.0},
+    "dp-sgd": {"steps": 100, "lr": 0.3, "optimizer": "adam", "bias": -10.0, "reg": 0.0},
+    "dp-newton": {"steps": 1, "lr": 1.0, "alpha": 0.3, "bias": 0.0, "reg_noise": 0.03, "reg_floor": 1.0},
+    "dp-fc": {"steps": 10, "lr": 8.0, "bias": -10.0, "reg_noise": 0.3, "reg_floor": 1.0},
+    "non-private": {"reg": 1e-6},
+}
+
+
+def auto_reg(plan: NoisePlan, clip_norm: float, dim: int, reg_noise: float, reg_floor: float) -> float:
+    """The default ridge ``lambda`` of the Gramian-based methods, from PUBLIC quantities only.
+
+    ``reg_noise * z * C^2 * sqrt(d) + reg_floor * C^2``: the first term is of the order of
+    the spectral norm of the noise added to a Gramian (std ``z C^2`` per entry, d x d),
+    which the ridge must dominate; the floor keeps a non-private fit well posed.
+    """
+    return reg_noise * plan.noise_multiplier * clip_norm**2 * math.sqrt(dim) + reg_floor * clip_norm**2
+
+
+def default_reg(method: str, plan: NoisePlan, clip_norm: float, dim: int) -> float:
+    d = DEFAULTS[method]
+    return auto_reg(plan, clip_norm, dim, d["reg_noise"], d["reg_floor"])
+
+
+def _pick(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def num_releases(config: TransferConfig) -> int:
+    """The number of Gaussian releases the method will make (public, data-independent)."""
+    d = DEFAULTS[config.method]
+    if config.method == "dp-ls":
+        return dp_ls.NUM_RELEASES
+    if config.method == "dp-sgd":
+        return int(_pick(config.steps, d["steps"]))
+    if config.method == "dp-newton":
+        return 2 * int(_pick(config.steps, d["steps"]))
+    if config.method == "dp-fc":
+        return 1 + int(_pick(config.steps, d["steps"]))
+    return 0
+
+
+def resolve_params(config: TransferConfig, plan: NoisePlan, dim: int) -> Any:
+    """The method's parameter dataclass, defaults filled in."""
+    m, d, c = config.method, DEFAULTS[config.method], config.clip_norm
+    gclip = _pick(config.grad_clip_norm, c)
+    if m == "dp-ls":
+        return dp_ls.DpLsParams(reg=_pick(config.reg, default_reg(m, plan, c, dim)), alpha=_pick(config.alpha, d["alpha"]))
+    if m == "dp-sgd":
+        return dp_sgd.DpSgdParams(
+            steps=int(_pick(config.steps, d["steps"])), lr=_pick(config.lr, d["lr"]), grad_clip=gclip,
+            bias=_pick(config.bias, d["bias"]), optimizer=_pick(config.optimizer, d["optimizer"]),
+            reg=_pick(config.reg, d["reg"]), public_size=config.public_size,
+        )
+    if m == "dp-newton":
+        return dp_newton.DpNewtonParams(
+            reg=_pick(config.reg, default_reg(m, plan, c, dim)), steps=int(_pick(config.steps, d["steps"])),
+            lr=_pick(config.lr, d["lr"]), neg_weight=_pick(config.alpha, d["alpha"]), bias=_pick(config.bias, d["bias"]),
+        )
+    if m == "dp-fc":
+        return dp_fc.DpFcParams(
+            steps=int(_pick(config.steps, d["steps"])), lr=_pick(config.lr, d["lr"]),
+            reg=_pick(config.reg, default_reg(m, plan, c, dim)), grad_clip=gclip, bias=_pick(config.bias, d["bias"]),
+        )
+    return nonprivate.NonPrivateParams(reg=_pick(config.reg, d["reg"]))
+
+
+FITTERS: dict[str, Callable[..., LinearModel]] = {
+    "dp-ls": dp_ls.fit_dp_ls,
+    "dp-sgd": dp_sgd.fit_dp_sgd,
+    "dp-newton": dp_newton.fit_dp_newton,
+    "dp-fc": dp_fc.fit_dp_fc,
+}
+
+
+@dataclass
+class TransferRun:
+    """The outcome of one run: model, budget, ledger of releases, accuracy."""
+
+    config: TransferConfig
+    params: Any
+    model: LinearModel
+    plan: NoisePlan
+    releases: list[ReleaseRecord]
+    seeded: bool
+    train_seconds: float
+    num_train: int
+    num_units: int
+    num_clipped_features: int
+    top1: float | None = None
+    raw: dict[str, list[torch.Tensor]] = field(default_factory=dict, repr=False)
+
+    @property
+    def epsilon_sentence(self) -> str:
+        return self.plan.sentence()
+
+    @property
+    def split_sentence(self) -> str:
+        return self.plan.split_sentence(self.releases)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (no tensors)."""
+        eps = self.plan.epsilon
+        return {
+            "method": self.config.method,
+            "top1": self.top1,
+            "target_epsilon": self.config.epsilon,
+            "epsilon": eps if math.isfinite(eps) else None,
+            "non_private": self.plan.non_private,
+            "delta": self.plan.delta,
+            "accountant": self.plan.accountant,
+            "unit": self.plan.unit,
+            "relation": self.plan.relation,
+            "noise_multiplier": self.plan.noise_multiplier,
+            "num_releases": self.plan.num_releases,
+            "epsilon_sentence": self.epsilon_sentence,
+            "budget_split": self.split_sentence,
+            "releases": _summarise_releases(self.releases),
+            "seeded": self.seeded,
+            "seed": self.config.seed,
+            "config": self.config.to_dict(),
+            "params": dataclasses.asdict(self.params),
+            "train_seconds": round(self.train_seconds, 3),
+            "num_train_examples": self.num_train,
+            "num_train_units": self.num_units,
+            "num_clipped_features": self.num_clipped_features,
+        }
+
+    def report(self) -> str:
+        """Human-readable lines: accuracy, epsilon sentence, budget split."""
+        lines = [f"method {self.config.method}: "
+                 + (f"top-1 {self.top1:.4f} on the held-out split" if self.top1 is not None else "trained")
+                 + f" ({self.train_seconds:.1f} s)"]
+        lines.append(self.epsilon_sentence + (" [noise seeded: reproducible, not for release]" if self.seeded else ""))
+        if self.config.method != "non-private":
+            lines.append(self.split_sentence)
+        return "\n".join(lines)
+
+
+def _summarise_releases(records: Sequence[ReleaseRecord]) -> list[dict[str, Any]]:
+    """Consecutive releases of one kind collapse to one entry with a count."""
+    out: list[dict[str, Any]] = []
+    for r in records:
+        if out and out[-1]["kind"] == r.kind and out[-1]["sensitivity"] == r.sensitivity:
+            out[-1]["count"] += 1
+            continue
+        out.append({"kind": r.kind, "first": r.name, "count": 1, "sensitivity": r.sensitivity,
+                    "noise_multiplier": r.noise_multiplier, "noise_std": r.noise_std, "entries": r.entries})
+    return out
+
+
+def prepare_train(train: FeatureSet, config: TransferConfig, device: torch.device | str | None = None) -> PreparedFeatures:
+    """Clip the training features and attach unit weights as ``config`` says."""
+    return prepare_features(
+        train.features, train.labels, num_classes=train.num_classes, clip_norm=config.clip_norm,
+        normalize=config.normalize_features, unit=config.unit, users=train.users, device=device,
+    )
+
+
+def train_prepared(prep: PreparedFeatures, config: TransferConfig, *, progress: bool = False,
+                   keep_raw: bool = False) -> TransferRun:
+    """Fit ``config.method`` on already prepared features (see ``train_transfer``)."""
+    if prep.clip_norm != config.clip_norm or prep.normalize != config.normalize_features or prep.unit != config.unit:
+        raise ValueError("the prepared features were clipped with other settings than the config's")
+    plan = plan_noise(config.privacy_spec(), max(1, num_releases(config)))
+    if config.method == "non-private":
+        plan = dataclasses.replace(plan, num_releases=0)
+    params = resolve_params(config, plan, prep.dim)
+    t0 = time.perf_counter()
+    if config.method == "non-private":
+        model = nonprivate.fit_nonprivate(prep, params, progress=progress)
+        records, seeded, raw = [], False, {}
+    else:
+        mech = ReleaseMechanism(plan, seed=config.seed, keep_raw=keep_raw)
+        model = FITTERS[config.method](prep, params, mech, progress=progress)
+        mech.check_complete()
+        records, seeded, raw = list(mech.records), mech.seeded, mech.raw
+    seconds = time.perf_counter() - t0
+    return TransferRun(
+        config=config, params=params, model=model, plan=plan, releases=records, seeded=seeded,
+        train_seconds=seconds, num_train=prep.num_examples, num_units=prep.num_units,
+        num_clipped_features=prep.num_clipped, raw=raw,
+    )
+
+
+def evaluate(run: TransferRun, test: FeatureSet) -> float:
+    """Top-1 of the run's model on ``test`` (features transformed exactly like training)."""
+    x, _ = transform_features(test.features, run.config.clip_norm, run.config.normalize_features)
+    run.top1 = run.model.top1(x, test.labels)
+    return run.top1
+
+
+def train_transfer(train: FeatureSet, config: TransferConfig, test: FeatureSet | None = None, *,
+                   progress: bool = False, keep_raw: bool = False) -> TransferRun:
+    """Train ``config.method`` on ``train`` and, if given, measure top-1 on ``test``.
+
+    Privacy: for a DP method the returned model is (epsilon, delta)-DP with respect to
+    adding or removing one unit (``config.unit``) of ``train`` (``run.epsilon_sentence``
+    names accountant, delta, unit and relation); ``test`` is only evaluated on.
+    """
+    check_compatible(train, test)
+    prep = prepare_train(train, config)
+    run = train_prepared(prep, config, progress=progress, keep_raw=keep_raw)
+    if test is not None:
+        evaluate(run, test)
+    return run
+
+
+def sweep_epsilon(train: FeatureSet, test: FeatureSet, config: TransferConfig, epsilons: Sequence[float], *,
+                  progress: bool = False) -> list[TransferRun]:
+    """One run per target epsilon (each its own fresh noise and its own accounting)."""
+    check_compatible(train, test)
+    prep = prepare_train(train, config)
+    runs = []
+    for eps in epsilons:
+        cfg = dataclasses.replace(config, epsilon=float(eps), noise_multiplier=None, non_private=False)
+        run = train_prepared(prep, cfg, progress=progress)
+        evaluate(run, test)
+        runs.append(run)
+    return runs
+
+
+def check_compatible(train: FeatureSet, test: FeatureSet | None) -> None:
+    if test is None:
+        return
+    if test.dim != train.dim:
+        raise ValueError(f"train features have {train.dim} dimensions, test features {test.dim}")
+    if tuple(test.label_names) != tuple(train.label_names):
+        raise ValueError("train and test feature files have different label names; extract both from one dataset")
+
+
+def holdout_split(fs: FeatureSet, fraction: float, seed: int = 0) -> tuple[FeatureSet, FeatureSet]:
+    """Split by user (or by example when users are unknown) into train / held-out parts.
+
+    The split is a public, seeded permutation of unit ids (no data-dependent choice), so
+    no unit has examples on both sides.
+    """
+    if not 0 < fraction < 1:
+        raise ValueError(f"the held-out fraction must lie in (0, 1), got {fraction}")
+    units = fs.users if fs.users is not None else np.arange(fs.num_examples)
+    ids = np.unique(units)
+    rng = np.random.default_rng(seed)
+    held = set(rng.permutation(ids)[: max(1, int(round(fraction * len(ids))))].tolist())
+    mask = np.isin(units, np.fromiter(held, dtype=units.dtype))
+    return fs.subset(~mask), fs.subset(mask)

@@ -1,0 +1,114 @@
+"""`dpemb features` and `dpemb transfer` end to end on small inputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dpemb.cli.main import main
+from dpemb.data.dataset import UserDataset
+from dpemb.transfer.features import FeatureSet, load_features, save_features
+
+K, D = 3, 10
+
+
+def _write_features(tmp_path, n, seed, name):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, K, n)
+    x = rng.normal(size=(n, D)) + 4.0 * np.eye(K, D)[y] + 1.0
+    fs = FeatureSet(x.astype(np.float32), y.astype(np.int64), ("a", "b", "c"), users=np.arange(n) // 2)
+    return str(save_features(tmp_path / name, fs))
+
+
+@pytest.fixture()
+def feature_files(tmp_path):
+    return _write_features(tmp_path, 600, 0, "train.npz"), _write_features(tmp_path, 200, 1, "test.npz")
+
+
+def test_transfer_every_method_prints_top1_epsilon_and_split(feature_files, capsys):
+    train, test = feature_files
+    for method in ("dp-ls", "dp-sgd", "dp-newton", "dp-fc"):
+        argv = ["transfer", "--train", train, "--test", test, "--method", method, "--epsilon", "2",
+                "--accountant", "rdp"]
+        if method in ("dp-sgd", "dp-fc"):
+            argv += ["--steps", "3"]
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert f"method {method}: top-1" in out
+        assert "epsilon = " in out and "delta = 1e-05" in out and "RDP" in out and "example-level" in out and "add/remove" in out
+        assert "budget split: equal over" in out
+
+
+def test_transfer_sweep_json_plot_and_baseline(feature_files, tmp_path, capsys):
+    train, test = feature_files
+    out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
+    rc = main(["transfer", "--train", train, "--test", test, "--method", "non-private,dp-ls,dp-fc",
+               "--sweep-epsilon", "0.5,4", "--steps", "2", "--accountant", "rdp", "--json", str(out_json), "--plot", str(out_png),
+               "--unit", "user", "--seed", "3"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "| dp-ls |" in text and "| non-private (no DP) |" in text and "sum of their epsilons" in text
+    runs = json.loads(out_json.read_text())["runs"]
+    assert [r["method"] for r in runs] == ["non-private", "dp-ls", "dp-ls", "dp-fc", "dp-fc"]
+    dp = [r for r in runs if r["method"] != "non-private"]
+    for r in dp:
+        assert r["unit"] == "user" and r["seeded"] and r["epsilon"] == pytest.approx(r["target_epsilon"], rel=0.02)
+        assert r["releases"] and 0 <= r["top1"] <= 1
+    assert out_png.stat().st_size > 1000
+    assert "seeded" in text
+
+
+def test_transfer_refuses_missing_or_zero_noise(feature_files, capsys):
+    train, test = feature_files
+    base = ["transfer", "--train", train, "--test", test, "--method", "dp-ls"]
+    for extra in ([], ["--epsilon", "0"], ["--noise-multiplier", "0"], ["--epsilon", "inf"]):
+        with pytest.raises(SystemExit) as e:
+            main(base + extra)
+        assert e.value.code == 2, extra
+    capsys.readouterr()
+    assert main(base + ["--non-private"]) == 0
+    assert "NON-PRIVATE" in capsys.readouterr().out
+
+
+def test_transfer_holdout_and_bad_flags(feature_files, capsys):
+    train, _ = feature_files
+    assert main(["transfer", "--train", train, "--holdout", "0.25", "--method", "dp-newton", "--epsilon", "1"]) == 0
+    assert "top-1" in capsys.readouterr().out
+    for argv in (["--method", "dp-xx", "--epsilon", "1"], ["--method", "dp-ls", "--epsilon", "1", "--holdout", "2"],
+                 ["--method", "dp-ls", "--sweep-epsilon", "1,-2"], ["--method", "dp-ls", "--epsilon", "1", "--plot", "x.png"]):
+        with pytest.raises(SystemExit) as e:
+            main(["transfer", "--train", train, "--holdout", "0.2"] + argv[:] if "--holdout" not in argv
+                 else ["transfer", "--train", train] + argv)
+        assert e.value.code == 2, argv
+
+
+def test_transfer_bad_feature_file_exits_1(tmp_path, capsys):
+    (tmp_path / "bad.npz").write_bytes(b"junk")
+    assert main(["transfer", "--train", str(tmp_path / "bad.npz"), "--holdout", "0.2", "--method", "dp-ls",
+                 "--epsilon", "1"]) == 1
+    assert "bad.npz" in capsys.readouterr().err
+
+
+def test_features_command_on_a_dataset_directory(tmp_path, capsys):
+    from dpemb.models.pretrained import imagenet_weights_available
+
+    if not imagenet_weights_available():
+        pytest.skip("ImageNet MobileNetV2 weights not installed (make weights)")
+    rng = np.random.default_rng(0)
+    ds = UserDataset.from_arrays(rng.integers(0, 256, size=(6, 28, 28, 1), dtype=np.uint8),
+                                 np.array([0, 1, 2, 0, 1, 2]), np.array([0, 0, 1, 1, 2, 2]),
+                                 label_names=["a", "b", "c"])
+    ds.save(tmp_path / "ds")
+    out = tmp_path / "f.npz"
+    assert main(["features", "--data", str(tmp_path / "ds"), "--image-size", "32", "--out", str(out),
+                 "--limit", "4", "--quiet"]) == 0
+    fs = load_features(out)
+    assert fs.features.shape == (4, 1280)
+    assert fs.meta["backbone"] == "imagenet-mobilenetv2" and fs.meta["image_size"] == 32
+    np.testing.assert_array_equal(fs.users, [0, 0, 1, 1])
+    assert "wrote 4 x 1280 features" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["features", "--data", "fashion-mnist", "--out", str(out)])
+    assert e.value.code == 2
