@@ -107,7 +107,8 @@ def test_features_command_on_a_dataset_directory(tmp_path, capsys):
     fs = load_features(out)
     assert fs.features.shape == (4, 1280)
     assert fs.meta["backbone"] == "imagenet-mobilenetv2" and fs.meta["image_size"] == 32
-    np.testing.assert_array_equal(fs.users, [0, 0, 1, 1])
+    assert len(fs.users) == 4 and set(fs.users.tolist()) <= {0, 1, 2}
+    assert fs.meta["num_users"] == len(set(fs.users.tolist()))
     assert "wrote 4 x 1280 features" in capsys.readouterr().out
     with pytest.raises(SystemExit) as e:
         main(["features", "--data", "fashion-mnist", "--out", str(out)])

@@ -4,7 +4,6 @@ fresh across calls and runs, reproducible under a seed."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from dpemb.transfer.budget import PrivacyRequest, ReleaseMechanism, plan_noise

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
-from pathlib import Path
 
 from dpemb.cli.common import guarded
+from dpemb.data.dataset import DataError
 
 METHOD_HELP = "dp-ls, dp-sgd, dp-newton, dp-fc, non-private (comma-separated for several)"
 
@@ -41,7 +40,7 @@ def _register_features(sub: argparse._SubParsersAction) -> None:
                    help="resize images to this side length before the backbone (default: %(default)s)")
     p.add_argument("--fashion-mnist-dir", default=None,
                    help="directory of the Fashion-MNIST IDX files (default: the Debian package's)")
-    p.add_argument("--limit", type=int, default=None, help="only the first N examples (quick trials)")
+    p.add_argument("--limit", type=int, default=None, help="only a random (seed 0) subset of N examples (quick trials)")
     p.add_argument("--batch-size", type=int, default=256, help="speed only")
     p.add_argument("--out", required=True, help="output .npz path")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -61,19 +60,22 @@ def run_features(args: argparse.Namespace) -> int:
     try:
         ds, spec = load_image_dataset(args.data, fashion_mnist_dir=args.fashion_mnist_dir)
     except ValueError as e:
-        if e.__class__.__name__ == "DataError":
+        if isinstance(e, DataError):
             raise
         raise UsageError(str(e)) from e
     if args.limit is not None and args.limit < ds.num_examples:
         import numpy as np
 
-        mask = np.zeros(ds.num_examples, dtype=bool)
-        mask[: args.limit] = True
+        mask = np.zeros(ds.num_examples, dtype=bool)  # a seeded random subset: datasets may be sorted
+        mask[np.random.default_rng(0).choice(ds.num_examples, args.limit, replace=False)] = True
         ds = ds.select(mask)
-    model, desc = load_backbone(
-        args.backbone, checkpoint=args.backbone_checkpoint, in_channels=ds.image_shape[2],
-        image_size=args.image_size,
-    )
+    try:
+        model, desc = load_backbone(
+            args.backbone, checkpoint=args.backbone_checkpoint, in_channels=ds.image_shape[2],
+            image_size=args.image_size,
+        )
+    except ValueError as e:
+        raise UsageError(f"--backbone-checkpoint: {e}" if args.backbone_checkpoint else str(e)) from e
     fs = extract_features(ds, model, batch_size=args.batch_size, progress=not args.quiet,
                           meta={"data": spec, **desc})
     save_features(args.out, fs)
@@ -160,8 +162,6 @@ def _parse_epsilons(text: str) -> list[float]:
 
 
 def run_transfer(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from dpemb.cli.main import UsageError
     from dpemb.transfer.config import TransferConfig
     from dpemb.transfer.features import load_features
@@ -221,7 +221,7 @@ def run_transfer(args: argparse.Namespace) -> int:
                 print(run.report())
                 results.append(run.to_dict())
     except ValueError as e:
-        if e.__class__.__name__ == "DataError":
+        if isinstance(e, DataError):
             raise
         raise UsageError(str(e)) from e
 
