@@ -6,7 +6,7 @@ PIP     = $(VENV)/bin/pip
 STAMP   = $(VENV)/.installed-stamp
 WEIGHTS = $(VENV)/.weights-stamp
 
-.PHONY: demo test test-slow bench venv weights clean
+.PHONY: demo test test-slow bench venv weights fashion-mnist cjk-fonts clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,14 @@ $(WEIGHTS): $(STAMP)
 	touch $(WEIGHTS)
 
 weights: $(WEIGHTS)
+
+# Real data and fonts from Debian packages (apt as root or via sudo; otherwise the .deb
+# is extracted into ~/.cache/dpemb/debroot). Needed only by the experiments.
+fashion-mnist:
+	sh tools/install_debs.sh dataset-fashion-mnist
+
+cjk-fonts:
+	sh tools/install_debs.sh fonts-wqy-zenhei fonts-unfonts-core
 
 demo: $(STAMP) $(WEIGHTS)
 	$(PY) -m dpemb.cli.demo --out runs/demo

@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         counts = saved.get("counts", {"train": 60000, "test": 10000})
         md = render(rows, epsilons, saved["baseline_dpemb"], saved["baseline_sklearn"], args, counts,
                     saved.get("minutes", 0.0) * 60, png.name)
-        (docs / "RESULTS_TRANSFER.md").write_text(md)
+        publish(md, rows, epsilons, saved["baseline_dpemb"], saved["baseline_sklearn"], args, png,
+                saved.get("minutes", 0.0) * 60)
         print(md)
         return 0
 
@@ -209,18 +210,61 @@ def main(argv: list[str] | None = None) -> int:
                      title=f"Fashion-MNIST, ImageNet-MobileNetV2 features ({args.image_size} px), delta 1e-5")
     md = render(rows, epsilons, base, sk, args, {"train": train.num_examples, "test": test.num_examples}, total,
                 png.name)
-    (docs / "RESULTS_TRANSFER.md").write_text(md)
+    publish(md, rows, epsilons, base, sk, args, png, total)
     print(md)
     print(f"wrote {docs / 'RESULTS_TRANSFER.md'} and {png}")
     return 0
 
 
-def render(rows, epsilons, base, sk, args, counts, total, png_name) -> str:
-    from dpemb.transfer.runner import DEFAULTS
+def table_lines(rows, epsilons, base, sk, seeds: int) -> list[str]:
+    """The method x epsilon table of top-1 (mean ± std over noise seeds) with the baselines."""
 
     def cell(m, e):
         r = next(r for r in rows if r["method"] == m and r["target_epsilon"] == e)
-        return f"{r['top1']:.4f} ± {r['top1_std']:.4f}" if args.seeds > 1 else f"{r['top1']:.4f}"
+        return f"{r['top1']:.4f} ± {r['top1_std']:.4f}" if seeds > 1 else f"{r['top1']:.4f}"
+
+    lines = ["| method | " + " | ".join(f"ε = {e:g}" for e in epsilons) + " |", "|---|" + "---|" * len(epsilons)]
+    for m in METHODS:
+        lines.append(f"| {m} | " + " | ".join(cell(m, e) for e in epsilons) + " |")
+    lines.append(f"| non-private logistic regression (dpemb L-BFGS) | {base:.4f} |" + " |" * (len(epsilons) - 1))
+    if sk is not None:
+        lines.append(f"| non-private logistic regression (scikit-learn, default C = 1) | {sk:.4f} |"
+                     + " |" * (len(epsilons) - 1))
+    return lines
+
+
+def publish(md: str, rows, epsilons, base, sk, args, png, total: float) -> None:
+    """Write the detailed page and the headline section of docs/RESULTS.md."""
+    from results_page import update_section
+
+    docs = Path(args.docs)
+    (docs / "RESULTS_TRANSFER.md").write_text(md)
+    get = {(r["method"], r["target_epsilon"]): r for r in rows}
+    lo = min(epsilons)
+    head = [
+        "## DP classification from features (Fashion-MNIST)",
+        "",
+        f"`python experiments/transfer_fashion_mnist.py` ({total / 60:.0f} min with cached features; "
+        "`make fashion-mnist` installs the data). Frozen ImageNet MobileNetV2 features "
+        f"({args.image_size} px, 1280-d) of the 60,000 training images; top-1 on the 10,000 test images, "
+        f"mean ± std over {args.seeds} noise seeds. Example-level (ε, δ = 1e-5)-DP, PLD accountant, "
+        "add/remove-one-example relation. Details, settings and budget splits: "
+        "[RESULTS_TRANSFER.md](RESULTS_TRANSFER.md).",
+        "",
+        *table_lines(rows, epsilons, base, sk, args.seeds),
+        "",
+        f"![top-1 vs epsilon]({png.name})",
+        "",
+        f"Against the papers: DP-LS is {'ahead of' if get[('dp-ls', lo)]['top1'] > get[('dp-sgd', lo)]['top1'] else 'NOT ahead of'} "
+        f"DP-SGD at ε = {lo:g} ({get[('dp-ls', lo)]['top1']:.4f} vs {get[('dp-sgd', lo)]['top1']:.4f}); "
+        "best at each ε: " + ", ".join(
+            f"{e:g}: {max(METHODS, key=lambda m: get[(m, e)]['top1'])}" for e in epsilons) + ".",
+    ]
+    update_section(docs, "transfer", "\n".join(head))
+
+
+def render(rows, epsilons, base, sk, args, counts, total, png_name) -> str:
+    from dpemb.transfer.runner import DEFAULTS
 
     lines = [
         "# Results: DP classification from features (Fashion-MNIST)",
@@ -236,14 +280,8 @@ def render(rows, epsilons, base, sk, args, counts, total, png_name) -> str:
         "the method's releases. Top-1 on the 10,000 test images, mean ± std over "
         f"{args.seeds} noise seeds (seeded runs: experiments, not releases).",
         "",
-        "| method | " + " | ".join(f"ε = {e:g}" for e in epsilons) + " |",
-        "|---|" + "---|" * len(epsilons),
     ]
-    for m in METHODS:
-        lines.append(f"| {m} | " + " | ".join(cell(m, e) for e in epsilons) + " |")
-    lines.append(f"| non-private logistic regression (dpemb L-BFGS) | {base:.4f} |" + " |" * (len(epsilons) - 1))
-    if sk is not None:
-        lines.append(f"| non-private logistic regression (scikit-learn, default C = 1) | {sk:.4f} |" + " |" * (len(epsilons) - 1))
+    lines += table_lines(rows, epsilons, base, sk, args.seeds)
     lines += ["", f"![top-1 vs epsilon]({png_name})", "", "## Observations (computed from the table)", ""]
     lo, hi = min(epsilons), max(epsilons)
     get = {(r["method"], r["target_epsilon"]): r for r in rows}

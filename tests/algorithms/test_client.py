@@ -36,7 +36,8 @@ def backbone_size(model) -> int:
 
 
 def test_fedemb_delta_covers_backbone_only():
-    cfg = FederatedConfig(algorithm="dp-fedemb", head_lr_scale=10)
+    # 3 local steps: the default zero head passes gradient to the backbone from step 2 on
+    cfg = FederatedConfig(algorithm="dp-fedemb", head_lr_scale=10, local_batch_size=4)
     ds, model, trainer, images, labels = setup(cfg)
     res, start = run(trainer, model, images, labels, np.arange(12))
     assert res.delta.numel() == backbone_size(model)
@@ -64,15 +65,18 @@ def test_head_first_steps_freeze_backbone_then_head():
 
 def test_head_lr_scale_is_applied():
     """One SGD step: the head's change equals -client_lr*scale*grad (no momentum)."""
-    for scale in (1.0, 7.0):
+    from dpemb.algorithms.client import glorot_
+
+    for scale, head_init in ((1.0, "glorot"), (7.0, "glorot"), (7.0, "zeros")):
         cfg = FederatedConfig(algorithm="dp-fedemb", head_lr_scale=scale, local_batch_size=100,
-                              client_lr=0.01)
+                              client_lr=0.01, head_init=head_init)
         ds, model, trainer, images, labels = setup(cfg)
         idx = np.arange(10)
         g = torch.Generator().manual_seed(0)
         # reproduce the fresh head the trainer will draw, and its gradient
-        from dpemb.algorithms.client import glorot_
-        w0 = glorot_(torch.empty_like(trainer.head_weight), torch.Generator().manual_seed(0))
+        w0 = torch.zeros_like(trainer.head_weight)
+        if head_init == "glorot":
+            w0 = glorot_(w0, torch.Generator().manual_seed(0))
         start = parameters_to_vector([p for p in model.parameters() if p.requires_grad]).detach()
         trainer.update(start, images, labels, idx, np.random.default_rng(0), g)
         w0.requires_grad_(True)

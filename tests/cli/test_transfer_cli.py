@@ -113,3 +113,36 @@ def test_features_command_on_a_dataset_directory(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["features", "--data", "fashion-mnist", "--out", str(out)])
     assert e.value.code == 2
+
+
+def _raw(path, x, y, names):
+    np.savez(path, features=x.astype(np.float32), labels=y, label_names=np.asarray(names),
+             meta=np.asarray(json.dumps({"format": 1})))
+    return str(path)
+
+
+def test_transfer_names_the_file_for_an_empty_class_one_class_or_mismatched_test(tmp_path, feature_files, capsys):
+    train, test = feature_files
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, D))
+    cases = {
+        "empty.npz": _raw(tmp_path / "empty.npz", x, np.arange(40) % 2, ["a", "b", "c"]),
+        "one.npz": _raw(tmp_path / "one.npz", x, np.zeros(40, dtype=np.int64), ["a"]),
+    }
+    for name, path in cases.items():
+        assert main(["transfer", "--train", path, "--holdout", "0.2", "--method", "dp-ls", "--epsilon", "1"]) == 1
+        err = capsys.readouterr().err
+        assert name in err and ("no training example" in err or "at least two" in err), err
+    wide = _raw(tmp_path / "wide.npz", rng.normal(size=(20, D + 1)), np.arange(20) % K, ["a", "b", "c"])
+    assert main(["transfer", "--train", train, "--test", wide, "--method", "dp-ls", "--epsilon", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "wide.npz" in err and "train.npz" in err and "same backbone" in err
+
+
+def test_transfer_sweep_table_names_accountant_delta_unit_relation(feature_files, capsys):
+    train, test = feature_files
+    assert main(["transfer", "--train", train, "--test", test, "--method", "dp-ls", "--sweep-epsilon", "1,2",
+                 "--accountant", "rdp", "--delta", "1e-6"]) == 0
+    out = capsys.readouterr().out
+    caption = [line for line in out.splitlines() if line.startswith("(columns: target epsilon")]
+    assert caption and all(w in caption[0] for w in ("RDP", "delta = 1e-06", "example-level", "add/remove")), out

@@ -606,6 +606,9 @@ def test_fashion_mnist_bad_files(tmp_path):
 
 def test_fashion_mnist_finds_debian_files_or_says_apt_get(tmp_path, monkeypatch):
     make_fashion_fixture(tmp_path / "pkg")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no user-level install is found
+    monkeypatch.delenv("DPEMB_CACHE", raising=False)
+    monkeypatch.delenv("DPEMB_FASHION_MNIST_DIR", raising=False)
     monkeypatch.setattr(fm_module, "_dpkg_listed_dirs", lambda: [])
     monkeypatch.setattr(fm_module, "KNOWN_DIRS", [tmp_path / "nowhere", tmp_path / "pkg"])
     assert import_fashion_mnist().num_examples == 7

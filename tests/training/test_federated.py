@@ -24,7 +24,7 @@ def setup(tmp_path, name="run", rounds=4, clip=0.5, z=0.5, algorithm="dp-fedemb"
     spec = PrivacySpec(population=train.num_users, clients_per_round=3, users_per_client=2,
                        noise_multiplier=z, clip_norm=clip, rounds=rounds,
                        mechanism="tree" if algorithm == "dp-ftrl-fedemb" else "gaussian")
-    cfg = FederatedConfig(algorithm=algorithm, local_batch_size=8, **fed_kw)
+    cfg = FederatedConfig(algorithm=algorithm, local_batch_size=4, **fed_kw)  # >= 2 local steps
     run = RunConfig(out=str(tmp_path / name), eval_every=2, progress=False)
     return train, ev, spec, cfg, run
 
@@ -125,3 +125,14 @@ def test_too_few_users_or_wrong_population_fail_before_training(tmp_path):
 def test_zero_noise_without_nonprivate_flag_is_refused():
     with pytest.raises(ValueError):
         PrivacySpec(population=100, clients_per_round=4, noise_multiplier=0.0, clip_norm=1.0, rounds=2)
+
+
+def test_all_zero_deltas_are_reported(tmp_path, capsys):
+    # a zero-initialised head and one local step per client: the backbone cannot move
+    from dataclasses import replace
+
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=1)
+    cfg = replace(cfg, head_init="zeros", local_batch_size=1000)
+    fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=1)
+    err = capsys.readouterr().err
+    assert "every client's backbone delta was exactly zero" in err and "--local-batch-size" in err

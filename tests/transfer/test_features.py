@@ -131,3 +131,24 @@ def test_dataset_specs(tmp_path):
         load_image_dataset("fashion-mnist")
     with pytest.raises(ValueError, match="neither a built-in"):
         load_image_dataset(str(tmp_path / "nowhere"))
+
+
+def _raw_feature_file(path, features, labels, label_names=("a", "b")):
+    import json
+
+    np.savez(path, features=features, labels=labels, label_names=np.asarray(label_names),
+             meta=np.asarray(json.dumps({"format": 1})))
+    return path
+
+
+def test_bad_contents_of_a_feature_file_name_the_file_and_the_fix(tmp_path):
+    x = np.ones((4, 3), dtype=np.float32)
+    bad_count = _raw_feature_file(tmp_path / "count.npz", x, np.array([0, 1, 0]))
+    with pytest.raises(DataError, match=r"count\.npz: 4 feature rows need 4 integer labels.*dpemb features"):
+        load_features(bad_count)
+    x_nan = x.copy()
+    x_nan[2, 1] = np.nan
+    with pytest.raises(DataError, match=r"nan\.npz: row 2 .*non-finite.*re-extract"):
+        load_features(_raw_feature_file(tmp_path / "nan.npz", x_nan, np.array([0, 1, 0, 1])))
+    fs = load_features(_raw_feature_file(tmp_path / "ok.npz", x, np.array([0, 1, 0, 1])))
+    assert fs.source == str(tmp_path / "ok.npz") and fs.subset(np.array([0, 1])).source == fs.source

@@ -56,9 +56,25 @@ def test_user_weights_sum_to_one_per_user():
 
 def test_user_unit_needs_user_ids():
     with pytest.raises(DataError, match="user ids"):
-        prepare_features(np.ones((3, 2)), np.zeros(3, dtype=int), num_classes=2, clip_norm=1.0, unit="user")
+        prepare_features(np.ones((3, 2)), np.array([0, 1, 0]), num_classes=2, clip_norm=1.0, unit="user")
 
 
 def test_labels_out_of_range_are_named():
     with pytest.raises(DataError, match="row 1"):
         prepare_features(np.ones((3, 2)), np.array([0, 5, 1]), num_classes=2, clip_norm=1.0)
+
+
+def test_label_count_mismatch_names_the_source_and_the_fix():
+    with pytest.raises(DataError, match=r"train\.npz: 3 feature rows but labels of shape \(2,\).*dpemb features"):
+        prepare_features(np.ones((3, 2)), np.array([0, 1]), num_classes=2, clip_norm=1.0, source="train.npz")
+
+
+def test_empty_class_and_single_class_are_refused_with_the_source_named():
+    x = np.ones((4, 2))
+    with pytest.raises(DataError, match=r"f\.npz: class\(es\) 2 have no training example"):
+        prepare_features(x, np.array([0, 1, 0, 1]), num_classes=3, clip_norm=1.0, source="f.npz")
+    with pytest.raises(DataError, match=r"f\.npz: only 1 class"):
+        prepare_features(x, np.zeros(4, dtype=int), num_classes=1, clip_norm=1.0, source="f.npz")
+    with pytest.raises(DataError, match=r"f\.npz: feature row 1 is not finite"):
+        prepare_features(np.array([[1.0, 0], [np.nan, 0]]), np.array([0, 1]), num_classes=2, clip_norm=1.0,
+                         source="f.npz")

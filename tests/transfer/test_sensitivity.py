@@ -1,6 +1,7 @@
 """Sensitivity of every released statistic: neighbours (one unit removed) differ by at
-most the stated bound, including adversarially large features and large users, and
-the bound is attained (so it is not silently loose either)."""
+most the sensitivity the statistic itself carries (the value the noise is scaled by),
+including adversarially large features and large users, and the bound is attained (so
+it is not silently loose either)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from dpemb.transfer.objectives import (
+from dpemb.transfer.prepare import prepare_features
+from dpemb.transfer.statistics import (
+    class_gramians,
+    class_sums,
     clipped_gradient_sum,
+    gramian,
     newton_sensitivities,
     newton_statistics,
-    weighted_class_sums,
 )
-from dpemb.transfer.prepare import prepare_features
 
 K, D, C = 4, 6, 1.7
 
@@ -46,28 +49,31 @@ def _fro(t: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(t))
 
 
+def _fro(t: torch.Tensor) -> float:
+    return float(torch.linalg.vector_norm(t))
+
+
+def _diff(a, b) -> float:
+    """Frobenius distance of two released statistics (ClippedSums)."""
+    return _fro(a.value[0] - b.value[0])
+
+
 @pytest.mark.parametrize("unit", ["example", "user"])
 @pytest.mark.parametrize("normalize", [True, False])
 def test_gramian_class_gramians_and_class_sums(unit, normalize):
-    worst = {"G": 0.0, "A": 0.0, "b": 0.0}
+    stats = {"G": gramian, "A": class_gramians, "b": class_sums}
+    expected = {"G": C**2, "A": C**2, "b": C}
+    worst = dict.fromkeys(stats, 0.0)
     _, _, adversary = _pair(unit, -1, normalize=normalize)
     for removed in [0, 5, adversary]:
         full, less, _ = _pair(unit, removed, normalize=normalize)
-        a_full, a_less = full.class_gramians(), less.class_gramians()
-        diffs = {
-            "G": _fro(a_full.sum(0) - a_less.sum(0)),
-            "A": _fro(a_full - a_less),
-            "b": _fro(weighted_class_sums(full) - weighted_class_sums(less)),
-        }
-        for k, v in diffs.items():
-            worst[k] = max(worst[k], v)
-    assert worst["G"] <= C**2 * (1 + 1e-12)
-    assert worst["A"] <= C**2 * (1 + 1e-12)
-    assert worst["b"] <= C * (1 + 1e-12)
-    # the aligned adversarial unit attains the bounds
-    assert worst["G"] == pytest.approx(C**2, rel=1e-9)
-    assert worst["A"] == pytest.approx(C**2, rel=1e-9)
-    assert worst["b"] == pytest.approx(C, rel=1e-9)
+        for k, f in stats.items():
+            s_full, s_less = f(full), f(less)
+            assert s_full.sensitivity == pytest.approx(expected[k], rel=1e-15), k
+            worst[k] = max(worst[k], _diff(s_full, s_less) / s_full.sensitivity)
+    for k in stats:
+        assert worst[k] <= 1 + 1e-12, k
+        assert worst[k] == pytest.approx(1.0, rel=1e-9), k  # the aligned adversarial unit attains it
 
 
 @pytest.mark.parametrize("unit", ["example", "user"])
@@ -80,11 +86,10 @@ def test_clipped_gradient_sum(unit):
         w = torch.from_numpy(rng.normal(size=(K, D)) * scale)
         for removed in [0, 7, adversary]:
             full, less, _ = _pair(unit, removed)
-            s_full, sens, _ = clipped_gradient_sum(full, w, -10.0, gclip)
-            s_less, _, _ = clipped_gradient_sum(less, w, -10.0, gclip)
-            assert sens == gclip
-            worst = max(worst, _fro(s_full - s_less))
-    assert worst <= gclip * (1 + 1e-12)
+            s_full = clipped_gradient_sum(full, w, -10.0, gclip)
+            assert s_full.sensitivity == gclip
+            worst = max(worst, _diff(s_full, clipped_gradient_sum(less, w, -10.0, gclip)))
+    assert worst <= gclip
     assert worst == pytest.approx(gclip, rel=1e-9)
 
 
@@ -92,11 +97,12 @@ def test_clipped_gradient_matches_autograd_per_example_gradient():
     """The closed form r x^T is the true per-example gradient of the one-vs-all loss."""
     rng = np.random.default_rng(4)
     x = rng.normal(size=(5, D))
-    y = rng.integers(0, K, 5)
+    y = np.arange(5) % K
     prep = prepare_features(x, y, num_classes=K, clip_norm=C, normalize=True)
     w0 = torch.from_numpy(rng.normal(size=(K, D)))
-    s, _, nclip = clipped_gradient_sum(prep, w0, -1.0, 1e9)  # no clipping
-    assert nclip == 0
+    stat = clipped_gradient_sum(prep, w0, -1.0, 1e9)  # no clipping
+    assert stat.num_clipped == 0
+    s = stat.value[0]
     w = w0.clone().requires_grad_(True)
     logits = prep.x @ w.T - 1.0
     loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, prep.onehot(), reduction="sum")
@@ -115,8 +121,9 @@ def test_newton_statistics_at_zero_attain_the_tight_bounds(unit, bias, alpha):
         full, less, _ = _pair(unit, removed)
         h1, g1 = newton_statistics(full, zero, bias, alpha)
         h0, g0 = newton_statistics(less, zero, bias, alpha)
-        worst_h = max(worst_h, _fro(h1 - h0))
-        worst_g = max(worst_g, _fro(g1 - g0))
+        assert (h1.sensitivity, g1.sensitivity) == (s_h, s_g)  # what the noise is scaled by
+        worst_h = max(worst_h, _diff(h1, h0))
+        worst_g = max(worst_g, _diff(g1, g0))
     assert worst_h <= s_h * (1 + 1e-12) and worst_g <= s_g * (1 + 1e-12)
     assert worst_h == pytest.approx(s_h, rel=1e-9)
     assert worst_g == pytest.approx(s_g, rel=1e-9)
@@ -134,8 +141,9 @@ def test_newton_statistics_away_from_zero_stay_within_general_bounds(unit):
             full, less, _ = _pair(unit, removed)
             h1, g1 = newton_statistics(full, w, bias, alpha)
             h0, g0 = newton_statistics(less, w, bias, alpha)
-            assert _fro(h1 - h0) <= s_h * (1 + 1e-12)
-            assert _fro(g1 - g0) <= s_g * (1 + 1e-12)
+            assert (h1.sensitivity, g1.sensitivity) == (s_h, s_g)
+            assert _diff(h1, h0) <= s_h * (1 + 1e-12)
+            assert _diff(g1, g0) <= s_g * (1 + 1e-12)
 
 
 def test_newton_statistics_match_autograd():
@@ -145,7 +153,7 @@ def test_newton_statistics_match_autograd():
     prep = prepare_features(x, y, num_classes=K, clip_norm=C, normalize=True)
     alpha, bias = 0.6, -0.5
     for w0 in [torch.zeros(K, D, dtype=torch.float64), torch.from_numpy(rng.normal(size=(K, D)))]:
-        h, g = newton_statistics(prep, w0, bias, alpha)
+        h, g = (stat.value[0] for stat in newton_statistics(prep, w0, bias, alpha))
         for l in range(K):
             def loss(v, l=l):
                 logits = prep.x @ v + bias

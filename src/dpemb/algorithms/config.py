@@ -28,7 +28,7 @@ class FederatedConfig:
     head_lr_scale: float = 1.0  # head lr = client_lr * head_lr_scale (DP-FedEmb)
     head_first_steps: int = 0  # first R local steps update only the head, then only the backbone
     local_head: str = "global"  # DP-FedEmb fresh head over "global" (all training ids) or "local" ids
-    head_init: str = "glorot"  # DP-FedEmb fresh head: "glorot" (the reference) or "zeros"
+    head_init: str = "zeros"  # DP-FedEmb fresh head: "zeros" (measured better) or "glorot" (the reference)
     server_lr: float = 1.0
     server_momentum: float = 0.9
     efficient_tree: bool = True  # DP-FTRL: inverse-variance weighted (Honaker) prefix sums

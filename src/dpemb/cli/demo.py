@@ -19,7 +19,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default="runs/demo", help="demo directory (dataset + runs)")
     p.add_argument("--users", type=int, default=300)
     p.add_argument("--steps", type=int, default=1000, help="centralized SGD steps")
-    p.add_argument("--rounds", type=int, default=40, help="DP-FedEmb rounds")
+    p.add_argument("--rounds", type=int, default=80, help="DP-FedEmb rounds")
     p.add_argument("--noise-multiplier", type=float, default=0.0133,
                    help="z; with M=8, K=4, C=0.3 the noise on the average is z*2C/M ~ 1e-3")
     p.add_argument("--seed", type=int, default=0)
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--algorithm", "dp-fedemb", "--backbone", "lenet",
                 "--rounds", str(args.rounds), "--clients-per-round", "8", "--users-per-client", "4",
                 "--local-batch-size", "32", "--local-epochs", "1",
-                "--client-lr", "0.05", "--head-lr-scale", "30", "--server-lr", "1.0",
+                "--client-lr", "0.05", "--head-init", "zeros", "--head-lr-scale", "30", "--server-lr", "1.0",
                 "--clip-norm", "0.3", "--noise-multiplier", str(args.noise_multiplier),
                 "--eval-every", str(args.rounds), "--seed", str(args.seed)])
     if rc:

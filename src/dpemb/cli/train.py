@@ -67,9 +67,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--local-head", choices=("global", "local"), default="global",
                    help="dp-fedemb: fresh head over all training identities (global) or over the "
                         "identities present in the virtual client (local)")
-    f.add_argument("--head-init", choices=("glorot", "zeros"), default="glorot",
-                   help="dp-fedemb: initialisation of the fresh head (glorot: the reference; zeros "
-                        "avoided the backbone collapse measured in docs/RESULTS_FEDEMB.md)")
+    f.add_argument("--head-init", choices=("zeros", "glorot"), default="zeros",
+                   help="dp-fedemb: initialisation of the fresh head. zeros (default): the first local "
+                        "step trains only the head, so clients need >= 2 local steps; it avoided the "
+                        "backbone collapse that glorot (the reference's choice) caused in "
+                        "docs/RESULTS_FEDEMB.md")
     f.add_argument("--server-lr", type=float, default=1.0)
     f.add_argument("--server-momentum", type=float, default=0.9)
     f.add_argument("--plain-tree", action="store_true",

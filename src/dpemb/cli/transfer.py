@@ -204,7 +204,7 @@ def run_transfer(args: argparse.Namespace) -> int:
     try:
         for method in methods:
             if method == "non-private":
-                cfg = TransferConfig(method=method, **{**common, "unit": args.unit})
+                cfg = TransferConfig(method=method, **common)
                 run = train_transfer(train, cfg, test, progress=args.progress)
                 baseline = run.top1
                 print(run.report())
@@ -228,6 +228,8 @@ def run_transfer(args: argparse.Namespace) -> int:
     if sweep:
         print()
         print(_table(results, sweep))
+        print(f"(columns: target epsilon, each calibrated with the {args.accountant.upper()} accountant at delta = "
+              f"{args.delta:g}, {args.unit}-level, add/remove-one-{args.unit}; every run's own statement is above)")
         if len(sweep) > 1:
             print(f"note: each epsilon is a separate run, accounted on its own; publishing all {len(sweep)} "
                   "models of one method costs the sum of their epsilons")
@@ -238,7 +240,9 @@ def run_transfer(args: argparse.Namespace) -> int:
                                                 indent=2, default=str))
         print(f"wrote {args.json}")
     if args.plot:
-        plot_sweep(results, args.plot, baseline=baseline)
+        plot_sweep(results, args.plot, baseline=baseline,
+                   title=f"DP classification from features ({args.accountant.upper()}, delta = {args.delta:g}, "
+                         f"{args.unit}-level, add/remove)")
         print(f"wrote {args.plot}")
     return 0
 

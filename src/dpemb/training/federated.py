@@ -18,6 +18,7 @@ ledger for the rounds actually run.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import replace
 from typing import Any
@@ -71,6 +72,16 @@ def epsilons(ledger: PrivacyLedger, spec: PrivacySpec, *, with_pld: bool = True)
     if "pld" in ok and with_pld and (out["epsilon_rdp"] or 0.0) <= PLD_MAX_RDP_EPSILON:
         out["epsilon_pld"] = ledger.epsilon("pld")
     return out
+
+
+def zero_delta_warning(cfg: FederatedConfig, rnd: int) -> str:
+    """What to say when every client of a round sent an all-zero backbone delta."""
+    msg = f"warning: round {rnd}: every client's backbone delta was exactly zero, so the model does not move."
+    if cfg.algorithm != "dp-fedavg" and cfg.head_init == "zeros":
+        msg += (" A zero-initialised fresh head passes no gradient to the backbone on the first local"
+                " step, so a client needs at least 2 local steps: lower --local-batch-size, raise"
+                " --local-epochs, or use --head-init glorot.")
+    return msg
 
 
 def train_federated(
@@ -192,7 +203,7 @@ def train_federated(
         metrics, last_ver = evaluate()  # round 0: the initialisation's score (pretrained-only, or random)
         run.append_metrics({"round": 0, **epsilons(ledger, spec), **metrics})
     stopped_by_budget = False
-    t0, seen = time.perf_counter(), 0
+    t0, seen, warned_zero_delta = time.perf_counter(), 0, False
     bar = tqdm(total=spec.rounds, initial=rnd, desc=fed_cfg.algorithm, unit="round", disable=not run_cfg.progress)
     while rnd < spec.rounds:
         if epsilon_budget is not None and not spec.nonprivate and \
@@ -217,6 +228,9 @@ def train_federated(
         # 6. account
         ledger.step()
         rnd += 1
+        if stats.clients and stats.preclip_norm_mean == 0.0 and not warned_zero_delta:
+            warned_zero_delta = True
+            tqdm.write(zero_delta_warning(fed_cfg, rnd), file=sys.stderr)
         seen += stats.examples  # local training examples processed (epochs included)
         is_eval = rnd % run_cfg.eval_every == 0 or rnd == spec.rounds
         rec: dict[str, Any] = {

@@ -8,12 +8,13 @@ The run is then exactly the R-fold composition of the Gaussian mechanism with
 multiplier z (full batch, no sampling), and its epsilon comes from
 ``dpemb.privacy.accounting`` (dp_accounting) like every other epsilon in dpemb.
 
-Every release goes through ``ReleaseMechanism.release``: the statistic and the
-sensitivity derived from the clipping are wrapped in a ``ClippedSum`` and noised by
-``dpemb.privacy.noise.GaussianNoise`` (fresh, independent draws for every entry of
-every tensor and every call, hence for every class). The mechanism refuses more
-releases than were accounted for and records each one (name, sensitivity, noise
-std) so the split can be printed and stored.
+Every release goes through ``ReleaseMechanism.release``: it takes the ``ClippedSum``
+built by ``dpemb.transfer.statistics`` (the statistic with the sensitivity derived
+next to it from the clipping) and noises it with ``dpemb.privacy.noise.GaussianNoise``
+(fresh, independent draws for every entry of every tensor and every call, hence for
+every class). The mechanism refuses more releases than were accounted for and
+records each one (name, sensitivity, noise std) so the split can be printed and
+stored.
 
 Unit of privacy: one example (default) or one user (see ``dpemb.transfer.prepare``);
 neighbouring relation: add/remove one unit.
@@ -104,12 +105,22 @@ class NoisePlan:
     non_private: bool
     relation: str = RELATION.value
 
+    def __post_init__(self) -> None:
+        if self.non_private:
+            if self.noise_multiplier != 0.0 or not math.isinf(self.epsilon):
+                raise PrivacyConfigError("a non-private plan has noise multiplier 0 and epsilon inf")
+        elif not (0 < self.noise_multiplier < math.inf and 0 < self.epsilon < math.inf):
+            raise PrivacyConfigError(
+                f"a private plan needs a positive finite noise multiplier and epsilon, got "
+                f"{self.noise_multiplier} and {self.epsilon}"
+            )
+
     def sentence(self) -> str:
         """The epsilon statement (accountant, delta, unit, relation), via the privacy layer."""
         if self.non_private:
             return (
-                f"NON-PRIVATE run (explicitly requested): no noise, no privacy guarantee "
-                f"(epsilon = inf; unit {self.unit})"
+                "NON-PRIVATE run (explicitly requested): not private, no noise, no privacy "
+                "guarantee (epsilon = inf)"
             )
         return describe_epsilon(
             self.epsilon, accountant=self.accountant, delta=self.delta, unit=self.unit, relation=RELATION
@@ -174,11 +185,14 @@ class ReleaseRecord:
 class ReleaseMechanism:
     """The only path by which a transfer method sees privatised statistics.
 
-    ``release(name, value, sensitivity)`` returns ``value`` plus independent Gaussian
-    noise of std ``z * sensitivity`` on every entry (through the privacy layer), and
-    records the release. More releases than planned raise an error (the epsilon
-    would no longer hold). ``keep_raw`` keeps the noisy statistics as released (for
-    audits and tests; costs memory).
+    ``release(name, stat)`` takes a ``ClippedSum`` from ``dpemb.transfer.statistics``
+    (the exact sum and its L2 sensitivity under add/remove of one unit) and returns
+    its value plus independent Gaussian noise of std ``z * stat.sensitivity`` on every
+    entry, drawn by the privacy layer's ``GaussianNoise`` (seeded from the OS's secure
+    source unless ``seed`` is given). Each release is one Gaussian mechanism with
+    multiplier z, which is what ``plan`` accounted for; more releases than planned
+    raise an error, and ``check_complete`` refuses fewer. ``keep_raw`` keeps the
+    noisy statistics as released (for audits and tests; costs memory).
     """
 
     plan: NoisePlan
@@ -200,39 +214,30 @@ class ReleaseMechanism:
     def remaining(self) -> int:
         return self.plan.num_releases - len(self.records)
 
-    def release(
-        self,
-        name: str,
-        value: Tensor | list[Tensor],
-        sensitivity: float,
-        *,
-        kind: str | None = None,
-        count: int = 0,
-        num_clipped: int = 0,
-    ) -> Tensor | list[Tensor]:
-        """Noise a statistic whose L2 (Frobenius, over all tensors) sensitivity is ``sensitivity``."""
+    def release(self, name: str, stat: ClippedSum, *, kind: str | None = None) -> Tensor:
+        """``stat``'s (single) tensor plus N(0, (z * stat.sensitivity)^2) on every entry."""
+        if not isinstance(stat, ClippedSum):
+            raise TypeError(f"release {name!r}: expected a ClippedSum (value + sensitivity), got {type(stat).__name__}")
+        if stat.relation != RELATION:
+            raise PrivacyConfigError(
+                f"release {name!r}: sensitivity stated under {stat.relation.value}, the budget under {RELATION.value}"
+            )
+        if len(stat.value) != 1:
+            raise ValueError(f"release {name!r}: expected one tensor, got {len(stat.value)}")
         if self.remaining <= 0:
             raise PrivacyConfigError(
                 f"release {name!r} exceeds the {self.plan.num_releases} releases the budget was "
                 "calibrated for"
             )
-        if not (0 < sensitivity < math.inf):
-            raise PrivacyConfigError(f"release {name!r}: sensitivity must be positive and finite, got {sensitivity}")
-        single = isinstance(value, Tensor)
-        values = [value] if single else list(value)
-        clipped = ClippedSum(
-            value=values, sensitivity=float(sensitivity), relation=RELATION, count=int(count),
-            num_clipped=int(num_clipped),
-        )
-        noisy = [t.to(v.dtype) for t, v in zip(self._noise.add(clipped), values)]
+        (noisy,) = self._noise.add(stat)
         z = self.plan.noise_multiplier
         self.records.append(ReleaseRecord(
-            name=name, kind=kind or name, sensitivity=float(sensitivity), noise_multiplier=z,
-            noise_std=z * float(sensitivity), entries=int(sum(v.numel() for v in values)),
+            name=name, kind=kind or name, sensitivity=stat.sensitivity, noise_multiplier=z,
+            noise_std=self._noise.std(stat.sensitivity), entries=int(noisy.numel()),
         ))
         if self.keep_raw:
-            self.raw[name] = [t.clone() for t in noisy]
-        return noisy[0] if single else noisy
+            self.raw[name] = [noisy.clone()]
+        return noisy
 
     def check_complete(self) -> None:
         """The method made exactly the planned releases (fewer would overstate epsilon)."""

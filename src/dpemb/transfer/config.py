@@ -52,17 +52,17 @@ class TransferConfig:
             raise ValueError(f"grad_clip_norm must be positive and finite, got {self.grad_clip_norm}")
         if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
-        if self.method == "non-private":
-            if self.epsilon is not None or self.noise_multiplier is not None:
-                raise ValueError("method non-private adds no noise: do not give epsilon or noise_multiplier")
-        else:
-            self.privacy_spec()  # validates the privacy settings
+        if self.method == "non-private" and (self.epsilon is not None or self.noise_multiplier is not None):
+            raise ValueError("method non-private adds no noise: do not give epsilon or noise_multiplier")
+        self.privacy_spec()  # validates the privacy settings (unit, accountant, noise, delta)
 
     @property
     def is_private(self) -> bool:
+        """False for the baseline and for a DP method run with ``non_private=True``."""
         return self.method != "non-private" and not self.non_private
 
     def privacy_spec(self) -> PrivacyRequest:
+        """The privacy request: explicitly non-private for the baseline method."""
         nonpriv = self.non_private or self.method == "non-private"
         return PrivacyRequest(
             epsilon=self.epsilon, delta=self.delta, noise_multiplier=self.noise_multiplier,
@@ -70,4 +70,5 @@ class TransferConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
         return asdict(self)

@@ -23,10 +23,10 @@ import torch
 from tqdm.auto import tqdm
 
 from .budget import ReleaseMechanism
-from .objectives import clipped_gradient_sum
 from .prepare import PreparedFeatures
 from .psd import Preconditioner, project_psd
 from .result import LinearModel
+from .statistics import clipped_gradient_sum, gramian
 
 
 @dataclass(frozen=True)
@@ -48,21 +48,20 @@ class DpFcParams:
             raise ValueError(f"dp-fc: grad_clip must be positive and finite, got {self.grad_clip}")
 
 
-def num_releases(params: DpFcParams) -> int:
-    return 1 + params.steps
+def num_releases(steps: int) -> int:
+    """The feature covariance once, then one clipped gradient sum per step."""
+    return 1 + steps
 
 
 def fit_dp_fc(prep: PreparedFeatures, params: DpFcParams, mech: ReleaseMechanism,
               progress: bool = False) -> LinearModel:
     """Fit DP-FC (module docstring)."""
     k, d = prep.num_classes, prep.dim
-    cov = prep.class_gramians().sum(0)
-    cov_noisy = mech.release("covariance", cov, prep.clip_norm**2, count=prep.num_units)
+    cov_noisy = mech.release("covariance", gramian(prep))
     precond = Preconditioner(project_psd(cov_noisy), params.reg)
     w = torch.zeros(k, d, dtype=prep.x.dtype, device=prep.x.device)
     for t in tqdm(range(params.steps), desc="dp-fc", disable=not progress, leave=False):
-        s, sens, nclip = clipped_gradient_sum(prep, w, params.bias, params.grad_clip)
-        noisy = mech.release(f"gradient[{t}]", s, sens, kind="gradient", count=prep.num_units,
-                             num_clipped=nclip)
+        noisy = mech.release(f"gradient[{t}]", clipped_gradient_sum(prep, w, params.bias, params.grad_clip),
+                             kind="gradient")
         w = w - params.lr * precond.apply(noisy)
-    return LinearModel(weights=w, bias=torch.full((k,), params.bias, dtype=w.dtype))
+    return LinearModel(weights=w, bias=torch.full((k,), params.bias, dtype=w.dtype, device=w.device))

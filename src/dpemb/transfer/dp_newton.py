@@ -7,7 +7,7 @@ Per step, two Gaussian releases (equal budget with every other release):
 2. the K per-class gradients ``g_l = sum_i w_i c_il (p_il - y_il) x_i`` (K, d);
 
 with ``c_il`` = 1 for the own class and ``neg_weight`` otherwise. Sensitivities from
-``objectives.newton_sensitivities``: at the public starting point ``W = 0`` the
+``statistics.newton_sensitivities``: at the public starting point ``W = 0`` the
 probabilities are the constant ``sigmoid(bias)``, giving tight bounds; later steps
 use ``p (1 - p) <= 1/4`` and ``|p - y| <= 1``. Noise is independent on every entry
 of every class. Post-processing: each noisy Hessian is symmetrised and projected
@@ -28,10 +28,10 @@ import torch
 from tqdm.auto import tqdm
 
 from .budget import ReleaseMechanism
-from .objectives import newton_sensitivities, newton_statistics
 from .prepare import PreparedFeatures
 from .psd import project_psd, solve_regularized
 from .result import LinearModel
+from .statistics import newton_statistics
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,9 @@ class DpNewtonParams:
             raise ValueError(f"dp-newton: bias must be finite, got {self.bias}")
 
 
-def num_releases(params: DpNewtonParams) -> int:
-    return 2 * params.steps
+def num_releases(steps: int) -> int:
+    """Per step, the stack of Hessians and the stack of gradients."""
+    return 2 * steps
 
 
 def fit_dp_newton(prep: PreparedFeatures, params: DpNewtonParams, mech: ReleaseMechanism,
@@ -65,12 +66,10 @@ def fit_dp_newton(prep: PreparedFeatures, params: DpNewtonParams, mech: ReleaseM
     k, d = prep.num_classes, prep.dim
     w = torch.zeros(k, d, dtype=prep.x.dtype, device=prep.x.device)
     for t in tqdm(range(params.steps), desc="dp-newton", disable=not progress, leave=False):
-        s_h, s_g = newton_sensitivities(prep.clip_norm, k, params.neg_weight, params.bias, at_zero=(t == 0))
         hess, grad = newton_statistics(prep, w, params.bias, params.neg_weight)
-        h_noisy = mech.release(f"hessians[{t}]", hess, s_h, kind="hessians", count=prep.num_units)
-        g_noisy = mech.release(f"gradients[{t}]", grad, s_g, kind="gradients", count=prep.num_units)
-        del hess
+        h_noisy = mech.release(f"hessians[{t}]", hess, kind="hessians")
+        g_noisy = mech.release(f"gradients[{t}]", grad, kind="gradients")
         h_psd = project_psd(h_noisy)
         step = solve_regularized(h_psd, g_noisy + params.reg * w, params.reg)
         w = w - params.lr * step
-    return LinearModel(weights=w, bias=torch.full((k,), params.bias, dtype=w.dtype))
+    return LinearModel(weights=w, bias=torch.full((k,), params.bias, dtype=w.dtype, device=w.device))

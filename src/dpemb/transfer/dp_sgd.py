@@ -4,7 +4,7 @@ Start at ``W = 0`` with a FIXED logit bias (default -10: every class starts near
 probability 0, matching the one-vs-all label prior). Each of the T steps:
 
 1. every example's gradient ``g_i = r_i x_i^T`` (exact, rank one; see
-   ``dpemb.transfer.objectives``) is clipped to Frobenius norm ``grad_clip``;
+   ``dpemb.transfer.statistics``) is clipped to Frobenius norm ``grad_clip``;
 2. ``S = sum_i w_i clip(g_i)`` (K, d) is released with Gaussian noise of std
    ``z * grad_clip`` on every entry (sensitivity ``grad_clip`` per unit);
 3. the noisy sum is divided by ``public_size`` (a public constant: by default the
@@ -24,9 +24,9 @@ import torch
 from tqdm.auto import tqdm
 
 from .budget import ReleaseMechanism
-from .objectives import clipped_gradient_sum
 from .prepare import PreparedFeatures
 from .result import LinearModel
+from .statistics import clipped_gradient_sum
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
 
@@ -61,17 +61,18 @@ class DpSgdParams:
             raise ValueError(f"dp-sgd: momentum must lie in [0, 1), got {self.momentum}")
 
 
-def num_releases(params: DpSgdParams) -> int:
-    return params.steps
+def num_releases(steps: int) -> int:
+    """One clipped gradient sum per step."""
+    return steps
 
 
 class _Optimizer:
     """SGD (with optional heavy-ball momentum) or Adam on one tensor; no autograd."""
 
-    def __init__(self, params: DpSgdParams, shape: torch.Size, dtype: torch.dtype) -> None:
+    def __init__(self, params: DpSgdParams, like: torch.Tensor) -> None:
         self.p = params
-        self.m = torch.zeros(shape, dtype=dtype)
-        self.v = torch.zeros(shape, dtype=dtype)
+        self.m = torch.zeros_like(like)
+        self.v = torch.zeros_like(like)
         self.t = 0
 
     def step(self, w: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
@@ -93,12 +94,11 @@ def fit_dp_sgd(prep: PreparedFeatures, params: DpSgdParams, mech: ReleaseMechani
     """Fit full-batch DP-SGD / DP-Adam (module docstring)."""
     k, d = prep.num_classes, prep.dim
     w = torch.zeros(k, d, dtype=prep.x.dtype, device=prep.x.device)
-    opt = _Optimizer(params, w.shape, w.dtype)
+    opt = _Optimizer(params, w)
     scale = 1.0 / float(params.public_size or prep.num_units)
     for t in tqdm(range(params.steps), desc="dp-sgd", disable=not progress, leave=False):
-        s, sens, nclip = clipped_gradient_sum(prep, w, params.bias, params.grad_clip)
-        noisy = mech.release(f"gradient[{t}]", s, sens, kind="gradient", count=prep.num_units,
-                             num_clipped=nclip)
-        grad = noisy * scale + params.reg * w
+        noisy = mech.release(f"gradient[{t}]", clipped_gradient_sum(prep, w, params.bias, params.grad_clip),
+                             kind="gradient")
+        grad = noisy * scale + params.reg * w  # division by a public constant, after the noise
         w = opt.step(w, grad)
-    return LinearModel(weights=w, bias=torch.full((k,), params.bias, dtype=w.dtype))
+    return LinearModel(weights=w, bias=torch.full((k,), params.bias, dtype=w.dtype, device=w.device))

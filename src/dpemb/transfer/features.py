@@ -10,7 +10,7 @@ A feature file (``.npz``, written atomically) holds::
 
 Feature extraction uses only the frozen (public or previously privatised) backbone;
 it costs no privacy budget by itself. The privacy guarantee is made by the DP
-training methods that consume the features (``dpemb.transfer.methods``).
+training methods that consume the features (``dpemb transfer``, ``dpemb.transfer.runner``).
 """
 
 from __future__ import annotations
@@ -39,13 +39,18 @@ FEATURE_FORMAT = 1
 
 @dataclass(frozen=True, eq=False)
 class FeatureSet:
-    """Per-example features with labels and (when known) user ids."""
+    """Per-example features with labels and (when known) user ids.
+
+    ``source`` (the file it was read from, set by ``load_features``; not stored in the
+    file) is named in every error about these features.
+    """
 
     features: np.ndarray
     labels: np.ndarray
     label_names: tuple[str, ...]
     users: np.ndarray | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    source: str | None = None
 
     def __post_init__(self) -> None:
         f = self.features
@@ -55,15 +60,18 @@ class FeatureSet:
                 f"{getattr(f, 'shape', '')}"
             )
         n = f.shape[0]
+        fix = "; re-create the feature file with `dpemb features`"
         if self.labels.shape != (n,) or self.labels.dtype.kind not in "iu":
-            raise DataError(f"labels must be integers of shape ({n},); got {self.labels.dtype} {self.labels.shape}")
+            raise DataError(
+                f"{n} feature rows need {n} integer labels; got {self.labels.dtype} of shape {self.labels.shape}{fix}"
+            )
         k = len(self.label_names)
         if n and (self.labels.min() < 0 or self.labels.max() >= k):
             bad = int(np.flatnonzero((self.labels < 0) | (self.labels >= k))[0])
-            raise DataError(f"row {bad}: label {int(self.labels[bad])} lies outside the {k} label names")
+            raise DataError(f"row {bad}: label {int(self.labels[bad])} lies outside the {k} label names{fix}")
         if self.users is not None:
             if self.users.shape != (n,) or self.users.dtype.kind not in "iu":
-                raise DataError(f"users must be integers of shape ({n},); got {self.users.shape}")
+                raise DataError(f"{n} feature rows need {n} integer user ids; got shape {self.users.shape}{fix}")
         finite = np.isfinite(f).all(axis=1)
         if not finite.all():
             bad = int(np.flatnonzero(~finite)[0])
@@ -92,6 +100,7 @@ class FeatureSet:
             label_names=self.label_names,
             users=None if self.users is None else self.users[rows],
             meta=dict(self.meta),
+            source=self.source,
         )
 
 
@@ -144,6 +153,7 @@ def load_features(path: str | os.PathLike) -> FeatureSet:
                 label_names=tuple(str(s) for s in z["label_names"]),
                 users=z["users"].astype(np.int64) if "users" in z.files else None,
                 meta={k: v for k, v in meta.items() if k != "format"},
+                source=str(path),
             )
     except DataError as e:
         if str(path) in str(e):

@@ -29,29 +29,31 @@ UNITS: tuple[str, ...] = ("example", "user")
 DTYPE = torch.float64
 
 
-def transform_features(x: np.ndarray | Tensor, clip_norm: float, normalize: bool) -> tuple[Tensor, int]:
+def transform_features(
+    x: np.ndarray | Tensor, clip_norm: float, normalize: bool, *, source: str | None = None
+) -> tuple[Tensor, int]:
     """Rows -> float64 rows of norm <= ``clip_norm``; also the number of rows clipped.
 
     ``normalize``: every non-zero row is scaled to norm exactly ``clip_norm`` (the
     papers' "normalise then scale"); otherwise rows longer than ``clip_norm`` are
     scaled down to it. All-zero rows stay zero. Applied identically to test features
-    (that is not a privacy matter, only consistency).
+    (that is not a privacy matter, only consistency). Errors name ``source``.
     """
+    where = f"{source}: " if source else ""
     if not (clip_norm > 0 and np.isfinite(clip_norm)):
         raise ValueError(f"clip_norm must be a positive finite number, got {clip_norm}")
     t = torch.as_tensor(np.asarray(x) if not isinstance(x, Tensor) else x).to(DTYPE)
     if t.ndim != 2:
-        raise DataError(f"features must be (N, d), got shape {tuple(t.shape)}")
+        raise DataError(f"{where}features must be (N, d), got shape {tuple(t.shape)}")
     if not bool(torch.isfinite(t).all()):
         bad = int(torch.nonzero(~torch.isfinite(t).all(dim=1))[0, 0])
-        raise DataError(f"feature row {bad} is not finite; re-extract the features or drop it")
+        raise DataError(f"{where}feature row {bad} is not finite; re-extract the features or drop that row")
     norms = torch.linalg.vector_norm(t, dim=1)
+    clipped = int((norms > clip_norm).sum())
     if normalize:
         scale = torch.where(norms > 0, clip_norm / norms.clamp_min(1e-300), torch.zeros_like(norms))
-        clipped = int((norms > clip_norm).sum())
     else:
         scale = torch.clamp(clip_norm / norms.clamp_min(1e-300), max=1.0)
-        clipped = int((norms > clip_norm).sum())
     out = t * scale.unsqueeze(1)
     # guard against rounding: never exceed the bound the sensitivity rests on
     over = torch.linalg.vector_norm(out, dim=1) > clip_norm
@@ -137,23 +139,44 @@ def prepare_features(
     unit: str = "example",
     users: np.ndarray | None = None,
     device: torch.device | str | None = None,
+    source: str | None = None,
 ) -> PreparedFeatures:
-    """Clip rows to ``clip_norm`` and attach per-unit weights (module docstring)."""
-    x, clipped = transform_features(features, clip_norm, normalize)
+    """Clip rows to ``clip_norm`` and attach per-unit weights (module docstring).
+
+    Refuses (``DataError`` naming ``source``, e.g. the feature file) a label count that
+    differs from the row count, non-finite features, labels outside ``0..K-1``, fewer
+    than two classes, and a class without any training row. The last check reveals
+    only that every class occurs in the training set, which the public label set is
+    taken to state.
+    """
+    where = f"{source}: " if source else ""
+    x, clipped = transform_features(features, clip_norm, normalize, source=source)
     lab = torch.as_tensor(np.asarray(labels)).to(torch.int64)
     n = x.shape[0]
     if lab.shape != (n,):
-        raise DataError(f"labels must have one entry per feature row ({n}), got shape {tuple(lab.shape)}")
+        raise DataError(f"{where}{n} feature rows but labels of shape {tuple(lab.shape)}; "
+                        "re-create the feature file with `dpemb features`")
     if n == 0:
-        raise DataError("no training examples")
+        raise DataError(f"{where}no training examples")
+    if num_classes < 2:
+        raise DataError(f"{where}only {num_classes} class; a classifier needs at least two "
+                        "(extract features from a dataset with several labels)")
     if int(lab.min()) < 0 or int(lab.max()) >= num_classes:
         bad = int(torch.nonzero((lab < 0) | (lab >= num_classes))[0, 0])
-        raise DataError(f"row {bad}: label {int(lab[bad])} is outside 0..{num_classes - 1}")
+        raise DataError(f"{where}row {bad}: label {int(lab[bad])} is outside 0..{num_classes - 1}")
+    counts = torch.bincount(lab, minlength=num_classes)
+    if bool((counts == 0).any()):
+        empty = torch.nonzero(counts == 0).squeeze(1).tolist()
+        raise DataError(
+            f"{where}class(es) {', '.join(map(str, empty))} have no training example; train on a "
+            "split that holds every class (e.g. a smaller --holdout) or drop those label names"
+        )
     w, units = unit_weights(users, n, unit)
+    dev = torch.device(device) if device is not None else x.device
     return PreparedFeatures(
-        x=x.to(device) if device is not None else x,
-        labels=lab.to(x.device if device is None else device),
-        weights=torch.as_tensor(w, dtype=DTYPE, device=device if device is not None else x.device),
+        x=x.to(dev),
+        labels=lab.to(dev),
+        weights=torch.as_tensor(w, dtype=DTYPE, device=dev),
         num_classes=int(num_classes),
         clip_norm=float(clip_norm),
         normalize=bool(normalize),

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 
 from . import dp_fc, dp_ls, dp_newton, dp_sgd, nonprivate
+from dpemb.data.dataset import DataError
+
 from .budget import NoisePlan, ReleaseMechanism, ReleaseRecord, plan_noise
 from .config import TransferConfig
 from .features import FeatureSet
@@ -47,6 +49,7 @@ def auto_reg(plan: NoisePlan, clip_norm: float, dim: int, reg_noise: float, reg_
 
 
 def default_reg(method: str, plan: NoisePlan, clip_norm: float, dim: int) -> float:
+    """``auto_reg`` with the method's default ``reg_noise`` and ``reg_floor``."""
     d = DEFAULTS[method]
     return auto_reg(plan, clip_norm, dim, d["reg_noise"], d["reg_floor"])
 
@@ -55,18 +58,23 @@ def _pick(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 
+#: each DP method's module: ``num_releases(steps)`` and its fit function
+METHOD_MODULES: dict[str, Any] = {"dp-ls": dp_ls, "dp-sgd": dp_sgd, "dp-newton": dp_newton, "dp-fc": dp_fc}
+FITTERS: dict[str, Callable[..., LinearModel]] = {
+    "dp-ls": dp_ls.fit_dp_ls,
+    "dp-sgd": dp_sgd.fit_dp_sgd,
+    "dp-newton": dp_newton.fit_dp_newton,
+    "dp-fc": dp_fc.fit_dp_fc,
+}
+
+
 def num_releases(config: TransferConfig) -> int:
-    """The number of Gaussian releases the method will make (public, data-independent)."""
-    d = DEFAULTS[config.method]
-    if config.method == "dp-ls":
-        return dp_ls.NUM_RELEASES
-    if config.method == "dp-sgd":
-        return int(_pick(config.steps, d["steps"]))
-    if config.method == "dp-newton":
-        return 2 * int(_pick(config.steps, d["steps"]))
-    if config.method == "dp-fc":
-        return 1 + int(_pick(config.steps, d["steps"]))
-    return 0
+    """The number of Gaussian releases the method will make (public, data-independent);
+    0 for the non-private baseline."""
+    if config.method not in METHOD_MODULES:
+        return 0
+    steps = int(_pick(config.steps, DEFAULTS[config.method].get("steps", 1)))
+    return int(METHOD_MODULES[config.method].num_releases(steps))
 
 
 def resolve_params(config: TransferConfig, plan: NoisePlan, dim: int) -> Any:
@@ -92,14 +100,6 @@ def resolve_params(config: TransferConfig, plan: NoisePlan, dim: int) -> Any:
             reg=_pick(config.reg, default_reg(m, plan, c, dim)), grad_clip=gclip, bias=_pick(config.bias, d["bias"]),
         )
     return nonprivate.NonPrivateParams(reg=_pick(config.reg, d["reg"]))
-
-
-FITTERS: dict[str, Callable[..., LinearModel]] = {
-    "dp-ls": dp_ls.fit_dp_ls,
-    "dp-sgd": dp_sgd.fit_dp_sgd,
-    "dp-newton": dp_newton.fit_dp_newton,
-    "dp-fc": dp_fc.fit_dp_fc,
-}
 
 
 @dataclass
@@ -179,10 +179,12 @@ def _summarise_releases(records: Sequence[ReleaseRecord]) -> list[dict[str, Any]
 
 
 def prepare_train(train: FeatureSet, config: TransferConfig, device: torch.device | str | None = None) -> PreparedFeatures:
-    """Clip the training features and attach unit weights as ``config`` says."""
+    """Clip the training features and attach unit weights as ``config`` says (errors name
+    the feature file)."""
     return prepare_features(
         train.features, train.labels, num_classes=train.num_classes, clip_norm=config.clip_norm,
         normalize=config.normalize_features, unit=config.unit, users=train.users, device=device,
+        source=train.source or "training features",
     )
 
 
@@ -214,8 +216,9 @@ def train_prepared(prep: PreparedFeatures, config: TransferConfig, *, progress: 
 
 def evaluate(run: TransferRun, test: FeatureSet) -> float:
     """Top-1 of the run's model on ``test`` (features transformed exactly like training)."""
-    x, _ = transform_features(test.features, run.config.clip_norm, run.config.normalize_features)
-    run.top1 = run.model.top1(x, test.labels)
+    x, _ = transform_features(test.features, run.config.clip_norm, run.config.normalize_features,
+                              source=test.source)
+    run.top1 = run.model.top1(x.to(run.model.weights.device), test.labels)
     return run.top1
 
 
@@ -250,12 +253,15 @@ def sweep_epsilon(train: FeatureSet, test: FeatureSet, config: TransferConfig, e
 
 
 def check_compatible(train: FeatureSet, test: FeatureSet | None) -> None:
+    """Test features must come from the same backbone and label set as the training ones."""
     if test is None:
         return
+    tr, te = train.source or "the training features", test.source or "the test features"
     if test.dim != train.dim:
-        raise ValueError(f"train features have {train.dim} dimensions, test features {test.dim}")
+        raise DataError(f"{tr} has {train.dim}-dimensional features but {te} {test.dim}; extract both "
+                        "with the same backbone and image size")
     if tuple(test.label_names) != tuple(train.label_names):
-        raise ValueError("train and test feature files have different label names; extract both from one dataset")
+        raise DataError(f"{tr} and {te} have different label names; extract both from one dataset")
 
 
 def holdout_split(fs: FeatureSet, fraction: float, seed: int = 0) -> tuple[FeatureSet, FeatureSet]:

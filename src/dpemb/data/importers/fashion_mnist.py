@@ -1,5 +1,12 @@
 """Importer for Fashion-MNIST IDX files (as shipped by Debian's ``dataset-fashion-mnist``).
 
+Where the files are looked for, in order, when no folder is given: every folder in
+the environment variable ``DPEMB_FASHION_MNIST_DIR`` (``os.pathsep``-separated), the
+folders ``dpkg -L dataset-fashion-mnist`` lists, ``/usr/share/datasets/fashion-mnist``,
+``~/.cache/dpemb/fashion-mnist`` and the package extracted without root rights by
+``make fashion-mnist`` under ``~/.cache/dpemb/debroot`` (``$DPEMB_CACHE`` replaces
+``~/.cache/dpemb``).
+
 IDX: a big-endian header ``0x00 0x00 <type> <ndim>`` (type 0x08 = unsigned byte),
 then ``ndim`` big-endian uint32 sizes, then the data. Image files have magic
 0x00000803 (3 dims), label files 0x00000801 (1 dim). Files may be gzipped.
@@ -20,7 +27,10 @@ from dpemb.data.dataset import DataError, UserDataset
 
 DEBIAN_PACKAGE = "dataset-fashion-mnist"
 #: Where the Debian package installs its files.
-KNOWN_DIRS = [Path("/usr/share/datasets/fashion-mnist")]
+DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
+KNOWN_DIRS = [DEBIAN_DIR]
+#: environment variable naming extra folders to search (os.pathsep-separated)
+ENV_DIR = "DPEMB_FASHION_MNIST_DIR"
 
 LABEL_NAMES = [
     "T-shirt/top",
@@ -91,7 +101,10 @@ def _find_file(directory: Path, stem: str) -> Path:
     for name in (stem + ".gz", stem):
         if (directory / name).is_file():
             return directory / name
-    raise DataError(f"{directory}: no {stem}.gz or {stem} file (Fashion-MNIST IDX)")
+    raise DataError(
+        f"{directory}: no {stem}.gz or {stem} file (Fashion-MNIST IDX); give the folder that holds "
+        "the four IDX files, or run `make fashion-mnist`"
+    )
 
 
 def _dpkg_listed_dirs() -> list[Path]:
@@ -115,15 +128,36 @@ def _dpkg_listed_dirs() -> list[Path]:
     return dirs
 
 
+def _cache_dirs() -> list[Path]:
+    """``~/.cache/dpemb/fashion-mnist`` and the Debian package extracted without root rights
+    (``dpkg-deb -x`` into ``~/.cache/dpemb/debroot``); ``$DPEMB_CACHE`` replaces ``~/.cache/dpemb``."""
+    cache = Path(os.environ.get("DPEMB_CACHE") or Path.home() / ".cache" / "dpemb").expanduser()
+    return [cache / "fashion-mnist", cache / "debroot" / DEBIAN_DIR.relative_to("/")]
+
+
+def candidate_dirs() -> list[Path]:
+    """Every folder searched for the IDX files, in order (see the module docstring)."""
+    env = [Path(p).expanduser() for p in os.environ.get(ENV_DIR, "").split(os.pathsep) if p.strip()]
+    out: list[Path] = []
+    for d in env + _dpkg_listed_dirs() + KNOWN_DIRS + _cache_dirs():
+        if d not in out:
+            out.append(d)
+    return out
+
+
 def find_fashion_mnist_dir() -> Path:
-    """The folder of the Debian package's IDX files; :class:`DataError` when absent."""
-    for d in _dpkg_listed_dirs() + KNOWN_DIRS:
+    """The first searched folder holding the training IDX files; :class:`DataError` naming
+    every searched folder and how to get the files when none does."""
+    searched = candidate_dirs()
+    for d in searched:
         if any((d / (stem + ext)).is_file() for stem in FILE_STEMS["train"] for ext in (".gz", "")):
             return d
     raise DataError(
-        "Fashion-MNIST not found: install the Debian package with "
-        f"`sudo apt-get install {DEBIAN_PACKAGE}` (files in {KNOWN_DIRS[0]}), "
-        "or pass the folder holding the IDX files"
+        "Fashion-MNIST IDX files not found (searched: " + ", ".join(str(d) for d in searched) + "). "
+        f"Get them with `make fashion-mnist` (runs `apt-get install {DEBIAN_PACKAGE}` as root or "
+        "with sudo, otherwise extracts the .deb into ~/.cache/dpemb without root rights), or point "
+        "dpemb at a folder holding train-images-idx3-ubyte.gz etc.: `dpemb data make fashion-mnist "
+        f"--dir DIR`, `dpemb features --fashion-mnist-dir DIR`, or {ENV_DIR}=DIR"
     )
 
 
@@ -132,8 +166,9 @@ def import_fashion_mnist(
 ) -> UserDataset:
     """Import Fashion-MNIST (``split`` "train": 60,000 images, "test": 10,000).
 
-    ``directory`` holds ``train-images-idx3-ubyte(.gz)`` etc.; by default the files of
-    the Debian package ``dataset-fashion-mnist`` are used. There is no writer or
+    ``directory`` holds ``train-images-idx3-ubyte(.gz)`` etc.; by default the folders of
+    ``candidate_dirs()`` are searched (the Debian package ``dataset-fashion-mnist``,
+    installed or extracted into ``~/.cache/dpemb``, see the module docstring). There is no writer or
     owner information, so each example is its own user (example-level = user-level
     privacy). Labels are the 10 clothing classes.
     """
@@ -141,7 +176,8 @@ def import_fashion_mnist(
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     folder = Path(directory) if directory is not None else find_fashion_mnist_dir()
     if not folder.is_dir():
-        raise DataError(f"{folder}: Fashion-MNIST folder not found")
+        raise DataError(f"{folder}: Fashion-MNIST folder not found; give the folder holding the IDX files "
+                        "(or omit it to search the usual places, see `make fashion-mnist`)")
     img_path = _find_file(folder, FILE_STEMS[split][0])
     lab_path = _find_file(folder, FILE_STEMS[split][1])
     images = read_idx(img_path, expect_dims=3)
