@@ -146,3 +146,13 @@ def test_transfer_sweep_table_names_accountant_delta_unit_relation(feature_files
     out = capsys.readouterr().out
     caption = [line for line in out.splitlines() if line.startswith("(columns: target epsilon")]
     assert caption and all(w in caption[0] for w in ("RDP", "delta = 1e-06", "example-level", "add/remove")), out
+
+
+def test_several_dp_runs_state_their_total_cost(feature_files, capsys):
+    train, test = feature_files
+    assert main(["transfer", "--train", train, "--test", test, "--method", "dp-ls,dp-newton",
+                 "--epsilon", "1.5"]) == 0
+    out = capsys.readouterr().out
+    assert "these 2 DP runs" in out and "up to 3 in total" in out
+    assert main(["transfer", "--train", train, "--test", test, "--method", "dp-ls", "--epsilon", "1.5"]) == 0
+    assert "DP runs each spend" not in capsys.readouterr().out
