@@ -278,9 +278,9 @@ LOAD_SAMPLES: list[float] = []  # 1-minute load average after each finished run
 
 
 def save_results(work: Path, results: dict[str, Any]) -> None:
-    tmp = work / "results.json.tmp"
-    tmp.write_text(json.dumps(results, indent=1, default=str))
-    os.replace(tmp, work / "results.json")
+    from dpemb.training.atomic import atomic_write_text
+
+    atomic_write_text(work / "results.json", json.dumps(results, indent=1, default=str))
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -498,9 +498,7 @@ def write_report(results: dict[str, Any], regs: dict[str, Any], work: Path, docs
       "per round (M = 32 vs 8, the same 32 users per round).\n")
     w("## Fixed settings and what was cut to fit 60 minutes\n")
     for name, reg in regs.items():
-        inf = info.get(name) or {}
-        if not inf and (work / "data" / name / "info.json").exists():
-            inf = json.loads((work / "data" / name / "info.json").read_text())
+        inf = info.get(name) or {}  # main() loads info.json of every regime built so far
         g = reg["glyph"]
         w(f"- **{reg['title']}**: glyphs `{json.dumps(g)}`; train split {inf.get('train')}, "
           f"public {inf.get('public')}, eval {inf.get('eval')} (eval capped at {reg['eval_cap']} "
@@ -547,12 +545,12 @@ def write_report(results: dict[str, Any], regs: dict[str, Any], work: Path, docs
         # main equal-epsilon table
         eps_cols: list[float | None] = [None, *EPSILONS]
         rows: dict[str, dict[Any, dict]] = {}
+        tuned = {a: best_knobs(results, name, reg, a) for a in GRID}
         for v in fed.values():
             j = v["job"]
-            if j["regime"] != name or j["key"].endswith("probe"):
+            if j["regime"] != name:
                 continue
-            kn = best_knobs(results, name, reg, "dp-fedemb" if "fedemb" in j["fed"]["algorithm"]
-                            else "dp-fedavg")
+            kn = tuned["dp-fedemb" if "fedemb" in j["fed"]["algorithm"] else "dp-fedavg"]
             cell = rows.setdefault(_label(j), {})
             if j["knobs"] == kn:
                 cell[j["eps"]] = v
@@ -572,8 +570,8 @@ def write_report(results: dict[str, Any], regs: dict[str, Any], work: Path, docs
                              f"{_f(v['final'])}{mark} ({v['noise_on_average']:.1e})"))
             w(f"| {lab} | " + " | ".join(cells) + " |")
         if any(v.get("stale") for c in rows.values() for v in c.values()):
-            w("† run with the knobs that were best before the 4th tuning configuration "
-              "was added (not re-run for lack of time).")
+            w("† run with knobs other than the ones the tuning now selects (an earlier tuning "
+              "result; re-run it by deleting its entry from results.json).")
         w("")
         # details
         w("<details><summary>every run of this regime (noise, epsilons, diagnostics)</summary>\n")
@@ -610,7 +608,7 @@ def write_report(results: dict[str, Any], regs: dict[str, Any], work: Path, docs
               f"and the epsilon that noise gives:\n")
             w("| utility level | algorithm | noise/avg tolerated | z at N | eps at 1M (z x k) | eps at 10M (z x k) |\n"
               "|---|---|---|---|---|---|")
-            n_train = (info.get(name) or json.loads((work / "data" / name / "info.json").read_text()))["train"]["users"]
+            n_train = info[name]["train"]["users"]
             for a, t in [(f"{lv:.3f}|{a}", t) for lv in levels for a, t in tolerated_noise(curves, lv).items()]:
                 lv, a = a.split("|")
                 if t is None:
@@ -630,7 +628,7 @@ def write_report(results: dict[str, Any], regs: dict[str, Any], work: Path, docs
         if name == "face":
             w("**Head / backbone size.** DP-FedAvg clips and noises its global head (identities x "
               f"{EMB}) with the backbone; DP-FedEmb noises only the backbone.\n")
-            n_ids = (info.get(name) or json.loads((work / "data" / name / "info.json").read_text()))["train"]["identities"]
+            n_ids = info[name]["train"]["identities"]
             w("| backbone | backbone params | head params | head/backbone | DP-FedAvg no noise | "
               f"DP-FedEmb no noise | DP-FedAvg eps {TUNE_EPS:g} | DP-FedEmb eps {TUNE_EPS:g} |\n"
               "|---|---|---|---|---|---|---|---|")
@@ -639,11 +637,9 @@ def write_report(results: dict[str, Any], regs: dict[str, Any], work: Path, docs
                 cells = []
                 for e in (None, TUNE_EPS):
                     for a in GRID:
-                        j = fed_job(name, reg, a, 4, e, init=pre_key(name, wd), width=wd,
-                                    **best_knobs(results, name, reg, a))
+                        j = fed_job(name, reg, a, 4, e, init=pre_key(name, wd), width=wd, **tuned[a])
                         r = results.get(j["key"])
                         cells.append(_f(r["final"]) if r else "-")
-                cells = [cells[0], cells[1], cells[2], cells[3]]
                 pw = results.get(pre_key(name, wd))
                 w(f"| LeNet width {wd:g} (pretrained-only {_f(pw['final']) if pw else '-'}) | {bp:,} | "
                   f"{n_ids * EMB:,} | {n_ids * EMB / bp:.1f} | " + " | ".join(cells) + " |")

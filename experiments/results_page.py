@@ -12,9 +12,10 @@ replaced atomically.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
+
+from dpemb.training.atomic import atomic_write_text
 
 HEADER = """# Results
 
@@ -36,7 +37,4 @@ def update_section(docs: Path, name: str, markdown: str) -> Path:
         text = pattern.sub(lambda _: block, text)
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
+    return atomic_write_text(path, text)

@@ -156,3 +156,6 @@ def test_several_dp_runs_state_their_total_cost(feature_files, capsys):
     assert "these 2 DP runs" in out and "up to 3 in total" in out
     assert main(["transfer", "--train", train, "--test", test, "--method", "dp-ls", "--epsilon", "1.5"]) == 0
     assert "DP runs each spend" not in capsys.readouterr().out
+    # a sweep is several runs on the same data too
+    assert main(["transfer", "--train", train, "--test", test, "--method", "dp-ls", "--sweep-epsilon", "1,2"]) == 0
+    assert "these 2 DP runs" in capsys.readouterr().out

@@ -3,9 +3,10 @@
 DP-FedEmb (Xu et al. 2022): starting from the server backbone, build a FRESH head
 (no bias; zero-initialised by default, Glorot-uniform as in the reference on request:
 docs/RESULTS_FEDEMB.md measured the Glorot head collapsing the backbone) over all
-training identities or only those present in the client's data, train backbone and head jointly with two SGD optimizers (head lr =
-client lr x head_lr_scale), optionally head-only for the first R steps and
-backbone-only after; return the BACKBONE delta only. The head is discarded.
+training identities or only those present in the client's data, train backbone and
+head jointly with two SGD optimizers (head lr = client lr x head_lr_scale),
+optionally head-only for the first R steps and backbone-only after; return the
+BACKBONE delta only. The head is discarded.
 
 DP-FedAvg: the model is backbone + global head; both are trained with the client lr
 and the delta covers both.

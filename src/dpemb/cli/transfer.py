@@ -230,15 +230,12 @@ def run_transfer(args: argparse.Namespace) -> int:
         print(_table(results, sweep))
         print(f"(columns: target epsilon, each calibrated with the {args.accountant.upper()} accountant at delta = "
               f"{args.delta:g}, {args.unit}-level, add/remove-one-{args.unit}; every run's own statement is above)")
-        if len(sweep) > 1:
-            print(f"note: each epsilon is a separate run, accounted on its own; publishing all {len(sweep)} "
-                  "models of one method costs the sum of their epsilons")
     private_runs = [r for r in results if r.get("method") != "non-private"]
     if len(private_runs) > 1 and not args.non_private:
         total = sum(float(r["epsilon"]) for r in private_runs)
         print(f"note: these {len(private_runs)} DP runs each spend their own epsilon on the same training data; "
-              f"releasing all of them costs up to {total:.3g} in total (basic composition, delta "
-              f"{len(private_runs)} x {args.delta:g}). Release one, or split one budget.")
+              f"releasing all of them costs up to {total:.3g} in total, the sum of their epsilons (basic "
+              f"composition, delta {len(private_runs)} x {args.delta:g}). Release one, or split one budget.")
     if args.json:
         from dpemb.training.atomic import atomic_write_text
 

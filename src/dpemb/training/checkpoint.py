@@ -34,16 +34,23 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
     return atomic_write(path, lambda p: torch.save(state, p))
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+def read_state(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> tuple[Path, Any]:
+    """The object ``torch.save`` wrote to ``path`` (a run directory means its
+    ``checkpoint.pt``) and the resolved file path; ``CheckpointError`` naming the file
+    when it is missing or unreadable. Checks nothing about the content."""
     path = Path(path)
     if path.is_dir():
         path = path / "checkpoint.pt"
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}: give a run directory or a checkpoint.pt")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=False)
+        return path, torch.load(path, map_location=map_location, weights_only=False)
     except Exception as e:  # torch raises several types for a truncated/corrupt file
         raise CheckpointError(f"{path} is not a readable dpemb checkpoint ({e})") from e
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    path, state = read_state(path, map_location)
     if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
         raise CheckpointError(f"{path} is not a dpemb checkpoint (format {FORMAT_VERSION})")
     return state

@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .budget import ACCOUNTANTS, PrivacyRequest
+from .budget import PrivacyRequest
 
 METHODS: tuple[str, ...] = ("dp-ls", "dp-sgd", "dp-newton", "dp-fc", "non-private")
 DP_METHODS: tuple[str, ...] = METHODS[:-1]
@@ -44,8 +44,6 @@ class TransferConfig:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
-        if self.accountant not in ACCOUNTANTS:
-            raise ValueError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {self.accountant!r}")
         if not (self.clip_norm > 0 and math.isfinite(self.clip_norm)):
             raise ValueError(f"clip_norm must be positive and finite, got {self.clip_norm}")
         if self.grad_clip_norm is not None and not (self.grad_clip_norm > 0 and math.isfinite(self.grad_clip_norm)):

@@ -64,4 +64,4 @@ def fit_dp_fc(prep: PreparedFeatures, params: DpFcParams, mech: ReleaseMechanism
         noisy = mech.release(f"gradient[{t}]", clipped_gradient_sum(prep, w, params.bias, params.grad_clip),
                              kind="gradient")
         w = w - params.lr * precond.apply(noisy)
-    return LinearModel(weights=w, bias=torch.full((k,), params.bias, dtype=w.dtype, device=w.device))
+    return LinearModel.with_fixed_bias(w, params.bias)

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from .budget import ReleaseMechanism
 from .prepare import PreparedFeatures
 from .psd import project_psd, solve_regularized
@@ -67,4 +65,4 @@ def fit_dp_ls(prep: PreparedFeatures, params: DpLsParams, mech: ReleaseMechanism
     b_noisy = mech.release("class_sums", class_sums(prep))
     lhs = project_psd(a_noisy) + params.alpha * project_psd(g_noisy).unsqueeze(0)
     theta = solve_regularized(lhs, b_noisy, params.reg)
-    return LinearModel(weights=theta, bias=torch.zeros(prep.num_classes, dtype=theta.dtype, device=theta.device))
+    return LinearModel.with_fixed_bias(theta, 0.0)

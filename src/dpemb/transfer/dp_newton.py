@@ -72,4 +72,4 @@ def fit_dp_newton(prep: PreparedFeatures, params: DpNewtonParams, mech: ReleaseM
         h_psd = project_psd(h_noisy)
         step = solve_regularized(h_psd, g_noisy + params.reg * w, params.reg)
         w = w - params.lr * step
-    return LinearModel(weights=w, bias=torch.full((k,), params.bias, dtype=w.dtype, device=w.device))
+    return LinearModel.with_fixed_bias(w, params.bias)

@@ -101,4 +101,4 @@ def fit_dp_sgd(prep: PreparedFeatures, params: DpSgdParams, mech: ReleaseMechani
                              kind="gradient")
         grad = noisy * scale + params.reg * w  # division by a public constant, after the noise
         w = opt.step(w, grad)
-    return LinearModel(weights=w, bias=torch.full((k,), params.bias, dtype=w.dtype, device=w.device))
+    return LinearModel.with_fixed_bias(w, params.bias)

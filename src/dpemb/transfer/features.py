@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from tqdm.auto import tqdm
 
 from dpemb.data.dataset import DataError, UserDataset
 from dpemb.data.tensors import default_device, to_float_tensor
+from dpemb.training.atomic import atomic_write
 
 #: backbone names ``load_backbone`` accepts (besides a checkpoint)
 BACKBONE_CHOICES: tuple[str, ...] = ("imagenet-mobilenetv2",)
@@ -106,8 +106,6 @@ class FeatureSet:
 
 def save_features(path: str | os.PathLike, fs: FeatureSet) -> Path:
     """Write ``fs`` to ``path`` (.npz) atomically (temporary file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     arrays: dict[str, np.ndarray] = {
         "features": np.ascontiguousarray(fs.features, dtype=np.float32),
         "labels": fs.labels.astype(np.int64),
@@ -116,19 +114,15 @@ def save_features(path: str | os.PathLike, fs: FeatureSet) -> Path:
     }
     if fs.users is not None:
         arrays["users"] = fs.users.astype(np.int64)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
-    os.close(fd)
-    try:
-        with open(tmp, "wb") as fh:
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:  # a file object: np.savez would append ".npz" to a name
             np.savez(fh, **arrays)
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+        tmp.chmod(0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
+
+    return atomic_write(path, write)
 
 
 def load_features(path: str | os.PathLike) -> FeatureSet:
@@ -215,20 +209,13 @@ def load_backbone(
     from dpemb.models.registry import build_backbone
 
     if checkpoint is not None:
-        path = Path(checkpoint)
-        if path.is_dir():
-            path = path / "checkpoint.pt"
-        if not path.is_file():
-            raise ValueError(f"{path}: no backbone checkpoint there")
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as e:  # torch raises several types for an unreadable file
-            raise ValueError(f"{path}: not a readable torch checkpoint ({e})") from e
+        from dpemb.training.checkpoint import backbone_from_checkpoint, read_state
+
+        path, state = read_state(checkpoint)  # a full dpemb checkpoint, or just the three keys
         need = ("backbone_name", "backbone_kwargs", "backbone")
         if not isinstance(state, dict) or any(k not in state for k in need):
             raise ValueError(f"{path}: a backbone checkpoint must be a dict with keys {', '.join(need)}")
-        model = build_backbone(state["backbone_name"], **state["backbone_kwargs"])
-        model.load_state_dict(state["backbone"])
+        model = backbone_from_checkpoint(state)
         desc = {"backbone": "checkpoint", "checkpoint": str(path), "backbone_name": state["backbone_name"],
                 "backbone_kwargs": dict(state["backbone_kwargs"])}
     elif name == "imagenet-mobilenetv2":

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from dpemb.training.atomic import atomic_write
+
 
 def plot_sweep(
     rows: Sequence[Mapping[str, Any]],
@@ -42,10 +44,7 @@ def plot_sweep(
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    try:
+        return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+    finally:
+        plt.close(fig)

@@ -23,6 +23,12 @@ class LinearModel:
                 f"{tuple(self.bias.shape)}"
             )
 
+    @classmethod
+    def with_fixed_bias(cls, weights: Tensor, bias: float) -> "LinearModel":
+        """``weights`` with the same public logit bias for every class."""
+        return cls(weights=weights, bias=torch.full((weights.shape[0],), float(bias), dtype=weights.dtype,
+                                                      device=weights.device))
+
     def scores(self, x: Tensor) -> Tensor:
         return x.to(self.weights.dtype) @ self.weights.T + self.bias.to(self.weights.dtype)
 

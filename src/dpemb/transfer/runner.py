@@ -58,23 +58,22 @@ def _pick(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 
-#: each DP method's module: ``num_releases(steps)`` and its fit function
-METHOD_MODULES: dict[str, Any] = {"dp-ls": dp_ls, "dp-sgd": dp_sgd, "dp-newton": dp_newton, "dp-fc": dp_fc}
-FITTERS: dict[str, Callable[..., LinearModel]] = {
-    "dp-ls": dp_ls.fit_dp_ls,
-    "dp-sgd": dp_sgd.fit_dp_sgd,
-    "dp-newton": dp_newton.fit_dp_newton,
-    "dp-fc": dp_fc.fit_dp_fc,
+#: each DP method: ``num_releases(steps)`` (public, data-independent) and its fit function
+DP_METHOD_IMPLS: dict[str, tuple[Callable[[int], int], Callable[..., LinearModel]]] = {
+    "dp-ls": (dp_ls.num_releases, dp_ls.fit_dp_ls),
+    "dp-sgd": (dp_sgd.num_releases, dp_sgd.fit_dp_sgd),
+    "dp-newton": (dp_newton.num_releases, dp_newton.fit_dp_newton),
+    "dp-fc": (dp_fc.num_releases, dp_fc.fit_dp_fc),
 }
 
 
 def num_releases(config: TransferConfig) -> int:
     """The number of Gaussian releases the method will make (public, data-independent);
     0 for the non-private baseline."""
-    if config.method not in METHOD_MODULES:
+    if config.method not in DP_METHOD_IMPLS:
         return 0
     steps = int(_pick(config.steps, DEFAULTS[config.method].get("steps", 1)))
-    return int(METHOD_MODULES[config.method].num_releases(steps))
+    return int(DP_METHOD_IMPLS[config.method][0](steps))
 
 
 def resolve_params(config: TransferConfig, plan: NoisePlan, dim: int) -> Any:
@@ -203,7 +202,7 @@ def train_prepared(prep: PreparedFeatures, config: TransferConfig, *, progress: 
         records, seeded, raw = [], False, {}
     else:
         mech = ReleaseMechanism(plan, seed=config.seed, keep_raw=keep_raw)
-        model = FITTERS[config.method](prep, params, mech, progress=progress)
+        model = DP_METHOD_IMPLS[config.method][1](prep, params, mech, progress=progress)
         mech.check_complete()
         records, seeded, raw = list(mech.records), mech.seeded, mech.raw
     seconds = time.perf_counter() - t0
