@@ -73,10 +73,14 @@ def init_head_(weight: torch.Tensor, how: str, generator: torch.Generator) -> to
 
 
 def glorot_(weight: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Glorot-uniform in place. The numbers are drawn on the CPU from the CPU
+    ``generator`` and copied to ``weight``'s device, so a run draws the same head on
+    every device (and a CPU generator never meets a GPU tensor)."""
     fan_out, fan_in = weight.shape
     a = math.sqrt(6.0 / (fan_in + fan_out))
+    draw = torch.empty(weight.shape, dtype=weight.dtype).uniform_(-a, a, generator=generator)
     with torch.no_grad():
-        return weight.uniform_(-a, a, generator=generator)
+        return weight.copy_(draw)
 
 
 class ClientTrainer:
@@ -113,7 +117,9 @@ class ClientTrainer:
 
         ``images`` (uint8 N,C,H,W) and ``labels`` hold the whole training split;
         ``example_idx`` selects this client's examples. ``rng`` shuffles data and
-        ``generator`` initialises the fresh head, so a seeded run is reproducible.
+        ``generator`` (a CPU generator) initialises the fresh head. Both must belong to
+        this client alone (``dpemb.privacy.client_keys``): the update is then a function
+        of the start, the client's data and its key, and of nothing another client did.
         """
         cfg = self.cfg
         params = self.aggregated_params
@@ -127,8 +133,8 @@ class ClientTrainer:
                 init_head_(torch.empty(len(present), self.head_weight.shape[1], device=device),
                            cfg.head_init, generator)
             )
-            class_map = torch.full((self.num_classes,), -1, dtype=torch.long)
-            class_map[present] = torch.arange(len(present))
+            class_map = torch.full((self.num_classes,), -1, dtype=torch.long, device=device)
+            class_map[present.to(device)] = torch.arange(len(present), device=device)
         else:
             head_w, class_map = self.head_weight, None
             init_head_(head_w, cfg.head_init, generator)
@@ -151,7 +157,7 @@ class ClientTrainer:
             x = images[bt].to(device, non_blocking=True).float().div_(255.0)
             y = labels[bt].to(device)
             if class_map is not None:
-                y = class_map[y.cpu()].to(device)
+                y = class_map[y]
             loss = F.cross_entropy(F.linear(self.model(x), head_w), y)
             opt_backbone.zero_grad(set_to_none=True)
             if opt_head is not None:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from dpemb.algorithms.client import ClientResult, ClientTrainer
+from dpemb.privacy.client_keys import ClientRandomness
 from dpemb.privacy.clipping import ClipAndSum, ClippedSum
 
 
@@ -44,18 +45,28 @@ def map_clients(
     trainer: ClientTrainer,
     start: torch.Tensor,
     slots: Sequence[np.ndarray],
+    keys: Sequence[tuple[int, int]],
     images: torch.Tensor,
     labels: torch.Tensor,
     offsets: np.ndarray,
-    rng: np.random.Generator,
-    generator: torch.Generator,
+    randomness: ClientRandomness,
+    rnd: int,
 ) -> Iterable[tuple[ClientResult, int]]:
-    """Yield (client result, number of users) for every non-empty virtual client."""
-    for users in slots:
+    """Yield (client result, number of users) for every non-empty virtual client.
+
+    Client ``i`` draws its randomness from ``(run key, rnd, keys[i])`` alone
+    (``dpemb.privacy.client_keys``), so its update does not depend on the other
+    clients, on their order, or on which process runs it."""
+    if len(keys) != len(slots):
+        raise ValueError(f"{len(slots)} clients but {len(keys)} keys")
+    for users, key in zip(slots, keys):
         idx = client_example_indices(offsets, users)
         if len(idx) == 0:
             continue
-        yield trainer.update(start, images, labels, idx, rng, generator), len(users)
+        result = trainer.update(
+            start, images, labels, idx, randomness.data_rng(rnd, key), randomness.init_generator(rnd, key)
+        )
+        yield result, len(users)
 
 
 def reduce_clients(

@@ -1,0 +1,88 @@
+"""Per-client randomness from keys: (secret run key, round, client key).
+
+Every random choice a virtual client makes (the order of its examples, the
+initialisation of its fresh head, anything added later) comes from generators
+derived from ONE secret per-run key and two public integers: the round and the
+client's key. Nothing is drawn from a stream shared across clients, so:
+
+- adding or removing one user changes the computation of exactly one virtual
+  client (the one that holds the user), which is what the sensitivity of
+  ``dpemb.privacy.relations`` assumes; with a shared stream, one extra client
+  consuming a data-dependent number of draws would shift the randomness of every
+  client after it;
+- a round's clipped sum does not depend on the order, the process or the device on
+  which its clients run (needed by a distributed executor).
+
+The client key: with K > 1 users per client, the slot index 0..M-1 the sampler
+assigned (slots are fixed, users fall into them independently); with K = 1, the
+index of the client's only user in the population, so a user added anywhere in a
+round does not renumber the other clients. The two kinds live in separate key
+domains.
+
+The run key is PRIVATE training state (like the noise seed): it comes from the OS's
+secure source unless a seed is given for a reproducible experiment, and is kept in
+the private checkpoint only.
+"""
+
+from __future__ import annotations
+
+import numbers
+import secrets
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+_DOMAIN_SLOT = 0  # K > 1: key = slot index
+_DOMAIN_USER = 1  # K = 1: key = user index
+_STREAM_DATA = 0
+_STREAM_INIT = 1
+
+
+def client_keys(slots: Sequence[np.ndarray], users_per_client: int) -> list[tuple[int, int]]:
+    """The key of each virtual client of a round, in the order of ``slots``.
+
+    ``slots`` is what ``VirtualClientSampler.sample_round`` returned: M arrays (some
+    possibly empty) for K > 1, one singleton array per sampled user for K = 1."""
+    if users_per_client == 1:
+        keys = []
+        for users in slots:
+            if len(users) != 1:
+                raise ValueError(f"with K = 1 every client holds one user, got {len(users)}")
+            keys.append((_DOMAIN_USER, int(users[0])))
+        return keys
+    return [(_DOMAIN_SLOT, i) for i in range(len(slots))]
+
+
+class ClientRandomness:
+    """Derives a client's generators from (secret run key, round, client key)."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
+            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        self._seeded = seed is not None
+        self._key = int(seed) if seed is not None else secrets.randbits(128)
+
+    @property
+    def seeded(self) -> bool:
+        return self._seeded
+
+    def _sequence(self, rnd: int, key: tuple[int, int], stream: int) -> np.random.SeedSequence:
+        return np.random.SeedSequence(self._key, spawn_key=(int(rnd), *map(int, key), stream))
+
+    def data_rng(self, rnd: int, key: tuple[int, int]) -> np.random.Generator:
+        """Shuffles of the client's examples."""
+        return np.random.Generator(np.random.PCG64(self._sequence(rnd, key, _STREAM_DATA)))
+
+    def init_generator(self, rnd: int, key: tuple[int, int]) -> torch.Generator:
+        """A CPU generator for the client's fresh head initialisation (draw on the CPU,
+        then copy to the device: the same numbers on every device)."""
+        seed = int(self._sequence(rnd, key, _STREAM_INIT).generate_state(1, np.uint64)[0] >> np.uint64(1))
+        return torch.Generator().manual_seed(seed)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"key": str(self._key), "seeded": self._seeded}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._key = int(state["key"])
+        self._seeded = bool(state["seeded"])
