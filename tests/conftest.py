@@ -12,21 +12,27 @@ def make_tiny_dataset(
     num_users: int = 24, num_labels: int = 12, per_user: int = 6, size: int = 28, seed: int = 0
 ) -> UserDataset:
     """Each label has a fixed random prototype; images are noisy copies, so a model can
-    learn something in a few steps. Labels 0..num_labels-4 train, the last 3 evaluate."""
+    learn something in a few steps. Labels 0..num_labels-4 train, the last 3 evaluate.
+    Users 0..num_users-1 write any label (users 0 and 1 are public); num_users // 4 more
+    test users (drawn from their own stream) write only the 3 evaluation labels."""
     rng = np.random.default_rng(seed)
     protos = rng.integers(0, 256, size=(num_labels, size, size, 1))
     users, labels, images = [], [], []
-    for u in range(num_users):
+    n_eval = max(2, num_users // 4)
+    eval_rng = np.random.default_rng([seed, 1])
+    for u in range(num_users + n_eval):
+        r = rng if u < num_users else eval_rng
         for i in range(per_user):
-            lab = int(rng.integers(num_labels))
-            img = np.clip(protos[lab] + rng.normal(0, 40, protos[lab].shape), 0, 255)
+            lab = int(r.integers(num_labels)) if u < num_users else int(r.integers(num_labels - 3, num_labels))
+            img = np.clip(protos[lab] + r.normal(0, 40, protos[lab].shape), 0, 255)
             users.append(u)
             labels.append(lab)
             images.append(img.astype(np.uint8))
     ds = UserDataset.from_arrays(np.stack(images), np.array(labels), np.array(users),
                                  label_names=[f"c{i}" for i in range(num_labels)],
-                                 user_names=[f"u{i}" for i in range(num_users)])
+                                 user_names=[f"u{i}" for i in range(num_users + n_eval)])
     ds.eval_labels = list(range(num_labels - 3, num_labels))
+    ds.eval_users = list(range(num_users, num_users + n_eval))
     ds.public_users = [0, 1]
     return ds
 

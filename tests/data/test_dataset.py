@@ -91,21 +91,71 @@ def test_select_drops_empty_users_and_relabels():
 
 
 def test_split_partitions_examples_by_role():
-    ds = example_ds()
+    ds = example_ds()  # zoe: cat cat emu, amy: dog dog, bob: emu cat
     ds.eval_labels = [ds.label_names.index("emu")]
+    ds.eval_users = [ds.user_names.index("bob")]
     ds.public_users = [ds.user_names.index("amy")]
     s = ds.split()
-    assert s.eval.label_names == ["emu"] and s.eval.num_examples == 2
-    assert s.train.user_names == ["zoe", "bob"] and "emu" not in s.train.label_names
+    assert s.eval.label_names == ["emu"] and s.eval.user_names == ["bob"]
+    assert s.eval.num_examples == 1 and s.test is not None and s.test.num_examples == 1
+    assert s.train.user_names == ["zoe"] and s.train.label_names == ["cat"]
+    assert s.train.num_examples == 2  # zoe's emu is a test identity: unused
     assert s.public.user_names == ["amy"] and s.public.num_examples == 2
-    assert s.train.num_examples + s.public.num_examples + s.eval.num_examples == ds.num_examples
+    assert s.validation.num_examples == 0
+    # zoe's emu (training user, test identity) and bob's cat (test user, training identity)
+    np.testing.assert_array_equal(s.unused, [False, False, True, False, False, False, True])
     tp = s.train_and_public
     assert tp.num_examples == s.train.num_examples + s.public.num_examples
+
+
+def test_split_validation_part_and_get():
+    ds = example_ds()
+    ds.validation_labels = [ds.label_names.index("dog")]
+    ds.validation_users = [ds.user_names.index("amy")]
+    ds.eval_labels, ds.eval_users = [ds.label_names.index("emu")], [ds.user_names.index("bob")]
+    s = ds.split()
+    assert s.validation.user_names == ["amy"] and s.validation.label_names == ["dog"]
+    assert s.get("test").label_names == ["emu"] and s.get("validation").num_examples == 2
+    with pytest.raises(ValueError, match="unknown split"):
+        s.get("holdout")
+
+
+@pytest.mark.parametrize(
+    "change, pattern",
+    [
+        ({"eval_labels": [2], "validation_labels": [2]}, "both a test and a validation identity"),
+        ({"eval_users": [0], "public_users": [0]}, "both a public and a test user"),
+        ({"eval_users": [1], "validation_users": [1]}, "both a validation and a test user"),
+        ({"eval_users": [7]}, "test .*user index lies outside"),
+    ],
+)
+def test_overlapping_roles_are_refused(tmp_path, change, pattern):
+    ds = example_ds()
+    ds.eval_users = []
+    for k, v in change.items():
+        setattr(ds, k, v)
+    with pytest.raises(DataError, match=pattern):
+        ds.split()
+    with pytest.raises(DataError, match=pattern):
+        ds.save(tmp_path / "d")
+
+
+def test_select_keeps_user_roles():
+    ds = example_ds()
+    ds.eval_users, ds.validation_users, ds.public_users = [2], [1], [0]
+    sub = ds.select(ds.user_of_example() != 1)  # drop amy
+    assert sub.user_names == ["zoe", "bob"]
+    assert (sub.eval_users, sub.validation_users, sub.public_users) == ([1], [], [0])
+    legacy = example_ds()
+    assert legacy.select(legacy.labels >= 0).eval_users is None
+    rel = ds.select(ds.labels >= 0, relabel=True)
+    assert (rel.eval_users, rel.validation_users, rel.public_users) == ([], [], [])
 
 
 def test_save_load_round_trip_memory_mapped(tmp_path):
     ds = example_ds()
     ds.eval_labels, ds.public_users = [1], [0]
+    ds.validation_labels, ds.eval_users, ds.validation_users = [2], [1], [2]
     path = ds.save(tmp_path / "d")
     back = UserDataset.load(path)
     assert isinstance(back.images, np.memmap) and not back.images.flags.writeable
@@ -114,7 +164,10 @@ def test_save_load_round_trip_memory_mapped(tmp_path):
     np.testing.assert_array_equal(back.offsets, ds.offsets)
     assert (back.user_names, back.label_names) == (ds.user_names, ds.label_names)
     assert (back.eval_labels, back.public_users, back.source) == ([1], [0], {"test": True})
-    assert json.loads((path / "meta.json").read_text())["format"] == 1
+    assert (back.validation_labels, back.eval_users, back.validation_users) == ([2], [1], [2])
+    assert back.origin == str(path) and back.test_labels == [1] and back.test_users == [1]
+    meta = json.loads((path / "meta.json").read_text())
+    assert meta["format"] == 2 and meta["eval_users"] == [1] and meta["validation_labels"] == [2]
     in_memory = UserDataset.load(path, mmap=False)
     assert not isinstance(in_memory.images, np.memmap)
 
@@ -146,7 +199,7 @@ def test_load_errors(tmp_path):
     path = example_ds().save(tmp_path / "d")
     meta = json.loads((path / "meta.json").read_text())
     (path / "meta.json").write_text(json.dumps({**meta, "format": 99}))
-    with pytest.raises(DataError, match="unsupported dataset format 99"):
+    with pytest.raises(DataError, match="unsupported dataset format 99.*re-create"):
         UserDataset.load(path)
     (path / "meta.json").write_text(json.dumps(meta))
     (path / "labels.npy").write_bytes(b"garbage")
@@ -161,6 +214,7 @@ def test_summary_against_direct_count():
     labels = rng.integers(0, 25, size=n)
     ds = UserDataset.from_arrays(np.zeros((n, 2, 2, 1), np.uint8), labels, users)
     ds.eval_labels, ds.public_users = [0, 1], [3]
+    ds.validation_labels, ds.eval_users, ds.validation_users = [2], [0, 1], [2]
     s = ds.summary()
     holders: dict[int, set[int]] = {}
     for u, lab in zip(users.tolist(), labels.tolist()):
@@ -174,5 +228,69 @@ def test_summary_against_direct_count():
     }
     assert s["examples_per_user"]["min"] == per_user.min()
     assert s["examples_per_user"]["max"] == per_user.max()
-    assert s["eval_identities"] == 2 and s["public_users"] == 1 and s["image_shape"] == [2, 2, 1]
+    assert s["test_identities"] == 2 and s["public_users"] == 1 and s["image_shape"] == [2, 2, 1]
+    assert (s["validation_identities"], s["test_users"], s["validation_users"]) == (1, 2, 1)
+    ex_user, lab = ds.user_of_example(), ds.labels
+    expect = {
+        "train": (~np.isin(ex_user, [0, 1, 2, 3])) & (lab > 2),
+        "public": (ex_user == 3) & (lab > 2),
+        "validation": (ex_user == 2) & (lab == 2),
+        "test": np.isin(ex_user, [0, 1]) & (lab <= 1),
+    }
+    for part, m in expect.items():
+        assert s["splits"][part] == {
+            "users": len(set(ex_user[m])), "identities": len(set(lab[m])), "examples": int(m.sum())
+        }
+    assert s["splits"]["unused_examples"] == n - sum(int(m.sum()) for m in expect.values())
     json.dumps(s)  # serialisable
+
+
+def _write_format_1(ds: UserDataset, path) -> None:
+    """What dpemb wrote before evaluation users existed: format 1, no user roles."""
+    ds.eval_users = []
+    ds.save(path)
+    meta = json.loads((path / "meta.json").read_text())
+    for k in ("validation_labels", "eval_users", "validation_users"):
+        del meta[k]
+    meta["format"] = 1
+    (path / "meta.json").write_text(json.dumps(meta))
+
+
+def test_format_1_with_held_out_owners_derives_eval_users(tmp_path):
+    """Old face-like data: the held-out identities' owners hold nothing else, so the
+    derived test users are exactly them and the dataset stays usable."""
+    images = np.zeros((12, 2, 2, 1), np.uint8)
+    users = np.repeat(np.arange(6), 2)
+    ds = UserDataset.from_arrays(images, users % 3, users)  # user u holds identity u % 3
+    ds.eval_labels, ds.public_users = [2], [0]
+    _write_format_1(ds, tmp_path / "old")
+    old = UserDataset.load(tmp_path / "old")
+    assert old.eval_users is None
+    s = old.split()
+    assert s.eval.user_names == ["2", "5"] and s.eval.num_examples == 4
+    assert s.train.user_names == ["1", "3", "4"] and not s.unused.any()
+    assert old.summary()["test_users"] == "not recorded (format 1)"
+
+
+def test_format_1_evaluating_on_training_users_is_refused(tmp_path):
+    """Old shared-regime data: the held-out characters were written by training users.
+    split() must not silently evaluate on them."""
+    ds = example_ds()
+    ds.eval_labels = [ds.label_names.index("emu")]  # written by zoe and bob, who train
+    _write_format_1(ds, tmp_path / "old")
+    old = UserDataset.load(tmp_path / "old")
+    with pytest.raises(DataError) as e:
+        old.split()
+    msg = str(e.value)
+    assert str(tmp_path / "old") in msg and "2 of its 2 evaluation (test) examples" in msg
+    assert "dpemb data split" in msg and "dpemb data make" in msg
+    assert old.summary()["splits"].startswith("unusable:")  # inspect still works
+
+
+def test_format_1_without_any_eval_example_is_refused(tmp_path):
+    ds = example_ds()
+    ds.eval_labels = [ds.label_names.index("emu")]
+    ds.labels = np.where(ds.labels == 2, 0, ds.labels)  # emu has no example left
+    _write_format_1(ds, tmp_path / "old")
+    with pytest.raises(DataError, match="no evaluation \\(test\\) example"):
+        UserDataset.load(tmp_path / "old").split()

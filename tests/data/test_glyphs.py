@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -87,6 +88,15 @@ def holders(ds: UserDataset) -> dict[int, set[int]]:
         ({"regime": "owned", "num_users": 4, "users_per_identity": 2,
           "eval_identity_fraction": 0.9}, "eval_identity_fraction"),
         ({"regime": "owned", "num_users": 100, "max_identities": 50}, "max_identities"),
+        ({"validation_identity_fraction": 1.0}, "validation_identity_fraction"),
+        ({"eval_identity_fraction": 0.6, "validation_identity_fraction": 0.4},
+         "validation_identity_fraction"),
+        ({"eval_user_fraction": 1.5}, "eval_user_fraction"),
+        ({"validation_user_fraction": 0.0}, "validation_user_fraction"),
+        ({"num_users": 2}, "num_users"),  # 1 test and 1 validation writer: no training user
+        ({"regime": "owned", "eval_user_fraction": 0.1}, "eval_user_fraction"),
+        ({"regime": "owned", "num_users": 4, "eval_identity_fraction": 0.5,
+          "validation_identity_fraction": 0.4}, "eval_identity_fraction"),  # 2 + 2 of 4 groups
     ],
 )
 def test_config_rejects_bad_values_naming_the_field(kwargs, field):
@@ -256,30 +266,46 @@ def test_pool_labels_are_code_points(shared):
 def test_shared_regime_structure(shared):
     cfg = SHARED
     assert shared.num_users == cfg.num_users
-    assert np.all(shared.user_sizes() == cfg.identities_per_user * cfg.images_per_identity)
+    n_test, n_val = cfg.held_out_users()
+    assert (len(shared.eval_users), len(shared.validation_users)) == (n_test, n_val) == (12, 6)
+    ev, va = set(shared.eval_labels), set(shared.validation_labels)
+    assert (len(ev), len(va)) == (round(0.2 * 30), round(0.1 * 30))
     for u in range(shared.num_users):  # each user writes distinct characters, twice each
         _, labs = shared.user_examples(u)
-        _, counts = np.unique(labs, return_counts=True)
-        assert len(counts) == cfg.identities_per_user
+        chars, counts = np.unique(labs, return_counts=True)
         assert np.all(counts == cfg.images_per_identity)
+        if u in shared.eval_users:  # dedicated test writers write only test characters
+            assert set(chars.tolist()) <= ev and len(chars) == min(cfg.identities_per_user, len(ev))
+        elif u in shared.validation_users:
+            assert set(chars.tolist()) <= va and len(chars) == min(cfg.identities_per_user, len(va))
+        else:  # training writers write only training characters
+            assert not set(chars.tolist()) & (ev | va) and len(chars) == cfg.identities_per_user
     users_of = holders(shared)
-    train = [lab for lab in users_of if lab not in set(shared.eval_labels)]
-    # 60 users x 10 characters over a pool of 30: about 20 writers per identity
+    train = [lab for lab in users_of if lab not in ev | va]
+    # 42 training users x 10 characters over 21 training characters: ~20 writers each
     assert min(len(users_of[lab]) for lab in train) >= 5
     assert shared.source["pool_size"] == 30
-    assert len(shared.eval_labels) == round(0.3 * 30)
     # every user writes in one font
     assert len(shared.source["user_fonts"]) == cfg.num_users
 
 
-def test_train_and_eval_identities_are_disjoint(shared, owned):
-    for ds in (shared, owned):
-        splits = ds.split()
-        ev = {ds.label_names[i] for i in ds.eval_labels}
-        assert ev and set(splits.eval.label_names) == ev
-        assert not ev & set(splits.train.label_names)
-        assert not ev & set(splits.public.label_names)
-        assert splits.train.num_examples + splits.public.num_examples + splits.eval.num_examples == ds.num_examples
+def test_no_user_or_identity_in_two_splits_and_nothing_wasted(shared, owned):
+    for ds in (shared, owned, make_glyphs(FACES, progress=False)):
+        s = ds.split()
+        parts = {"public": s.public, "train": s.train, "validation": s.validation, "test": s.test}
+        for a, b in itertools.combinations(parts, 2):
+            assert not set(parts[a].user_names) & set(parts[b].user_names), (a, b)
+        ids = {"train": set(s.train.label_names) | set(s.public.label_names),
+               "validation": set(s.validation.label_names), "test": set(s.test.label_names)}
+        for a, b in itertools.combinations(ids, 2):
+            assert not ids[a] & ids[b], (a, b)
+        assert ids["test"] == {ds.label_names[i] for i in ds.eval_labels}
+        assert ids["validation"] == {ds.label_names[i] for i in ds.validation_labels}
+        assert set(s.test.user_names) == {ds.user_names[u] for u in ds.eval_users}
+        assert set(s.validation.user_names) == {ds.user_names[u] for u in ds.validation_users}
+        assert all(p.num_examples for p in parts.values())
+        assert not s.unused.any()  # every example is in exactly one split
+        assert sum(p.num_examples for p in parts.values()) == ds.num_examples
 
 
 def test_owned_regime_structure(owned):
@@ -291,16 +317,19 @@ def test_owned_regime_structure(owned):
     for lab, us in users_of.items():
         held = [set(owned.user_examples(u)[1].tolist()) for u in us]
         assert all(h == held[0] for h in held) and len(held[0]) == cfg.identities_per_user
-    # evaluation identities come with their own owners (new people)
-    ev = set(owned.eval_labels)
-    assert len(ev) == cfg.eval_groups(20) * cfg.identities_per_user
+    # test and validation identities come with their own owners (new people)
+    ev, va = set(owned.eval_labels), set(owned.validation_labels)
+    assert len(ev) == cfg.eval_groups(20) * cfg.identities_per_user == 8
+    assert len(va) == cfg.validation_groups(20) * cfg.identities_per_user == 4
     for u in range(owned.num_users):
         labs = set(owned.user_examples(u)[1].tolist())
-        assert labs <= ev or not labs & ev
+        assert (labs <= ev) == (u in owned.eval_users)
+        assert (labs <= va) == (u in owned.validation_users)
+        assert labs <= ev or labs <= va or not labs & (ev | va)
     # public users hold training identities only
     assert owned.public_users
     for u in owned.public_users:
-        assert not set(owned.user_examples(u)[1].tolist()) & ev
+        assert not set(owned.user_examples(u)[1].tolist()) & (ev | va)
 
 
 @pytest.mark.timeout(60)  # a tiny build takes about a second
@@ -312,11 +341,11 @@ def test_face_like_regime_one_owner_per_identity():
     assert np.all(ds.user_sizes() == FACES.images_per_identity)
 
 
-def test_public_users_hold_training_identities(shared):
-    ev = set(shared.eval_labels)
-    assert len(shared.public_users) == round(0.1 * 60)
+def test_public_users_are_training_writers(shared):
+    held = set(shared.eval_labels) | set(shared.validation_labels)
+    assert len(shared.public_users) == round(0.1 * (60 - 12 - 6))
     for u in shared.public_users:
-        assert set(shared.user_examples(u)[1].tolist()) - ev
+        assert not set(shared.user_examples(u)[1].tolist()) & held
 
 
 def test_owned_regime_beyond_the_font_pool_says_how_to_widen_it():
@@ -379,6 +408,9 @@ def test_same_config_gives_byte_identical_dataset(shared, tmp_path):
     np.testing.assert_array_equal(again.offsets, shared.offsets)
     assert again.label_names == shared.label_names
     assert again.eval_labels == shared.eval_labels and again.public_users == shared.public_users
+    assert again.eval_users == shared.eval_users
+    assert again.validation_labels == shared.validation_labels
+    assert again.validation_users == shared.validation_users
     a, b = shared.save(tmp_path / "a"), again.save(tmp_path / "b")
     for name in ("images.npy", "labels.npy", "offsets.npy", "meta.json"):
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
@@ -408,7 +440,7 @@ def test_source_metadata_and_round_trip(shared, tmp_path):
 
 def test_progress_off_prints_nothing(capsys):
     make_glyphs(
-        GlyphConfig(num_users=6, identities_per_user=6, images_per_identity=1, max_identities=8),
+        GlyphConfig(num_users=6, identities_per_user=4, images_per_identity=1, max_identities=8),
         progress=False,
     )
     out = capsys.readouterr()
@@ -501,7 +533,7 @@ def test_glyphs_that_render_empty_are_dropped_and_the_build_retried(tmp_path, mo
 
     monkeypatch.setattr(make_mod.StrokeCache, "add", recording_add)
     cfg = GlyphConfig(num_users=8, identities_per_user=80, images_per_identity=1,
-                      eval_identity_fraction=0.1, seed=3)
+                      eval_identity_fraction=0.1, validation_identity_fraction=0.0, seed=3)
     ds = make_glyphs(cfg, progress=False)
     assert found == [(0, ord("Q"))]  # the first assignment used Q: the retry ran
     assert "U+0051" not in ds.label_names  # Q was dropped from the font, not drawn blank

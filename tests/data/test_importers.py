@@ -55,12 +55,13 @@ def write_csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:
 
 
 def make_manifest_fixture(
-    tmp: Path, size: int = 12
+    tmp: Path, size: int = 12, spec: list[tuple[str, str]] | None = None
 ) -> tuple[Path, dict[str, tuple[str, str, np.ndarray]]]:
-    """CSV manifest + grey PNGs. Returns (csv, {relpath: (user, label, pixels)})."""
+    """CSV manifest + grey PNGs (one per (user, label) in ``spec``). Returns (csv,
+    {relpath: (user, label, pixels)})."""
     rng = np.random.default_rng(1)
-    spec = [("bob", "A"), ("alice", "B"), ("bob", "B"),
-            ("carol", "A"), ("alice", "A"), ("bob", "C")]
+    spec = spec or [("bob", "A"), ("alice", "B"), ("bob", "B"),
+                    ("carol", "A"), ("alice", "A"), ("bob", "C")]
     truth: dict[str, tuple[str, str, np.ndarray]] = {}
     rows = []
     for i, (user, label) in enumerate(spec):
@@ -73,31 +74,35 @@ def make_manifest_fixture(
 
 
 def make_tree_fixture(
-    tmp: Path, size: int = 10
+    tmp: Path, size: int = 10, layout: dict[str, list[str]] | None = None
 ) -> tuple[Path, dict[tuple[str, str, str], np.ndarray]]:
     rng = np.random.default_rng(2)
     root = tmp / "tree"
     truth = {}
-    for user, labels in {"u1": ["x", "y"], "u2": ["y"], "u10": ["x", "z"]}.items():
+    layout = layout or {"u1": ["x", "y"], "u2": ["y"], "u10": ["x", "z"]}
+    for user, labels in layout.items():
         for label in labels:
             for k in range(2):
                 arr = rng.integers(0, 256, size=(size, size, 3), dtype=np.uint8)
                 save_png(root / user / label / f"{k}.png", arr)
                 truth[(user, label, f"{k}.png")] = arr
-    (root / "u1" / "x" / "notes.txt").write_text("not an image")
+    user, labels = next(iter(layout.items()))
+    (root / user / labels[0] / "notes.txt").write_text("not an image")
     return root, truth
 
 
-def make_emnist_h5(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def make_emnist_h5(
+    path: Path, writers: list[tuple[str, int]] | None = None, num_labels: int = 62
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """A file in TFF's federated EMNIST layout: examples/<writer>/{pixels,label}."""
     rng = np.random.default_rng(3)
     truth = {}
     with h5py.File(path, "w") as f:
         ex = f.create_group("examples")
-        for writer, n in (("f0000_14", 3), ("f0001_41", 2), ("f0002_07", 4)):
+        for writer, n in writers or (("f0000_14", 3), ("f0001_41", 2), ("f0002_07", 4)):
             pixels = rng.random((n, 28, 28), dtype=np.float32)
             pixels[0, 0, :4] = [0.0, 1.0, 0.5, 1 / 255]
-            labels = rng.integers(0, 62, size=n).astype(np.int32)
+            labels = rng.integers(0, num_labels, size=n).astype(np.int32)
             g = ex.create_group(writer)
             g.create_dataset("pixels", data=pixels)
             g.create_dataset("label", data=labels)
@@ -109,53 +114,59 @@ COLOURS = [(250, 10, 10), (10, 250, 10), (10, 10, 250),
            (240, 240, 20), (20, 240, 240), (128, 128, 128)]
 
 
-def make_gldv2_fixture(tmp: Path) -> tuple[Path, Path, dict[str, tuple[str, str, tuple]]]:
+def make_gldv2_fixture(
+    tmp: Path, spec: list[tuple[str, str, str]] | None = None
+) -> tuple[Path, Path, dict[str, tuple[str, str, tuple]]]:
     """GLDv2 federated CSV (user_id,image_id,class) + images, nested a/b/c and flat."""
     image_dir = tmp / "train"
     truth = {}
     rows = []
-    spec = [("0", "6e158a47eb2ca3f6", "1041"), ("0", "202cd79556f30760", "7"),
-            ("1", "3ad87684c99c06e1", "1041"), ("1", "e7f70e9c61e66af3", "7"),
-            ("2", "4be0a9d7a9d2a2bc", "55"), ("2", "f51be3ad44bd1d4c", "55")]
+    spec = spec or [("0", "6e158a47eb2ca3f6", "1041"), ("0", "202cd79556f30760", "7"),
+                    ("1", "3ad87684c99c06e1", "1041"), ("1", "e7f70e9c61e66af3", "7"),
+                    ("2", "4be0a9d7a9d2a2bc", "55"), ("2", "f51be3ad44bd1d4c", "55")]
     for k, (user, image_id, cls) in enumerate(spec):
         arr = np.zeros((48, 40, 3), dtype=np.uint8)
-        arr[:] = COLOURS[k]
+        arr[:] = COLOURS[k % len(COLOURS)]
         if k % 2 == 0:  # GLDv2's own nesting
             save_jpg(image_dir / image_id[0] / image_id[1] / image_id[2] / f"{image_id}.jpg", arr)
         else:  # flat
             save_jpg(image_dir / f"{image_id}.jpg", arr)
-        truth[image_id] = (user, cls, COLOURS[k])
+        truth[image_id] = (user, cls, COLOURS[k % len(COLOURS)])
         rows.append([user, image_id, cls])
     csv_path = write_csv(tmp / "federated_train.csv", ["user_id", "image_id", "class"], rows)
     return csv_path, image_dir, truth
 
 
-def make_inat_fixture(tmp: Path) -> tuple[Path, Path, dict[str, tuple[str, str, tuple]]]:
+def make_inat_fixture(
+    tmp: Path, spec: list[tuple[str, str, str, str]] | None = None
+) -> tuple[Path, Path, dict[str, tuple[str, str, tuple]]]:
     """TFF's iNaturalist_train.csv (user_120k,image_id,class, NA = outside the split)
     with images nested as in the iNat 2017 archive: <super-category>/<species>/<id>.jpg."""
     image_dir = tmp / "train_val_images"
     truth = {}
     rows = []
-    spec = [("u7", "a1b2c3", "12", "Aves/Pica_pica"), ("u7", "d4e5f6", "30", "Plantae/Bellis"),
-            ("NA", "0a0b0c", "12", "Aves/Pica_pica"), ("u3", "99aa88", "12", "Aves/Pica_pica")]
+    spec = spec or [
+        ("u7", "a1b2c3", "12", "Aves/Pica_pica"), ("u7", "d4e5f6", "30", "Plantae/Bellis"),
+        ("NA", "0a0b0c", "12", "Aves/Pica_pica"), ("u3", "99aa88", "12", "Aves/Pica_pica"),
+    ]
     for k, (user, image_id, cls, folder) in enumerate(spec):
         arr = np.zeros((30, 50, 3), dtype=np.uint8)
-        arr[:] = COLOURS[k]
+        arr[:] = COLOURS[k % len(COLOURS)]
         save_jpg(image_dir / folder / f"{image_id}.jpg", arr)
         if user != "NA":
-            truth[image_id] = (user, cls, COLOURS[k])
+            truth[image_id] = (user, cls, COLOURS[k % len(COLOURS)])
         rows.append([user, image_id, cls])
     csv_path = write_csv(tmp / "iNaturalist_train.csv", ["user_120k", "image_id", "class"], rows)
     return csv_path, image_dir, truth
 
 
 def make_digiface_fixture(
-    tmp: Path, size: int = 16
+    tmp: Path, size: int = 16, identities: list[tuple[str, int]] | None = None
 ) -> tuple[Path, dict[tuple[str, str], np.ndarray]]:
     rng = np.random.default_rng(4)
     root = tmp / "digiface"
     truth = {}
-    for identity, n in (("0", 3), ("1", 2), ("12", 2)):
+    for identity, n in identities or (("0", 3), ("1", 2), ("12", 2)):
         for k in range(n):
             arr = rng.integers(0, 256, size=(size, size, 3), dtype=np.uint8)
             save_png(root / identity / f"{k}.png", arr)

@@ -1,8 +1,10 @@
 """`dpemb data`: build datasets (`make`) and look at them (`inspect`).
 
 `dpemb data make SOURCE ... --out DIR` builds a user-partitioned dataset from the
-built-in glyph benchmark or from files in a known layout, marks evaluation
-identities and public users, and saves it (atomically) for `dpemb train`.
+built-in glyph benchmark or from files in a known layout, holds out test and
+validation identities together with their own users, marks public users, and saves
+it (atomically) for `dpemb train`. `dpemb data split DIR` chooses those roles again
+(e.g. for a dataset written by an older dpemb).
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ GLYPH_DEFAULTS = {
     "users_per_identity": 1,
     "images_per_identity": 2,
     "image_size": 28,
-    "eval_identity_fraction": 0.3,
+    "eval_identity_fraction": 0.2,
+    "validation_identity_fraction": 0.1,
+    "eval_user_fraction": None,
+    "validation_user_fraction": None,
     "public_user_fraction": 0.1,
     "seed": 0,
     "max_identities": None,
@@ -88,14 +93,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Build a dataset directory (images.npy, labels.npy, offsets.npy, "
             "meta.json) from the built-in glyph benchmark or from files you "
-            "downloaded. Evaluation identities are disjoint from training ones; "
-            "public users are excluded from private training."
+            "downloaded. By default test and validation identities are held out "
+            "together with their own users: no user and no identity is in two of "
+            "train, validation and test. Public users are excluded from private "
+            "training. See docs/DATA.md."
         ),
     )
     sources = make.add_subparsers(dest="source", metavar="SOURCE")
     sources.required = True
     _add_glyphs(sources)
     _add_file_sources(sources)
+
+    split = actions.add_parser(
+        "split",
+        help="choose the held-out identities and users (and public users) of a dataset again",
+        description=(
+            "Re-assign the roles of an existing dataset: test and validation identities "
+            "with their own users, public users (same flags and defaults as the "
+            "importers of `dpemb data make`). Use it on a dataset written by an older "
+            "dpemb, whose evaluation split may hold examples of training users. Writes "
+            "DIR in place, or --out."
+        ),
+    )
+    split.add_argument("dir", metavar="DIR", help="dataset directory made by `dpemb data make`")
+    split.add_argument(
+        "--out", metavar="DIR", help="write the re-split dataset here (default: replace DIR)"
+    )
+    _add_splits(split, eval_default=DEFAULT_EVAL, importer=True)
+    split.set_defaults(func=_run_split)
 
     inspect = actions.add_parser(
         "inspect",
@@ -129,29 +154,61 @@ def _add_out(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
-def _add_splits(p: argparse.ArgumentParser, *, eval_default: float | None) -> None:
-    g = p.add_argument_group("splits")
-    ev = g.add_mutually_exclusive_group()
-    shown = "0.3" if eval_default is None else str(eval_default)
-    ev.add_argument(
-        "--eval-identity-fraction", type=_fraction, default=eval_default, metavar="F",
-        help="share of identities held out for evaluation, chosen at random "
-        f"(default: {shown})",
+DEFAULT_EVAL, DEFAULT_VALIDATION = 0.1, 0.1  # = dpemb.data.splits.DEFAULT_*_FRACTION
+
+
+def _add_splits(p: argparse.ArgumentParser, *, eval_default: float, importer: bool) -> None:
+    """Split flags. Defaults are passed as None (shown in the help) so that the library
+    (assign_splits, GlyphConfig) applies its own."""
+    g = p.add_argument_group(
+        "splits (test and validation identities are held out with their own users)"
     )
-    if eval_default is not None:
+    val_default = DEFAULT_VALIDATION
+    ev = g.add_mutually_exclusive_group()
+    ev.add_argument(
+        "--eval-identity-fraction", type=_fraction, metavar="F",
+        help="share of identities held out for the TEST split (reported numbers), chosen "
+        f"at random (default: {eval_default}; 0: none)",
+    )
+    if importer:
         ev.add_argument(
             "--eval-labels", type=_label_spec, metavar="LIST",
-            help="label indices held out for evaluation, e.g. 36-61 or 1,2,5 "
+            help="label indices held out for the test split instead, e.g. 36-61 or 1,2,5 "
             "(EMNIST protocol: 36-61)",
         )
-    g.add_argument(
-        "--public-user-fraction", type=_fraction,
-        default=0.0 if eval_default is not None else None, metavar="P",
-        help="share of users marked public (for non-private pretraining; excluded from "
-        f"private training) (default: {'0.0' if eval_default is not None else '0.1'})",
+    va = g.add_mutually_exclusive_group()
+    va.add_argument(
+        "--validation-identity-fraction", type=_fraction, metavar="F",
+        help="share of identities held out for the VALIDATION split (choosing "
+        f"hyperparameters), chosen at random among the others (default: {val_default}; 0: none)",
+    )
+    if importer:
+        va.add_argument(
+            "--validation-labels", type=_label_spec, metavar="LIST",
+            help="label indices held out for the validation split instead",
+        )
+    auto = (
+        "the identity share, at least every user holding only those identities, at most "
+        "the users holding any"
+        if importer
+        else "the identity share; shared regime only"
     )
     g.add_argument(
-        "--seed", type=int, default=0 if eval_default is not None else None,
+        "--eval-user-fraction", type=_fraction, metavar="F",
+        help=f"share of users reserved as test users, never trained on (default: {auto})",
+    )
+    g.add_argument(
+        "--validation-user-fraction", type=_fraction, metavar="F",
+        help=f"share of users reserved as validation users (default: {auto})",
+    )
+    g.add_argument(
+        "--public-user-fraction", type=_fraction,
+        default=0.0 if importer else None, metavar="P",
+        help="share of the training users marked public (for non-private pretraining; "
+        f"excluded from private training) (default: {'0.0' if importer else '0.1'})",
+    )
+    g.add_argument(
+        "--seed", type=int, default=0 if importer else None,
         help="seed of every random choice (default: 0)",
     )
 
@@ -201,7 +258,7 @@ def _add_glyphs(sources: argparse._SubParsersAction) -> None:
                         f"within-identity variation harder (default: {d['occlusion']})")
     p.add_argument("--font", dest="extra_font_paths", action="append", metavar="PATH",
                    help="an extra font file to use (repeatable)")
-    _add_splits(p, eval_default=None)
+    _add_splits(p, eval_default=GLYPH_DEFAULTS["eval_identity_fraction"], importer=False)
     _add_out(p)
     p.set_defaults(func=_run_glyphs)
 
@@ -311,7 +368,7 @@ def _add_file_sources(sources: argparse._SubParsersAction) -> None:
 
 
 def _finish(p: argparse.ArgumentParser, source: str) -> None:
-    _add_splits(p, eval_default=0.0)
+    _add_splits(p, eval_default=DEFAULT_EVAL, importer=True)
     _add_out(p)
     p.set_defaults(func=_run_import, source=source)
 
@@ -365,21 +422,39 @@ def _load_source(args: argparse.Namespace) -> tuple[UserDataset, Any]:
 
 
 def _run_import(args: argparse.Namespace) -> int:
-    from dpemb.data.splits import assign_splits
-
     try:
         _check_out(args.out)
         ds, report = _load_source(args)
         if report is not None:
             print("\n".join(report.lines()))
-        ds = assign_splits(
-            ds,
-            eval_identity_fraction=args.eval_identity_fraction,
-            eval_labels=args.eval_labels,
-            public_user_fraction=args.public_user_fraction,
-            seed=args.seed,
-        )
+        ds = _assign(ds, args)
         path = ds.save(args.out)
+    except DataError as e:
+        return _fail(e)
+    _print_saved(ds, path)
+    return 0
+
+
+def _assign(ds: UserDataset, args: argparse.Namespace) -> UserDataset:
+    from dpemb.data.splits import assign_splits
+
+    return assign_splits(
+        ds,
+        eval_identity_fraction=args.eval_identity_fraction,
+        eval_labels=args.eval_labels,
+        validation_identity_fraction=args.validation_identity_fraction,
+        validation_labels=args.validation_labels,
+        eval_user_fraction=args.eval_user_fraction,
+        validation_user_fraction=args.validation_user_fraction,
+        public_user_fraction=args.public_user_fraction,
+        seed=args.seed,
+    )
+
+
+def _run_split(args: argparse.Namespace) -> int:
+    try:
+        ds = _assign(UserDataset.load(args.dir), args)
+        path = ds.save(args.out or args.dir)
     except DataError as e:
         return _fail(e)
     _print_saved(ds, path)
@@ -452,7 +527,22 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
         return str(v)
 
     width = max(len(k) for k in summary)
-    return [f"{k:<{width}}  {fmt(v)}" for k, v in summary.items()]
+    lines = []
+    for k, v in summary.items():
+        if k == "splits" and isinstance(v, dict):  # one line per part
+            first = True
+            for part, c in v.items():
+                text = (
+                    f"{part}: {c['users']} users, {c['identities']} identities, "
+                    f"{c['examples']} examples"
+                    if isinstance(c, dict)
+                    else f"{part.replace('_', ' ')}: {c} (in no split)"
+                )
+                lines.append(f"{k if first else '':<{width}}  {text}")
+                first = False
+            continue
+        lines.append(f"{k:<{width}}  {fmt(v)}")
+    return lines
 
 
 def save_grid(

@@ -11,12 +11,30 @@ On-disk layout of a dataset directory::
     images.npy    uint8  (N, H, W, C)
     labels.npy    int64  (N,)      identity index into label_names
     offsets.npy   int64  (U + 1,)  user u owns rows offsets[u]:offsets[u+1]
-    meta.json     {"format": 1, "user_names": [...], "label_names": [...],
-                   "eval_labels": [...], "public_users": [...], "source": {...}}
+    meta.json     {"format": 2, "user_names": [...], "label_names": [...],
+                   "eval_labels": [...], "validation_labels": [...],
+                   "eval_users": [...], "validation_users": [...],
+                   "public_users": [...], "source": {...}}
 
-``eval_labels`` are identities held out for evaluation (never trained on);
-``public_users`` are users whose data may be used for non-private (public)
-pretraining and are therefore excluded from private training.
+Roles. Identities are training, validation (``validation_labels``) or test
+(``eval_labels``) identities; users are private training users, public users
+(``public_users``: data that may be used for non-private pretraining, excluded from
+private training), validation users (``validation_users``) or test users
+(``eval_users``). ``split()`` keeps an example only where both roles agree:
+
+    train       private training users' examples of training identities
+    public      public users' examples of training identities
+    validation  validation users' examples of validation identities
+    eval (test) test users' examples of test identities
+
+so no user and no identity is in two of train / validation / test, and every number
+measured on validation or test is a statistic of users who are never trained on.
+Examples outside the four parts (a training user's example of a held-out identity, a
+test user's example of a training identity) are unused; ``summary()`` counts them.
+
+Format 1 (written before evaluation users existed) has no ``eval_users``: ``split()``
+then derives them as the users holding no training-identity example, and refuses
+(:class:`DataError`) when an evaluation example belongs to a training user.
 """
 
 from __future__ import annotations
@@ -31,7 +49,11 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_FORMATS = (1, 2)
+
+# role codes of Splits.label_role / Splits.user_role
+TRAIN, VALIDATION, TEST, PUBLIC = 0, 1, 2, 3
 
 
 class DataError(ValueError):
@@ -47,9 +69,16 @@ class UserDataset:
     offsets: np.ndarray  # int64 (U + 1,)
     user_names: list[str]
     label_names: list[str]
-    eval_labels: list[int] = field(default_factory=list)
+    eval_labels: list[int] = field(default_factory=list)  # test identities
     public_users: list[int] = field(default_factory=list)
     source: dict[str, Any] = field(default_factory=dict)
+    validation_labels: list[int] = field(default_factory=list)
+    # test users; None: not recorded (format 1, or built in memory without roles):
+    # split() derives them, see the module docstring
+    eval_users: list[int] | None = None
+    validation_users: list[int] = field(default_factory=list)
+    # where the dataset was loaded from (for error messages); not saved
+    origin: str | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.images.dtype != np.uint8 or self.images.ndim != 4:
@@ -140,6 +169,16 @@ class UserDataset:
     def image_shape(self) -> tuple[int, int, int]:
         return tuple(self.images.shape[1:])  # type: ignore[return-value]
 
+    @property
+    def test_labels(self) -> list[int]:
+        """Alias of ``eval_labels``: the test identities."""
+        return self.eval_labels
+
+    @property
+    def test_users(self) -> list[int] | None:
+        """Alias of ``eval_users``: the test users (None: not recorded)."""
+        return self.eval_users
+
     def user_sizes(self) -> np.ndarray:
         return np.diff(self.offsets)
 
@@ -158,7 +197,8 @@ class UserDataset:
         """Keep the examples where ``example_mask`` is true; drop users left empty.
 
         With ``relabel`` the remaining identities are renumbered 0..k-1 (a model's
-        head needs contiguous classes); eval/public annotations are then dropped.
+        head needs contiguous classes); the role annotations (held-out identities and
+        users, public users) are then dropped.
         """
         example_mask = np.asarray(example_mask, dtype=bool)
         idx = np.flatnonzero(example_mask)
@@ -168,14 +208,22 @@ class UserDataset:
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         labels = self.labels[idx]
         label_names = self.label_names
-        eval_labels, public_users = self.eval_labels, self.public_users
+        eval_labels, validation_labels = self.eval_labels, self.validation_labels
+        public_users, validation_users = self.public_users, self.validation_users
+        eval_users = self.eval_users
         if relabel:
             kept, labels = np.unique(labels, return_inverse=True)
             label_names = [self.label_names[i] for i in kept]
-            eval_labels, public_users = [], []
+            eval_labels, validation_labels = [], []
+            public_users, validation_users, eval_users = [], [], []
         else:
             remap = {int(u): i for i, u in enumerate(keep_users)}
-            public_users = [remap[u] for u in self.public_users if u in remap]
+
+            def keep(users: Sequence[int]) -> list[int]:
+                return [remap[int(u)] for u in users if int(u) in remap]
+
+            public_users, validation_users = keep(self.public_users), keep(self.validation_users)
+            eval_users = None if self.eval_users is None else keep(self.eval_users)
         return UserDataset(
             images=self.images[idx] if len(idx) != self.num_examples else self.images,
             labels=np.asarray(labels, dtype=np.int64),
@@ -185,16 +233,23 @@ class UserDataset:
             eval_labels=list(eval_labels),
             public_users=list(public_users),
             source=dict(self.source),
+            validation_labels=list(validation_labels),
+            eval_users=None if eval_users is None else list(eval_users),
+            validation_users=list(validation_users),
+            origin=self.origin,
         )
 
     def split(self) -> "Splits":
-        """The train (private), public and eval parts; each is built (and relabelled
-        0..k-1) on first access."""
+        """The train (private), public, validation and eval (= test) parts; each is
+        built (and relabelled 0..k-1) on first access. Raises :class:`DataError` when
+        the roles overlap, or for a format-1 dataset whose evaluation examples belong
+        to training users (see the module docstring)."""
         return Splits(self)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike) -> Path:
         """Write atomically: into a temporary sibling directory, then rename."""
+        _role_arrays(self)  # refuse to write overlapping roles
         path = Path(path)
         if path.exists() and not (path / "meta.json").is_file():
             if not path.is_dir() or any(path.iterdir()):
@@ -213,6 +268,11 @@ class UserDataset:
                 "user_names": self.user_names,
                 "label_names": self.label_names,
                 "eval_labels": [int(x) for x in self.eval_labels],
+                "validation_labels": [int(x) for x in self.validation_labels],
+                "eval_users": (
+                    None if self.eval_users is None else [int(x) for x in self.eval_users]
+                ),
+                "validation_users": [int(x) for x in self.validation_users],
                 "public_users": [int(x) for x in self.public_users],
                 "source": self.source,
             }
@@ -242,8 +302,12 @@ class UserDataset:
             meta = json.loads(meta_path.read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise DataError(f"{meta_path} is unreadable ({e}); re-create the dataset") from e
-        if meta.get("format") != FORMAT_VERSION:
-            raise DataError(f"{meta_path}: unsupported dataset format {meta.get('format')}")
+        if meta.get("format") not in READABLE_FORMATS:
+            raise DataError(
+                f"{meta_path}: unsupported dataset format {meta.get('format')} (this dpemb "
+                f"reads formats {', '.join(map(str, READABLE_FORMATS))}); re-create the dataset "
+                "with this version's `dpemb data make`"
+            )
         mode = "r" if mmap else None
         try:
             images = np.load(path / "images.npy", mmap_mode=mode)
@@ -260,6 +324,10 @@ class UserDataset:
             eval_labels=list(meta.get("eval_labels", [])),
             public_users=list(meta.get("public_users", [])),
             source=dict(meta.get("source", {})),
+            validation_labels=list(meta.get("validation_labels", [])),
+            eval_users=None if meta.get("eval_users") is None else list(meta["eval_users"]),
+            validation_users=list(meta.get("validation_users", [])),
+            origin=str(path),
         )
 
     def summary(self) -> dict[str, Any]:
@@ -279,45 +347,204 @@ class UserDataset:
             "image_shape": list(self.image_shape),
             "examples_per_user": _stats(sizes),
             "users_per_identity": _stats(per_label_users),
-            "eval_identities": len(self.eval_labels),
+            "test_identities": len(self.eval_labels),
+            "validation_identities": len(self.validation_labels),
+            "test_users": (
+                len(self.eval_users) if self.eval_users is not None else "not recorded (format 1)"
+            ),
+            "validation_users": len(self.validation_users),
             "public_users": len(self.public_users),
+            "splits": split_counts(self),
             "source": self.source,
         }
 
 
 class Splits:
-    """Views of a dataset by role. ``train``: private users' examples of training
-    identities; ``public``: public users' examples of training identities;
-    ``train_and_public``: both; ``eval``: every example of held-out identities."""
+    """Views of a dataset by role (see the module docstring). ``train``: private
+    training users' examples of training identities; ``public``: public users'
+    examples of training identities; ``train_and_public``: both; ``validation``:
+    validation users' examples of validation identities; ``eval`` (alias ``test``):
+    test users' examples of test identities. ``label_role`` / ``user_role`` hold the
+    role codes (TRAIN, VALIDATION, TEST; users also PUBLIC); ``unused`` marks the
+    examples no part keeps."""
 
     def __init__(self, ds: UserDataset):
         self.ds = ds
-        self.is_eval = np.isin(ds.labels, np.asarray(ds.eval_labels, dtype=np.int64))
-        public_user = np.zeros(ds.num_users, dtype=bool)
-        public_user[np.asarray(ds.public_users, dtype=np.int64)] = True
-        self.is_public = public_user[ds.user_of_example()]
+        self.label_role, self.user_role = _role_arrays(ds, derive_strict=True)
+        ex_label = self.label_role[ds.labels]
+        ex_user = self.user_role[ds.user_of_example()]
+        self._masks = {
+            "train": (ex_label == TRAIN) & (ex_user == TRAIN),
+            "public": (ex_label == TRAIN) & (ex_user == PUBLIC),
+            "validation": (ex_label == VALIDATION) & (ex_user == VALIDATION),
+            "eval": (ex_label == TEST) & (ex_user == TEST),
+        }
+        self._masks["train_and_public"] = self._masks["train"] | self._masks["public"]
+        self.unused = ~(
+            self._masks["train_and_public"] | self._masks["validation"] | self._masks["eval"]
+        )
         self._cache: dict[str, UserDataset] = {}
 
-    def _get(self, name: str, mask: np.ndarray) -> UserDataset:
+    def mask(self, name: str) -> np.ndarray:
+        """Boolean mask over the dataset's examples of part ``name`` (``test`` =
+        ``eval``)."""
+        return self._masks["eval" if name == "test" else name]
+
+    def _get(self, name: str) -> UserDataset:
         if name not in self._cache:
-            self._cache[name] = self.ds.select(mask, relabel=True)
+            self._cache[name] = self.ds.select(self._masks[name], relabel=True)
         return self._cache[name]
 
     @property
     def train(self) -> UserDataset:
-        return self._get("train", ~self.is_eval & ~self.is_public)
+        return self._get("train")
 
     @property
     def public(self) -> UserDataset:
-        return self._get("public", ~self.is_eval & self.is_public)
+        return self._get("public")
 
     @property
     def train_and_public(self) -> UserDataset:
-        return self._get("train_and_public", ~self.is_eval)
+        return self._get("train_and_public")
+
+    @property
+    def validation(self) -> UserDataset:
+        return self._get("validation")
 
     @property
     def eval(self) -> UserDataset:
-        return self._get("eval", self.is_eval)
+        """The test split: test users' examples of test identities."""
+        return self._get("eval")
+
+    test = eval
+
+    def get(self, name: str) -> UserDataset:
+        """A part by name: train, public, train_and_public, validation, eval or test."""
+        if name == "test":
+            name = "eval"
+        if name not in self._masks:
+            raise ValueError(
+                f"unknown split {name!r}: use train, public, train_and_public, validation, "
+                "eval or test"
+            )
+        return self._get(name)
+
+
+def _name(ds: UserDataset) -> str:
+    return str(ds.origin) if ds.origin else "this dataset"
+
+
+def _index_list(values: Sequence[int], size: int, what: str, ds: UserDataset) -> np.ndarray:
+    arr = np.asarray([int(v) for v in values], dtype=np.int64)
+    if len(arr) and (arr.min() < 0 or arr.max() >= size):
+        raise DataError(f"{_name(ds)}: a {what} index lies outside 0-{size - 1}")
+    return arr
+
+
+def _role_arrays(ds: UserDataset, *, derive_strict: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(label role per identity, user role per user); see the module docstring.
+
+    Overlapping roles raise :class:`DataError`. Without recorded ``eval_users``
+    (format 1), held-out users are derived: users holding no training-identity
+    example. With ``derive_strict`` a derivation that would evaluate on training
+    users' examples, or leave an evaluation split empty, raises :class:`DataError`.
+    """
+    label_role = np.full(ds.num_classes, TRAIN, dtype=np.int8)
+    test_l = _index_list(ds.eval_labels, ds.num_classes, "test (eval) label", ds)
+    val_l = _index_list(ds.validation_labels, ds.num_classes, "validation label", ds)
+    both = np.intersect1d(test_l, val_l)
+    if len(both):
+        raise DataError(
+            f"{_name(ds)}: identity {ds.label_names[int(both[0])]!r} is both a test and a "
+            "validation identity"
+        )
+    label_role[val_l] = VALIDATION
+    label_role[test_l] = TEST
+
+    user_role = np.full(ds.num_users, TRAIN, dtype=np.int8)
+    named = {
+        "public": _index_list(ds.public_users, ds.num_users, "public user", ds),
+        "validation": _index_list(ds.validation_users, ds.num_users, "validation user", ds),
+        "test": _index_list(ds.eval_users or [], ds.num_users, "test (eval) user", ds),
+    }
+    seen: dict[int, str] = {}
+    for what, users in named.items():
+        for u in users.tolist():
+            if seen.setdefault(u, what) != what:
+                raise DataError(
+                    f"{_name(ds)}: user {ds.user_names[u]!r} is both a {seen[u]} and a {what} "
+                    "user; a user has one role"
+                )
+    user_role[named["public"]] = PUBLIC
+    user_role[named["validation"]] = VALIDATION
+    user_role[named["test"]] = TEST
+    if ds.eval_users is None and (len(test_l) or len(val_l)):
+        _derive_users(ds, label_role, user_role, strict=derive_strict)
+    return label_role, user_role
+
+
+def _derive_users(
+    ds: UserDataset, label_role: np.ndarray, user_role: np.ndarray, *, strict: bool
+) -> None:
+    """Format 1: held-out users = users without a training-identity example."""
+    ex_label = label_role[ds.labels]
+    ex_user = ds.user_of_example()
+    has = {
+        r: np.bincount(ex_user[ex_label == r], minlength=ds.num_users) > 0
+        for r in (TRAIN, VALIDATION, TEST)
+    }
+    free = (user_role == TRAIN) & ~has[TRAIN]
+    user_role[free & has[TEST]] = TEST
+    user_role[free & ~has[TEST] & has[VALIDATION]] = VALIDATION
+    if not strict:
+        return
+    for role, what in ((TEST, "evaluation (test)"), (VALIDATION, "validation")):
+        held = ex_label == role
+        n = int(held.sum())
+        if n == 0 and not np.any(label_role == role):
+            continue
+        leaked = int(np.sum(held & (user_role[ex_user] != role)))
+        if leaked or n == 0:
+            reason = (
+                f"{leaked} of its {n} {what} examples belong to users who also hold "
+                "training identities, so every number measured on them would be a "
+                "statistic of private training users"
+                if leaked
+                else f"it has no {what} example"
+            )
+            fix = (
+                f"Re-split it with `dpemb data split {ds.origin}` (held-out identities and "
+                "users by default) or re-make it with `dpemb data make`"
+                if ds.origin
+                else "Set eval_users/validation_users, or re-split it with "
+                "dpemb.data.splits.assign_splits"
+            )
+            why = (
+                "dataset format 1, written by an older dpemb" if ds.origin else "eval_users is None"
+            )
+            raise DataError(
+                f"{_name(ds)} has no recorded evaluation users ({why}): {reason}. {fix}"
+            )
+
+
+def split_counts(ds: UserDataset) -> dict[str, Any] | str:
+    """Users, identities and examples of each part, and the unused examples; for a
+    dataset ``split()`` refuses, the reason as a string."""
+    try:
+        sp = Splits(ds)
+    except DataError as e:
+        return f"unusable: {e}"
+    users = ds.user_of_example()
+    out: dict[str, Any] = {}
+    for name in ("train", "public", "validation", "eval"):
+        m = sp.mask(name)
+        out["test" if name == "eval" else name] = {
+            "users": int(len(np.unique(users[m]))),
+            "identities": int(len(np.unique(ds.labels[m]))),
+            "examples": int(m.sum()),
+        }
+    out["unused_examples"] = int(sp.unused.sum())
+    return out
 
 
 def _stats(x: np.ndarray) -> dict[str, float]:

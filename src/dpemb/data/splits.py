@@ -1,11 +1,16 @@
-"""Choosing evaluation identities and public users of a UserDataset.
+"""Choosing the roles of a UserDataset's identities and users.
 
-Evaluation identities are held out entirely (no user trains on them), so training
-and evaluation identities are disjoint, as in the paper's EMNIST protocol (train on
-classes 0-35, verify on unseen 36-61). Public users are users whose data may be
-used for non-private pretraining; ``UserDataset.split`` excludes them from the
-private training set. Public users are data *about which no privacy claim is made*:
-choosing them is a data-handling decision, not a private computation.
+Three disjoint identity groups (training, validation, test) and four disjoint user
+groups (public, private training, validation, test). ``UserDataset.split`` keeps a
+validation example only when both its user and its identity are validation ones, and
+likewise for test, so a number measured on the validation or test split is never a
+statistic of a user who is trained on (the paper's EMNIST protocol holds out classes
+36-61; here their writers are held out too). Validation is for choosing
+hyperparameters, test for the numbers that are reported.
+
+Public users are users whose data may be used for non-private pretraining; they are
+data *about which no privacy claim is made*. Choosing any of these roles is a
+data-handling decision made before training, not a private computation.
 """
 
 from __future__ import annotations
@@ -16,7 +21,11 @@ from typing import Sequence
 
 import numpy as np
 
-from dpemb.data.dataset import DataError, UserDataset
+from dpemb.data.dataset import TEST, TRAIN, VALIDATION, DataError, UserDataset, split_counts
+
+# held out by `dpemb data make` and assign_splits unless told otherwise
+DEFAULT_EVAL_IDENTITY_FRACTION = 0.1
+DEFAULT_VALIDATION_IDENTITY_FRACTION = 0.1
 
 
 def _check_fraction(name: str, value: float) -> None:
@@ -24,11 +33,11 @@ def _check_fraction(name: str, value: float) -> None:
         raise ValueError(f"{name} must be in [0, 1), got {value!r}")
 
 
-def _count(fraction: float, available: int) -> int:
-    """round(fraction * available), at least 1 when fraction > 0."""
+def _count(fraction: float, available: int, at_least: int = 1) -> int:
+    """round(fraction * available), at least ``at_least`` when fraction > 0."""
     if fraction <= 0:
         return 0
-    return max(1, int(round(fraction * available)))
+    return max(at_least, int(round(fraction * available)))
 
 
 def parse_label_spec(spec: str) -> list[int]:
@@ -58,64 +67,182 @@ def parse_label_spec(spec: str) -> list[int]:
     return sorted(out)
 
 
+def _labels_given(ds: UserDataset, labels: Sequence[int], what: str) -> list[int]:
+    chosen = sorted({int(x) for x in labels})
+    outside = [x for x in chosen if x < 0 or x >= ds.num_classes]
+    if outside:
+        raise DataError(
+            f"{what} label index {outside[0]} does not exist: the dataset has "
+            f"{ds.num_classes} identities (indices 0-{ds.num_classes - 1}); see "
+            "`dpemb data inspect`"
+        )
+    return chosen
+
+
+def _pick_users(
+    role: int,
+    count: int,
+    free: np.ndarray,
+    held: dict[int, np.ndarray],
+    total: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """``count`` of the ``free`` users for a held-out ``role``: first the users whose
+    examples are all of that role's identities, then users holding some, then users
+    holding none (users holding only the other held-out role's identities last);
+    uniformly at random within each tier."""
+    other = VALIDATION if role == TEST else TEST
+    pure = (held[role] == total) & (total > 0)
+    tier = np.where(
+        pure, 0, np.where(held[role] > 0, 1, np.where(held[other] == total, 3, 2))
+    )
+    cand = rng.permutation(np.flatnonzero(free))
+    cand = cand[np.argsort(tier[cand], kind="stable")]
+    return np.sort(cand[:count])
+
+
 def assign_splits(
     ds: UserDataset,
     *,
-    eval_identity_fraction: float = 0.0,
+    eval_identity_fraction: float | None = None,
     eval_labels: Sequence[int] | None = None,
+    validation_identity_fraction: float | None = None,
+    validation_labels: Sequence[int] | None = None,
+    eval_user_fraction: float | None = None,
+    validation_user_fraction: float | None = None,
     public_user_fraction: float = 0.0,
     seed: int = 0,
 ) -> UserDataset:
-    """Return ``ds`` with ``eval_labels`` and ``public_users`` set (arrays are shared).
+    """Return ``ds`` with its identity and user roles set (arrays are shared).
 
-    Evaluation identities: ``eval_labels`` (label indices) when given, else a
-    ``eval_identity_fraction`` share of the identities that have examples, chosen
-    uniformly. Public users: a ``public_user_fraction`` share of the users that hold
-    at least one non-evaluation example, chosen uniformly. Any previous
-    ``eval_labels``/``public_users`` are replaced. Deterministic given ``seed``; the
-    two choices use independent random streams. Raises ``ValueError`` for a bad
-    fraction, :class:`DataError` when a label index does not exist or when no
-    training identity or private user would remain.
+    Test (``eval``) identities: ``eval_labels`` (label indices) when given, else an
+    ``eval_identity_fraction`` share (default ``DEFAULT_EVAL_IDENTITY_FRACTION`` =
+    0.1) of the identities that have examples, chosen uniformly, and at least 2
+    (verification needs pairs of different identities). Validation
+    identities: ``validation_labels``, else a ``validation_identity_fraction`` share
+    (default 0.1) of the identities with examples, chosen uniformly among the
+    non-test ones. Pass 0 to hold out none.
+
+    Test users: an ``eval_user_fraction`` share of all users. By default (None) the
+    share of identities held out for test, at least every user whose examples are
+    all of test identities, and at most the users holding a test example; so when
+    each user holds one identity (faces) the test users are exactly the test
+    identities' owners, and when every user writes every class (EMNIST) they are that
+    share of the writers. Users are taken in order: users holding only test
+    identities, users holding some, the others (uniformly at random within each
+    group). Validation users: the same, among the remaining users.
+    Public users: a ``public_user_fraction`` share of the remaining users that hold a
+    training-identity example. Every other user is a private training user.
+
+    Examples whose user and identity roles differ (a training user's example of a
+    test identity, a test user's example of a training identity) are in no split.
+    A fraction > 0 selects at least two identities and at least one user. Previous
+    roles are replaced. Deterministic
+    given ``seed``; each choice has its own random stream (changing the public share
+    moves nothing else). Raises ``ValueError`` for a bad fraction, :class:`DataError`
+    when a label index does not exist, when test and validation identities overlap,
+    or when no training identity, private training user or held-out example would
+    remain.
     """
-    _check_fraction("eval_identity_fraction", eval_identity_fraction)
+    for name, value in (
+        ("eval_identity_fraction", eval_identity_fraction),
+        ("validation_identity_fraction", validation_identity_fraction),
+        ("eval_user_fraction", eval_user_fraction),
+        ("validation_user_fraction", validation_user_fraction),
+    ):
+        if value is not None:
+            _check_fraction(name, value)
     _check_fraction("public_user_fraction", public_user_fraction)
-    if eval_labels is not None and eval_identity_fraction > 0:
+    if eval_labels is not None and eval_identity_fraction is not None:
         raise ValueError("give eval_labels or eval_identity_fraction, not both")
+    if validation_labels is not None and validation_identity_fraction is not None:
+        raise ValueError("give validation_labels or validation_identity_fraction, not both")
 
     counts = np.bincount(ds.labels, minlength=ds.num_classes)
     present = np.flatnonzero(counts > 0)
+    # identities
     if eval_labels is not None:
-        chosen = sorted({int(x) for x in eval_labels})
-        outside = [x for x in chosen if x < 0 or x >= ds.num_classes]
-        if outside:
+        test_ids = _labels_given(ds, eval_labels, "eval")
+    else:
+        f = DEFAULT_EVAL_IDENTITY_FRACTION if eval_identity_fraction is None else eval_identity_fraction
+        eval_identity_fraction = f
+        rng = np.random.default_rng([seed, 0])
+        test_ids = sorted(int(x) for x in rng.permutation(present)[: _count(f, len(present), at_least=2)])
+    if validation_labels is not None:
+        val_ids = _labels_given(ds, validation_labels, "validation")
+        both = sorted(set(val_ids) & set(test_ids))
+        if both:
             raise DataError(
-                f"eval label index {outside[0]} does not exist: the dataset has "
-                f"{ds.num_classes} identities (indices 0-{ds.num_classes - 1}); see "
-                "`dpemb data inspect`"
+                f"label index {both[0]} ({ds.label_names[both[0]]!r}) is given as both a "
+                "test (eval) and a validation identity; the groups must be disjoint"
             )
     else:
-        k = _count(eval_identity_fraction, len(present))
-        rng = np.random.default_rng([seed, 0])
-        chosen = sorted(int(x) for x in rng.permutation(present)[:k])
-    if chosen and len(np.setdiff1d(present, chosen)) == 0:
+        f = (
+            DEFAULT_VALIDATION_IDENTITY_FRACTION
+            if validation_identity_fraction is None
+            else validation_identity_fraction
+        )
+        validation_identity_fraction = f
+        rest = np.setdiff1d(present, test_ids)
+        rng = np.random.default_rng([seed, 2])
+        val_ids = sorted(int(x) for x in rng.permutation(rest)[: _count(f, len(present), at_least=2)])
+    held_out = set(test_ids) | set(val_ids)
+    if held_out and len(np.setdiff1d(present, sorted(held_out))) == 0:
         raise DataError(
             f"all {len(present)} identities with examples would be held out for "
-            "evaluation; lower the evaluation share"
+            f"validation ({len(val_ids)}) and test ({len(test_ids)}); lower the held-out "
+            "shares (CLI: --eval-identity-fraction / --validation-identity-fraction, 0 holds "
+            "out none)"
         )
 
-    is_eval = np.zeros(ds.num_classes, dtype=bool)
-    is_eval[chosen] = True
-    train_per_user = np.bincount(
-        ds.user_of_example(),
-        weights=(~is_eval[ds.labels]).astype(np.float64),
-        minlength=ds.num_users,
-    )
-    train_users = np.flatnonzero(train_per_user > 0)
+    label_role = np.full(ds.num_classes, TRAIN, dtype=np.int8)
+    label_role[val_ids] = VALIDATION
+    label_role[test_ids] = TEST
+    ex_user = ds.user_of_example()
+    ex_role = label_role[ds.labels]
+    total = np.bincount(ex_user, minlength=ds.num_users)
+    held = {
+        r: np.bincount(ex_user[ex_role == r], minlength=ds.num_users)
+        for r in (TRAIN, VALIDATION, TEST)
+    }
+    n_present = max(len(present), 1)
+    free = np.ones(ds.num_users, dtype=bool)
+    chosen_users: dict[int, np.ndarray] = {}
+    for role, ids, frac, stream, what in (
+        (TEST, test_ids, eval_user_fraction, 3, "eval_user_fraction"),
+        (VALIDATION, val_ids, validation_user_fraction, 4, "validation_user_fraction"),
+    ):
+        present_ids = int(np.sum(counts[ids] > 0)) if ids else 0
+        if frac is None:
+            pure = int(np.sum((held[role] == total) & (total > 0) & free))
+            holders = int(np.sum((held[role] > 0) & free))
+            share = _count(present_ids / n_present, ds.num_users)
+            k = min(max(share, pure), holders) if present_ids else 0
+        else:
+            k = _count(frac, ds.num_users)
+            if present_ids and k == 0:
+                raise DataError(
+                    f"{what}=0 holds out no user for the {len(ids)} held-out identities, so "
+                    "their split would be empty; give a share > 0"
+                )
+        users = _pick_users(role, k, free, held, total, np.random.default_rng([seed, stream]))
+        if present_ids and held[role][users].sum() == 0:
+            raise DataError(
+                f"none of the {len(users)} users held out ({what}) holds an example of the "
+                f"{len(ids)} held-out identities; raise the user share"
+            )
+        free[users] = False
+        chosen_users[role] = users
+
+    train_users = np.flatnonzero(free & (held[TRAIN] > 0))
     n_public = _count(public_user_fraction, len(train_users))
-    if n_public and n_public >= len(train_users):
+    if len(train_users) == 0 or (n_public and n_public >= len(train_users)):
         raise DataError(
             f"{n_public} public user(s) would leave no private training user among "
-            f"{len(train_users)}; lower the public share"
+            f"{len(train_users)} users holding training identities (after "
+            f"{len(chosen_users[TEST])} test and {len(chosen_users[VALIDATION])} validation "
+            "users); lower the public share or the held-out shares (CLI: "
+            "--eval-identity-fraction / --validation-identity-fraction, 0 holds out none)"
         )
     rng = np.random.default_rng([seed, 1])
     public = sorted(int(u) for u in rng.permutation(train_users)[:n_public])
@@ -124,7 +251,25 @@ def assign_splits(
     source["splits"] = {
         "eval_identity_fraction": eval_identity_fraction,
         "eval_labels_given": eval_labels is not None,
+        "validation_identity_fraction": validation_identity_fraction,
+        "validation_labels_given": validation_labels is not None,
+        "eval_user_fraction": eval_user_fraction,  # None: automatic (see assign_splits)
+        "validation_user_fraction": validation_user_fraction,
+        "test_users": len(chosen_users[TEST]),
+        "validation_users": len(chosen_users[VALIDATION]),
         "public_user_fraction": public_user_fraction,
         "seed": seed,
     }
-    return dataclasses.replace(ds, eval_labels=chosen, public_users=public, source=source)
+    out = dataclasses.replace(
+        ds,
+        eval_labels=list(test_ids),
+        validation_labels=list(val_ids),
+        eval_users=[int(u) for u in chosen_users[TEST]],
+        validation_users=[int(u) for u in chosen_users[VALIDATION]],
+        public_users=public,
+        source=source,
+    )
+    parts = split_counts(out)
+    if isinstance(parts, dict) and parts["train"]["examples"] == 0:
+        raise DataError("no private training example would remain; lower the held-out shares")
+    return out

@@ -1,15 +1,21 @@
 """Who writes what: pool selection and the user/identity assignment of both regimes.
 
-* shared: every user is one font (a writer) and writes ``identities_per_user``
-  characters drawn uniformly from the pool characters its font covers; a random
-  ``eval_identity_fraction`` of the pool is held out (those characters appear only in
-  the evaluation split).
+Both regimes hold out test and validation identities TOGETHER WITH their own users,
+so that no user and no identity is in two of training, validation and test:
+
+* shared: a random ``eval_identity_fraction`` (test) and ``validation_identity_fraction``
+  of the pool is held out, and a random ``eval_user_fraction`` / ``validation_user_fraction``
+  of the users (default: the identity fractions) are dedicated test / validation
+  writers. Every user is one font (a writer) and writes ``identities_per_user``
+  characters drawn uniformly from the characters of its own group (training, test or
+  validation) that its font covers; a held-out writer writes all of them when there
+  are fewer. No example is wasted: each is in exactly one split.
 * owned: users come in groups of ``users_per_identity``; each group owns
   ``identities_per_user`` identities that no other group holds, all drawn by every
   font of the group. Whole groups (identities together with their owners) are held
-  out for evaluation, so evaluation identities belong to new people.
+  out for test and for validation, so held-out identities belong to new people.
 
-Public users are chosen among the users that hold training identities.
+Public users are chosen among the training users.
 """
 
 from __future__ import annotations
@@ -30,8 +36,11 @@ class Assignment:
     pool: list[Identity]
     user_font: np.ndarray  # (U,) font index per user
     user_identities: list[np.ndarray]  # per user: sorted pool indices it holds
-    eval_identities: np.ndarray  # sorted pool indices held out for evaluation
+    eval_identities: np.ndarray  # sorted pool indices held out for test
     public_users: np.ndarray  # sorted user indices
+    validation_identities: np.ndarray  # sorted pool indices held out for validation
+    test_users: np.ndarray  # sorted user indices: write only test identities
+    validation_users: np.ndarray  # sorted user indices: write only validation identities
 
 
 def widen_hint() -> str:
@@ -87,39 +96,64 @@ def _public(users: np.ndarray, cfg: GlyphConfig, rng: np.random.Generator) -> np
     return np.sort(rng.choice(users, k, replace=False)).astype(np.int64)
 
 
+def _held_count(fraction: float, n: int) -> int:
+    k = int(round(fraction * n))
+    return max(k, 2) if fraction > 0 else 0
+
+
 def assign_shared(
     pool: list[Identity], fonts: Sequence[FontInfo], cfg: GlyphConfig, rng: np.random.Generator
 ) -> Assignment:
     n = len(pool)
-    n_eval = int(round(cfg.eval_identity_fraction * n))
-    if cfg.eval_identity_fraction > 0:
-        n_eval = max(n_eval, 2)
-    if n - n_eval < 2:
+    n_test = _held_count(cfg.eval_identity_fraction, n)
+    n_val = _held_count(cfg.validation_identity_fraction, n)
+    if n - n_test - n_val < 2:
         raise DataError(
-            f"glyphs (shared regime): the pool has {n} identities; holding out {n_eval} "
-            f"for evaluation leaves fewer than 2 for training; lower "
-            f"eval_identity_fraction or raise max_identities"
+            f"glyphs (shared regime): the pool has {n} identities; holding out {n_test} for "
+            f"test and {n_val} for validation leaves fewer than 2 for training; lower "
+            "eval_identity_fraction / validation_identity_fraction or raise max_identities"
         )
-    eval_ids = np.sort(rng.choice(n, n_eval, replace=False)).astype(np.int64)
+    perm = rng.permutation(n)
+    test_ids = np.sort(perm[:n_test]).astype(np.int64)
+    val_ids = np.sort(perm[n_test : n_test + n_val]).astype(np.int64)
+    train_ids = np.sort(perm[n_test + n_val :]).astype(np.int64)
+    u_test, u_val = cfg.held_out_users()
+    uperm = rng.permutation(cfg.num_users)
+    test_users = np.sort(uperm[:u_test]).astype(np.int64)
+    val_users = np.sort(uperm[u_test : u_test + u_val]).astype(np.int64)
+    train_users = np.sort(uperm[u_test + u_val :]).astype(np.int64)
+
     cover = _coverage(pool, len(fonts))
-    per_font = cover.sum(1)
-    eligible = np.flatnonzero(per_font >= cfg.identities_per_user)
-    if len(eligible) == 0:
-        raise DataError(
-            f"glyphs (shared regime): identities_per_user={cfg.identities_per_user} "
-            f"exceeds the {int(per_font.max(initial=0))} pool characters the best font "
-            f"draws (pool: {n}); lower identities_per_user or raise max_identities"
-        )
-    user_font = eligible[rng.integers(0, len(eligible), cfg.num_users)]
-    covered = [np.flatnonzero(cover[f]) for f in range(len(fonts))]
-    user_ids = [
-        np.sort(rng.choice(covered[f], cfg.identities_per_user, replace=False))
-        for f in user_font
-    ]
-    is_eval = np.zeros(n, dtype=bool)
-    is_eval[eval_ids] = True
-    holders = np.array([u for u, ids in enumerate(user_ids) if (~is_eval[ids]).any()])
-    return Assignment(pool, user_font.astype(np.int64), user_ids, eval_ids, _public(holders, cfg, rng))
+    user_font = np.zeros(cfg.num_users, dtype=np.int64)
+    user_ids: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * cfg.num_users
+    for what, ids, users in (
+        ("training", train_ids, train_users),
+        ("test", test_ids, test_users),
+        ("validation", val_ids, val_users),
+    ):
+        if len(users) == 0:
+            continue
+        sub = cover[:, ids]
+        per_font = sub.sum(1)
+        k = min(cfg.identities_per_user, int(per_font.max(initial=0)))
+        if what == "training" and k < cfg.identities_per_user:
+            raise DataError(
+                f"glyphs (shared regime): identities_per_user={cfg.identities_per_user} "
+                f"exceeds the {k} training characters the best font draws (pool: {n}, "
+                f"{len(ids)} training characters); lower identities_per_user or the "
+                "held-out fractions, or raise max_identities"
+            )
+        if k == 0:
+            raise DataError(f"glyphs (shared regime): no font draws a {what} character")
+        eligible = np.flatnonzero(per_font >= k)
+        fonts_of = eligible[rng.integers(0, len(eligible), len(users))]
+        for u, f in zip(users, fonts_of):
+            user_font[u] = f
+            user_ids[u] = np.sort(rng.choice(ids[sub[f]], k, replace=False)).astype(np.int64)
+    return Assignment(
+        pool, user_font, user_ids, test_ids, _public(train_users, cfg, rng),
+        validation_identities=val_ids, test_users=test_users, validation_users=val_users,
+    )
 
 
 def assign_owned(
@@ -180,17 +214,27 @@ def assign_owned(
         for k, f in enumerate(chosen):
             user_font[g * upi + k] = f
             user_ids.append(ids)
-    n_eval = cfg.eval_groups(groups)
-    eval_groups = np.sort(rng.choice(groups, n_eval, replace=False))
-    eval_ids = (
-        np.sort(np.concatenate([user_ids[g * upi] for g in eval_groups]))
-        if n_eval
-        else np.zeros(0, dtype=np.int64)
+    n_eval, n_val = cfg.eval_groups(groups), cfg.validation_groups(groups)
+    gperm = rng.permutation(groups)
+    eval_groups = np.sort(gperm[:n_eval])
+    val_groups = np.sort(gperm[n_eval : n_eval + n_val])
+
+    def ids_of(gs: np.ndarray) -> np.ndarray:
+        if not len(gs):
+            return np.zeros(0, dtype=np.int64)
+        return np.sort(np.concatenate([user_ids[g * upi] for g in gs])).astype(np.int64)
+
+    def users_of(gs: np.ndarray) -> np.ndarray:
+        return (gs[:, None] * upi + np.arange(upi)[None, :]).ravel().astype(np.int64)
+
+    group_role = np.zeros(groups, dtype=np.int8)
+    group_role[eval_groups], group_role[val_groups] = 2, 1
+    train_users = np.flatnonzero(np.repeat(group_role, upi) == 0)
+    return Assignment(
+        pool, user_font, user_ids, ids_of(eval_groups), _public(train_users, cfg, rng),
+        validation_identities=ids_of(val_groups), test_users=users_of(eval_groups),
+        validation_users=users_of(val_groups),
     )
-    is_eval_group = np.zeros(groups, dtype=bool)
-    is_eval_group[eval_groups] = True
-    train_users = np.flatnonzero(~np.repeat(is_eval_group, upi))
-    return Assignment(pool, user_font, user_ids, eval_ids.astype(np.int64), _public(train_users, cfg, rng))
 
 
 def assign(

@@ -30,6 +30,14 @@ def _is_num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def _held(fraction: float, n: int) -> int:
+    """round(fraction * n), at least 1 when fraction > 0 and n >= 2."""
+    k = int(round(fraction * n))
+    if fraction > 0 and n >= 2:
+        k = max(k, 1)
+    return k
+
+
 @dataclass(frozen=True)
 class GlyphConfig:
     """The glyph benchmark: identities are Unicode characters, users are writers.
@@ -43,10 +51,15 @@ class GlyphConfig:
       users; each group owns ``identities_per_user`` identities that nobody else
       holds (``users_per_identity = 1``: a person and their own face).
 
-    ``eval_identity_fraction`` of the identities are held out for evaluation: in the
-    owned regime together with their owners (new people); in the shared regime as
-    characters no training example uses. ``public_user_fraction`` of the users holding
-    training identities are marked public. ``jitter`` scales the per-image variation
+    Held out: ``eval_identity_fraction`` of the identities for the test split and
+    ``validation_identity_fraction`` for the validation split, each with its own
+    users, who are never trained on. In the owned regime whole owner groups are held
+    out (identities together with their owners: new people). In the shared regime
+    ``eval_user_fraction`` / ``validation_user_fraction`` of the users (default: the
+    identity fractions) are dedicated test / validation writers who write only
+    held-out characters (``identities_per_user`` of them, or all their font draws
+    when there are fewer); training writers write only training characters.
+    ``public_user_fraction`` of the training users are marked public. ``jitter`` scales the per-image variation
     (affine, elastic, weight, noise); ``occlusion`` is the probability that an image
     is partly erased and, independently, blurred (harder within-identity variation).
     """
@@ -57,7 +70,10 @@ class GlyphConfig:
     users_per_identity: int = 1
     images_per_identity: int = 2
     image_size: int = 28
-    eval_identity_fraction: float = 0.3
+    eval_identity_fraction: float = 0.2
+    validation_identity_fraction: float = 0.1
+    eval_user_fraction: float | None = None
+    validation_user_fraction: float | None = None
     public_user_fraction: float = 0.1
     seed: int = 0
     max_identities: int | None = None
@@ -84,10 +100,24 @@ class GlyphConfig:
                 raise bad(name, f"must be an integer >= {low}")
         if not _is_int(self.image_size) or not 8 <= self.image_size <= 256:
             raise bad("image_size", "must be an integer in [8, 256]")
-        for name in ("eval_identity_fraction", "public_user_fraction"):
+        for name in (
+            "eval_identity_fraction",
+            "validation_identity_fraction",
+            "eval_user_fraction",
+            "validation_user_fraction",
+            "public_user_fraction",
+        ):
             v = getattr(self, name)
+            if v is None and name.endswith("_user_fraction") and name != "public_user_fraction":
+                continue
             if not _is_num(v) or not 0.0 <= v < 1.0:
                 raise bad(name, "must be a number in [0, 1)")
+        if self.eval_identity_fraction + self.validation_identity_fraction >= 1.0:
+            raise bad(
+                "validation_identity_fraction",
+                f"plus eval_identity_fraction={self.eval_identity_fraction} leaves no "
+                "training identities",
+            )
         if not _is_int(self.seed) or self.seed < 0:
             raise bad("seed", "must be a non-negative integer")
         if self.max_identities is not None and (
@@ -116,6 +146,19 @@ class GlyphConfig:
                     f"exceeds max_identities={self.max_identities}: a user writes "
                     "distinct characters",
                 )
+            for name, frac in (
+                ("eval_user_fraction", self.eval_identity_fraction),
+                ("validation_user_fraction", self.validation_identity_fraction),
+            ):
+                if frac > 0 and getattr(self, name) == 0:
+                    raise bad(name, "must be > 0 when identities are held out for that split")
+            n_test, n_val = self.held_out_users()
+            if self.num_users - n_test - n_val < 1:
+                raise bad(
+                    "num_users",
+                    f"leaves no training user after {n_test} test and {n_val} validation "
+                    "users; raise it or lower the held-out fractions",
+                )
         else:
             upi = self.users_per_identity
             if upi > self.num_users or self.num_users % upi:
@@ -124,17 +167,31 @@ class GlyphConfig:
                     f"must be a multiple of users_per_identity={upi} (users come in "
                     "groups that share their identities)",
                 )
+            for name in ("eval_user_fraction", "validation_user_fraction"):
+                if getattr(self, name) is not None:
+                    raise bad(
+                        name,
+                        "applies to the shared regime only (in the owned regime the held-out "
+                        "identities come with their owners); leave it None",
+                    )
             groups = self.num_users // upi
+            n_val = self.validation_groups(groups)
+            if self.validation_identity_fraction > 0 and n_val == 0:
+                raise bad(
+                    "validation_identity_fraction",
+                    f"holds out no identity group of {groups}; raise it or num_users",
+                )
             n_eval = self.eval_groups(groups)
             if self.eval_identity_fraction > 0 and n_eval == 0:
                 raise bad(
                     "eval_identity_fraction",
                     f"holds out no identity group of {groups}; raise it or num_users",
                 )
-            if n_eval >= groups:
+            if n_eval + n_val >= groups:
                 raise bad(
                     "eval_identity_fraction",
-                    f"leaves no training identities ({n_eval} of {groups} groups held out)",
+                    f"leaves no training identities ({n_eval} test and {n_val} validation "
+                    f"groups of {groups} held out)",
                 )
             if self.max_identities is not None and self.identities_needed() > self.max_identities:
                 raise bad(
@@ -145,11 +202,22 @@ class GlyphConfig:
 
     # -- derived quantities
     def eval_groups(self, groups: int) -> int:
-        """Owned regime: how many of ``groups`` owner groups are held out."""
-        n = int(round(self.eval_identity_fraction * groups))
-        if self.eval_identity_fraction > 0 and groups >= 2:
-            n = max(n, 1)
-        return n
+        """Owned regime: how many of ``groups`` owner groups are held out for test."""
+        return _held(self.eval_identity_fraction, groups)
+
+    def validation_groups(self, groups: int) -> int:
+        """Owned regime: how many of ``groups`` owner groups are held out for validation."""
+        return _held(self.validation_identity_fraction, groups)
+
+    def held_out_users(self) -> tuple[int, int]:
+        """Shared regime: the numbers of dedicated (test, validation) writers."""
+        out = []
+        for user_f, ident_f in (
+            (self.eval_user_fraction, self.eval_identity_fraction),
+            (self.validation_user_fraction, self.validation_identity_fraction),
+        ):
+            out.append(_held(ident_f if user_f is None else user_f, self.num_users) if ident_f > 0 else 0)
+        return out[0], out[1]
 
     def identities_needed(self) -> int:
         """Owned regime: identities the build assigns (each to one owner group)."""

@@ -21,7 +21,9 @@ from dpemb.data.glyphs.render import (
     render_images,
 )
 
-GENERATOR_VERSION = 1  # bump when the same config would produce different images
+GENERATOR_VERSION = 2  # bump when the same config would produce different data
+# 2: test and validation identities come with their own users (dedicated writers in
+#    the shared regime)
 
 # named random streams: one generator per purpose, all derived from the seed
 _POOL, _ASSIGN, _STYLE, _JITTER = 1, 2, 3, 4
@@ -54,7 +56,8 @@ def make_glyphs(cfg: GlyphConfig, *, progress: bool = True) -> UserDataset:
     byte-identical dataset).
 
     Returns a :class:`UserDataset` with uint8 images ``(N, S, S, 1)`` (ink bright on
-    black), ``eval_labels`` (held-out identities) and ``public_users`` set, and
+    black), the roles set (``eval_labels`` / ``eval_users``: test identities and their
+    users; ``validation_labels`` / ``validation_users``; ``public_users``), and
     ``source = {"kind": "glyphs", "config", "fonts", "pool_size", ...}``.
     """
     if not isinstance(cfg, GlyphConfig):
@@ -95,16 +98,20 @@ def make_glyphs(cfg: GlyphConfig, *, progress: bool = True) -> UserDataset:
     label_of[used] = np.arange(len(used))
     labels = label_of[idents]
     label_names = [label_name(pool[j].cp) for j in used]
-    eval_used = np.intersect1d(asg.eval_identities, used)
-    eval_labels = label_of[eval_used]
-    n_train = len(used) - len(eval_used)
-    if cfg.eval_identity_fraction > 0 and len(eval_labels) < 2:
-        raise DataError(
-            f"glyphs: only {len(eval_labels)} held-out identities were written; raise "
-            "num_users, identities_per_user or eval_identity_fraction"
-        )
+    eval_labels = label_of[np.intersect1d(asg.eval_identities, used)]
+    validation_labels = label_of[np.intersect1d(asg.validation_identities, used)]
+    for what, labs, frac in (
+        ("test", eval_labels, cfg.eval_identity_fraction),
+        ("validation", validation_labels, cfg.validation_identity_fraction),
+    ):
+        if frac > 0 and len(labs) < 2:
+            raise DataError(
+                f"glyphs: only {len(labs)} {what} identities were written; raise num_users, "
+                f"identities_per_user or the {what} fraction"
+            )
+    n_train = len(used) - len(eval_labels) - len(validation_labels)
     if n_train < 1:
-        raise DataError("glyphs: no training identity was written; lower eval_identity_fraction")
+        raise DataError("glyphs: no training identity was written; lower the held-out fractions")
 
     font_stroke = np.array([cache.stroke_width(int(f)) for f in asg.user_font])
     rasters, meta = cache.arrays()
@@ -146,4 +153,7 @@ def make_glyphs(cfg: GlyphConfig, *, progress: bool = True) -> UserDataset:
         eval_labels=[int(x) for x in eval_labels],
         public_users=[int(x) for x in asg.public_users],
         source=src,
+        validation_labels=[int(x) for x in validation_labels],
+        eval_users=[int(x) for x in asg.test_users],
+        validation_users=[int(x) for x in asg.validation_users],
     )
