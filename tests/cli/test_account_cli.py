@@ -35,9 +35,9 @@ def test_single_configuration_names_accountant_delta_unit_relation(capsys):
     assert status == 0
     spec = PrivacySpec(population=10_000_000, clients_per_round=4096, rounds=1000, noise_multiplier=1.0)
     rdp, pld = epsilon_for(spec, "rdp"), epsilon_for(spec, "pld")
-    assert f"epsilon = {rdp:#.3g} (RDP accountant, delta = 1e-07, user-level, add/remove-one-user)" in out
-    assert f"epsilon = {pld:#.3g} (PLD accountant, delta = 1e-07, user-level, add/remove-one-user)" in out
-    assert "delta = 1e-07 (default: 1/population)" in out
+    assert f"epsilon = {rdp:#.3g} (RDP accountant, delta = 1e-08, user-level, add/remove-one-user)" in out
+    assert f"epsilon = {pld:#.3g} (PLD accountant, delta = 1e-08, user-level, add/remove-one-user)" in out
+    assert "delta = 1e-08 (default: 1/(10 N), N = population)" in out
     assert "warning" not in err
 
 
@@ -49,7 +49,7 @@ def test_json_output(capsys):
         assert key in obj
     spec = PrivacySpec(population=10_000_000, clients_per_round=4096, users_per_client=4, rounds=1000)
     assert obj["epsilon_rdp"] == pytest.approx(epsilon_for(spec, "rdp"))
-    assert obj["delta"] == pytest.approx(1e-7) and obj["sensitivity"] == 2.0
+    assert obj["delta"] == pytest.approx(1e-8) and obj["sensitivity"] == 2.0
 
 
 def test_target_epsilon_calibrates(capsys):
@@ -140,3 +140,20 @@ def test_bad_flags_exit_2(argv, message, capsys):
 def test_population_too_small_for_the_cohort(capsys):
     status, _, err = run([*BASE, "--noise-multiplier", "1", "--clients-per-round", "20000000"], capsys)
     assert status == 2 and "sampling rate" in err
+
+
+def test_large_delta_refused_unless_forced_and_extrapolation_labels_the_paper_convention(capsys):
+    argv = [*BASE, "--noise-multiplier", "1.0", "--delta", "1e-7"]  # 1e-7 = 1/N: the paper's delta
+    status, _, err = run(argv, capsys)
+    assert status == 2
+    assert "delta must be well below 1/N" in err and "delta=1e-07 >= 1/10000000" in err
+    assert "--allow-large-delta" in err
+    status, out, err = run([*argv, "--allow-large-delta"], capsys)
+    assert status == 0 and "delta = 1e-07, user-level" in out
+    assert "large delta" in err  # forced, and said so
+    argv = ["--population", "3000", "--clients-per-round", "32", "--rounds", "100", "--noise-multiplier", "0.3",
+            "--extrapolate-to", "3000000"]
+    status, out, _ = run(argv, capsys)
+    assert status == 0 and "delta = 3.33e-07 (paper's convention: delta = 1/N'" in out
+    status, out, _ = run([*argv, "--json"], capsys)
+    assert json.loads(out)["extrapolation"]["delta_note"].startswith("paper's convention")

@@ -37,8 +37,10 @@ def test_transfer_every_method_prints_top1_epsilon_and_split(feature_files, caps
         assert main(argv) == 0
         out = capsys.readouterr().out
         assert f"method {method}: top-1" in out
-        assert "epsilon = " in out and "delta = 1e-05" in out and "RDP" in out and "example-level" in out and "add/remove" in out
+        # default delta 1/(10 N) for the N = 600 training examples
+        assert "epsilon = " in out and "delta = 0.000167" in out and "RDP" in out and "example-level" in out and "add/remove" in out
         assert "budget split: equal over" in out
+        assert "noise sampler: secure" in out  # the default without --seed
 
 
 def test_transfer_sweep_json_plot_and_baseline(feature_files, tmp_path, capsys):
@@ -159,3 +161,46 @@ def test_several_dp_runs_state_their_total_cost(feature_files, capsys):
     # a sweep is several runs on the same data too
     assert main(["transfer", "--train", train, "--test", test, "--method", "dp-ls", "--sweep-epsilon", "1,2"]) == 0
     assert "these 2 DP runs" in capsys.readouterr().out
+
+
+def test_transfer_json_is_released_and_exact_counts_go_to_a_private_file(feature_files, tmp_path, capsys):
+    import os
+    import stat
+
+    train, test = feature_files
+    out_json = tmp_path / "res.json"
+    assert main(["transfer", "--train", train, "--test", test, "--method", "non-private,dp-ls", "--epsilon", "1",
+                 "--accountant", "rdp", "--json", str(out_json)]) == 0
+    text = capsys.readouterr().out
+    released = out_json.read_text()
+    for key in ("num_train_examples", "num_train_units", "num_clipped_features"):
+        assert key not in released, key
+    runs = json.loads(released)["runs"]
+    assert [r["method"] for r in runs] == ["non-private", "dp-ls"] and runs[1]["top1"] is not None
+    assert runs[1]["noise_sampler"].startswith("noise sampler: secure")
+    private = tmp_path / "res.private.json"
+    assert stat.S_IMODE(os.stat(private).st_mode) == 0o600
+    diag = json.loads(private.read_text())
+    assert diag["private"].startswith("private: un-noised statistics of the training data")
+    assert [r["num_train_examples"] for r in diag["runs"]] == [600, 600]
+    assert all("num_clipped_features" in r and r["num_train_units"] == 600 for r in diag["runs"])
+    assert "res.private.json (PRIVATE" in text
+
+
+def test_transfer_delta_rule_and_secure_noise_flags(feature_files, capsys):
+    train, test = feature_files
+    base = ["transfer", "--train", train, "--test", test, "--method", "dp-ls", "--epsilon", "1", "--accountant", "rdp"]
+    with pytest.raises(SystemExit) as e:
+        main(base + ["--delta", "0.002"])  # >= 1/600
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "delta must be well below 1/N" in err and "got delta=0.002 >= 1/600" in err
+    assert main(base + ["--delta", "0.002", "--allow-large-delta"]) == 0
+    assert "delta = 0.002" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(base + ["--secure-noise", "--seed", "3"])
+    assert e.value.code == 2 and "--secure-noise cannot be combined with --seed" in capsys.readouterr().err
+    assert main(base + ["--seed", "3"]) == 0
+    assert "noise sampler: SEEDED" in capsys.readouterr().out
+    assert main(base + ["--no-secure-noise"]) == 0
+    assert "noise sampler: plain" in capsys.readouterr().out

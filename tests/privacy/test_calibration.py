@@ -45,8 +45,10 @@ def test_max_rounds_is_the_last_round_within_budget():
 
 def test_extrapolation_keeps_noise_on_average_and_uses_new_delta():
     spec = PrivacySpec(population=3000, clients_per_round=32, noise_multiplier=0.3, rounds=100)
-    assert epsilon_for(spec) == pytest.approx(25.3, abs=0.05)  # MEASURED.md
+    paper_delta = replace(spec, delta=1 / 3000, allow_large_delta=True)
+    assert epsilon_for(paper_delta) == pytest.approx(25.3, abs=0.05)  # MEASURED.md (delta = 1/N)
     ex = extrapolate(spec, 3_000_000)
+    assert ex.delta_note.startswith("paper's convention")
     assert ex.factor == 1000 and ex.clients_per_round == 32_000
     assert ex.noise_multiplier == pytest.approx(300.0)
     assert ex.delta == pytest.approx(1 / 3_000_000)
@@ -56,7 +58,8 @@ def test_extrapolation_keeps_noise_on_average_and_uses_new_delta():
     independent.compose(dpa.PoissonSampledDpEvent(32_000 / 3_000_000, dpa.GaussianDpEvent(300.0)), 100)
     assert ex.epsilon == pytest.approx(independent.get_epsilon(1 / 3_000_000), rel=1e-9)
     explicit = extrapolate(replace(spec, delta=1e-5), 3_000_000)
-    assert explicit.delta == 1e-5  # an explicit delta is kept
+    assert explicit.delta == 1e-5 and "as given" in explicit.delta_note  # an explicit delta is kept
+    assert ">= 1/N'" in explicit.delta_note  # 1e-5 >= 1/3e6: flagged
 
 
 def test_extrapolation_rounds_clients_and_preserves_average_noise():

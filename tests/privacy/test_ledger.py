@@ -45,7 +45,7 @@ def test_entries_and_description(spec):
     assert len(entries) == 1 and (entries[0]["from_round"], entries[0]["to_round"]) == (1, 5)
     assert "Poisson" in entries[0]["mechanism"] and "2C" in entries[0]["mechanism"]
     text = ledger.describe("rdp")
-    assert "RDP accountant" in text and "delta = 5e-05" in text and "user-level" in text
+    assert "RDP accountant" in text and "delta = 5e-06" in text and "user-level" in text
     assert "add/remove-one-user" in text
 
 

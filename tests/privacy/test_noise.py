@@ -131,3 +131,25 @@ def test_std_rule_has_power_and_size():
     x = rng.normal(scale=2.0, size=N)
     assert std_matches(x, 2.0)
     assert not std_matches(x, 2.0 * 2 / 3) and not std_matches(x, 2.0 * 3 / 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_secure_sampler_std_is_right_and_rejects_ten_percent_off(dtype):
+    """The hardened sampler (sum of two draws, normalised) has exactly the scale z x sensitivity."""
+    draws = GaussianNoise(0.8, secure=True).add(zero_sum(1.5, dtype=dtype))[0]
+    assert draws.dtype == dtype
+    x = draws.numpy()
+    assert std_matches(x, 1.2) and mean_is_zero(x, 1.2)
+    assert not std_matches(x, 1.2 * 0.9) and not std_matches(x, 1.2 * 1.1)
+
+
+def test_secure_sampler_keys_a_fresh_generator_from_the_os_for_every_draw(monkeypatch):
+    import dpemb.privacy.noise as noise_mod
+
+    keys = [1, 7, 7, 8]
+    calls = iter(keys)
+    monkeypatch.setattr(noise_mod, "secure_seed", lambda: next(calls))
+    mech = GaussianNoise(1.0, secure=True)  # key 1: its own generator, which secure draws do not use
+    a, b, c = (mech.add(zero_sum(1.0, 64))[0] for _ in range(3))
+    assert torch.equal(a, b) and not torch.equal(a, c)  # each draw is keyed by a fresh OS key
+    assert next(calls, None) is None  # one key per draw, all used

@@ -97,3 +97,30 @@ def test_refusals():
     with pytest.raises(TypeError):
         tree.noisy_prefix_sum(torch.zeros(3))  # type: ignore[arg-type]
     assert TreeAggregationNoise(1.0, seed=1).seeded and not TreeAggregationNoise(1.0).seeded
+
+
+def test_secure_tree_draws_with_the_hardened_sampler_at_the_right_scale(monkeypatch):
+    """secure=True: every node's noise comes from noise.standard_normal(secure=True), std as theory."""
+    import dpemb.privacy.tree as tree_mod
+
+    calls = []
+    real = tree_mod.standard_normal
+
+    def spy(like, generator, *, secure=False):
+        calls.append(secure)
+        return real(like, generator, secure=secure)
+
+    monkeypatch.setattr(tree_mod, "standard_normal", spy)
+    z, sens = 0.9, 2.0
+    tree = TreeAggregationNoise(z, efficient=True, secure=True)
+    assert tree.secure and "secure" in tree.describe()
+    for t in range(1, 5):
+        noise = tree.noisy_prefix_sum(clipped(torch.zeros(N, dtype=torch.float64), sens))[0].numpy()
+        std = z * sens * math.sqrt(prefix_noise_variance(t, True))
+        assert std_matches(noise, std, p=1e-8)
+        assert not std_matches(noise, 0.9 * std, p=1e-8) and not std_matches(noise, 1.1 * std, p=1e-8)
+    assert calls and all(calls)
+    with pytest.raises(ValueError, match="cannot be seeded"):
+        TreeAggregationNoise(1.0, seed=3, secure=True)
+    with pytest.raises(ValueError, match="secure"):
+        TreeAggregationNoise(1.0).load_state_dict(tree.state_dict())

@@ -107,8 +107,8 @@ def test_non_private_method_takes_no_epsilon():
 
 def test_pld_refuses_a_tiny_noise_multiplier_with_advice():
     with pytest.raises(PrivacyConfigError, match="RDP"):
-        plan_noise(PrivacyRequest(noise_multiplier=1e-3, accountant="pld"), 3)
-    assert plan_noise(PrivacyRequest(noise_multiplier=1e-3, accountant="rdp"), 3).epsilon > 1e5
+        plan_noise(PrivacyRequest(noise_multiplier=1e-3, accountant="pld"), 3, num_units=1000)
+    assert plan_noise(PrivacyRequest(noise_multiplier=1e-3, accountant="rdp"), 3, num_units=1000).epsilon > 1e5
 
 
 def test_sentence_names_accountant_delta_unit_relation():
@@ -116,13 +116,13 @@ def test_sentence_names_accountant_delta_unit_relation():
     text = plan.sentence().lower()
     for word in ("rdp", "1e-05", "user", "add"):
         assert word in text, (word, text)
-    np_plan = plan_noise(PrivacyRequest(non_private=True), 3)
+    np_plan = plan_noise(PrivacyRequest(non_private=True), 3, num_units=1000)
     assert math.isinf(np_plan.epsilon) and np_plan.noise_multiplier == 0.0
     assert "non-private" in np_plan.sentence().lower() and "not private" in np_plan.sentence()
 
 
 def test_mechanism_refuses_more_releases_than_planned_and_checks_completion():
-    mech = ReleaseMechanism(plan_noise(PrivacyRequest(noise_multiplier=1.0), 2), seed=1)
+    mech = ReleaseMechanism(plan_noise(PrivacyRequest(noise_multiplier=1.0), 2, num_units=1000), seed=1)
     mech.release("a", _stat(3))
     with pytest.raises(PrivacyConfigError, match="1 of 2"):
         mech.check_complete()
@@ -133,7 +133,7 @@ def test_mechanism_refuses_more_releases_than_planned_and_checks_completion():
 
 
 def test_mechanism_takes_only_a_clipped_sum_under_add_remove():
-    mech = ReleaseMechanism(plan_noise(PrivacyRequest(noise_multiplier=1.0), 2))
+    mech = ReleaseMechanism(plan_noise(PrivacyRequest(noise_multiplier=1.0), 2, num_units=1000))
     with pytest.raises(TypeError, match="ClippedSum"):
         mech.release("x", torch.zeros(3))  # a bare tensor has no sensitivity
     with pytest.raises(PrivacyConfigError, match="replace-one"):
@@ -144,7 +144,7 @@ def test_mechanism_takes_only_a_clipped_sum_under_add_remove():
 
 
 def test_ledger_and_split_sentence_record_every_release():
-    plan = plan_noise(PrivacyRequest(noise_multiplier=2.0), 3)
+    plan = plan_noise(PrivacyRequest(noise_multiplier=2.0), 3, num_units=1000)
     mech = ReleaseMechanism(plan, seed=0)
     mech.release("gramian", _stat((4, 4), 0.25))
     mech.release("g[0]", _stat(4), kind="gradient")
@@ -158,7 +158,7 @@ def test_ledger_and_split_sentence_record_every_release():
 
 
 def test_non_private_mechanism_adds_nothing_and_says_so():
-    plan = plan_noise(PrivacyRequest(non_private=True), 1)
+    plan = plan_noise(PrivacyRequest(non_private=True), 1, num_units=1000)
     mech = ReleaseMechanism(plan)
     out = mech.release("a", _stat(5))
     assert torch.equal(out, torch.zeros(5, dtype=torch.float64))

@@ -93,22 +93,29 @@ def test_resize_batch_shapes():
     assert resize_batch(x, 28) is x
 
 
-def test_backbone_checkpoint_hook(tmp_path):
+def test_backbone_from_a_release_artifact(tmp_path):
     from dpemb.models.registry import build_backbone
+    from dpemb.training.artifact import ArtifactError, make_card, write_artifact
 
     torch.manual_seed(1)
     kwargs = {"in_channels": 1, "image_size": 28}
     model = build_backbone("lenet", **kwargs)
+    card = make_card(backbone_name="lenet", backbone_kwargs=kwargs, embedding_dim=model.embedding_dim,
+                     trainable="all", algorithm="centralized", progress={"steps": 0},
+                     provenance={"train_split": "public", "private_training": False, "init": "random"},
+                     privacy="not private")
+    write_artifact(tmp_path / "art", model, card)
+    for where in (tmp_path / "art", tmp_path / "art" / "model_card.json"):
+        loaded, desc = load_backbone(model=where)
+        assert desc["backbone_name"] == "lenet" and desc["image_size"] == 28
+        x = torch.rand(2, 1, 28, 28)
+        with torch.no_grad():
+            torch.testing.assert_close(loaded.forward_features(x), model.eval().forward_features(x))
+    # a torch pickle (a training checkpoint, or any .pt) is refused with the way out
     torch.save({"backbone_name": "lenet", "backbone_kwargs": kwargs, "backbone": model.state_dict()},
                tmp_path / "ckpt.pt")
-    loaded, desc = load_backbone(checkpoint=tmp_path / "ckpt.pt")
-    assert desc["backbone_name"] == "lenet" and desc["image_size"] == 28
-    x = torch.rand(2, 1, 28, 28)
-    with torch.no_grad():
-        torch.testing.assert_close(loaded.forward_features(x), model.eval().forward_features(x))
-    torch.save({"weights": 1}, tmp_path / "bad.pt")
-    with pytest.raises(ValueError, match="backbone_name"):
-        load_backbone(checkpoint=tmp_path / "bad.pt")
+    with pytest.raises(ArtifactError, match="dpemb export"):
+        load_backbone(model=tmp_path / "ckpt.pt")
 
 
 def test_imagenet_backbone_features_when_weights_are_installed():

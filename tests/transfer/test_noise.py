@@ -103,7 +103,7 @@ def test_symmetrised_gramian_noise_has_std_z_c2_on_the_diagonal_and_over_sqrt2_o
 
 
 def test_fresh_noise_across_calls_of_one_mechanism():
-    plan = plan_noise(PrivacyRequest(noise_multiplier=1.0), 2)
+    plan = plan_noise(PrivacyRequest(noise_multiplier=1.0), 2, num_units=1000)
     mech = ReleaseMechanism(plan, seed=5)
     stat = ClippedSum([torch.zeros(2000, dtype=torch.float64)], 1.0, Relation.ADD_REMOVE)
     a = mech.release("a", stat)
@@ -134,7 +134,7 @@ def test_unseeded_mechanism_draws_its_seed_from_the_os(monkeypatch):
 
     calls = []
     monkeypatch.setattr(noise_module, "secure_seed", lambda: calls.append(1) or 7)
-    plan = plan_noise(PrivacyRequest(noise_multiplier=1.0), 1)
+    plan = plan_noise(PrivacyRequest(noise_multiplier=1.0), 1, num_units=1000)
     stat = ClippedSum([torch.zeros(50, dtype=torch.float64)], 1.0, Relation.ADD_REMOVE)
     a = ReleaseMechanism(plan).release("a", stat)
     assert calls == [1]

@@ -20,6 +20,7 @@ import sys
 from typing import Any, Callable
 
 from dpemb.cli.main import UsageError
+from dpemb.privacy.delta import DEFAULT_DELTA_RULE
 
 MAX_PLOT_ROWS = 8
 
@@ -66,7 +67,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target-epsilon", type=_list_of(float, "--target-epsilon"), default=None,
                    help="calibrate the noise multiplier for this epsilon (instead of --noise-multiplier)")
     p.add_argument("--delta", type=_list_of(float, "--delta"), default=None,
-                   help="delta (default 1/population)")
+                   help="delta (default 1/(10 population)); must be below 1/population unless "
+                        "--allow-large-delta")
+    p.add_argument("--allow-large-delta", action="store_true",
+                   help="accept a delta >= 1/population (e.g. the DP-FedEmb paper's delta = 1/N); "
+                        "the output warns")
     p.add_argument("--clip-norm", type=float, default=1.0,
                    help="C (does not change epsilon; sets the printed noise std)")
     p.add_argument("--sampling", choices=("poisson", "fixed", "epoch"), default=None,
@@ -98,6 +103,7 @@ def _spec_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return dict(
         clip_norm=args.clip_norm, sampling=args.sampling, mechanism=args.mechanism,
         relation=args.relation, unit=args.unit, tree_restarts=args.tree_restarts,
+        allow_large_delta=args.allow_large_delta,
     )
 
 
@@ -191,7 +197,7 @@ def compute_row(combo: dict[str, Any], args: argparse.Namespace) -> dict[str, An
             ex = extrapolate(spec, target_n, "rdp")
             row["extrapolation"] = {
                 "population": ex.population, "factor": ex.factor, "noise_multiplier": ex.noise_multiplier,
-                "clients_per_round": ex.clients_per_round, "delta": ex.delta,
+                "clients_per_round": ex.clients_per_round, "delta": ex.delta, "delta_note": ex.delta_note,
                 **_epsilons(ex.spec, accountants),
             }
         eps_for_warning = row.get("epsilon_rdp") if row.get("epsilon_rdp") is not None else row.get("epsilon_pld")
@@ -231,7 +237,8 @@ def _print_single(row: dict[str, Any]) -> None:
     if row["calibrated"]:
         print(f"calibrated noise multiplier z = {row['noise_multiplier']:.4f} for target epsilon "
               f"{row['target_epsilon']:g} ({row['calibrated_with'].upper()} accountant)")
-    print(f"delta = {row['delta']:.3g}" + (" (default: 1/population)" if row["delta_is_default"] else ""))
+    print(f"delta = {row['delta']:.3g}" + (f" (default: {DEFAULT_DELTA_RULE}, N = population)"
+                                           if row["delta_is_default"] else ""))
     for acc in ("rdp", "pld"):
         if row.get(f"statement_{acc}"):
             print(row[f"statement_{acc}"])
@@ -245,7 +252,7 @@ def _print_single(row: dict[str, Any]) -> None:
         print(f"extrapolated to N = {ex['population']:,}: scale factor k = {ex['factor']:.6g}, noise "
               f"multiplier {row['noise_multiplier']:g} x {ex['factor']:.6g} = {ex['noise_multiplier']:.6g}, "
               f"{ex['clients_per_round']:,} clients per round (same noise on the average), "
-              f"delta = {ex['delta']:.3g}")
+              f"delta = {ex['delta']:.3g} ({ex['delta_note']})")
         for acc in ("rdp", "pld"):
             if ex.get(f"statement_{acc}"):
                 print(f"  {ex[f'statement_{acc}']}")
@@ -286,7 +293,10 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     for c in cells:
         print("  ".join(x.rjust(w) for x, w in zip(c, widths)))
     rel = first["relation"]
-    ext = " (eps' at the extrapolated delta)" if any("extrapolation" in r for r in rows) else ""
+    ext = ""
+    if any("extrapolation" in r for r in rows):
+        notes = sorted({r["extrapolation"]["delta_note"] for r in rows})
+        ext = f" (eps' at the extrapolated delta: {'; '.join(notes)})"
     print(f"epsilon: {first['unit']}-level, relation {rel}, delta as listed{ext}; "
           f"mechanism {first['mechanism']}, sampling {first['sampling']}")
 

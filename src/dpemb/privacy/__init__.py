@@ -20,7 +20,8 @@ from typing import Any
 _WHERE = {
     "relations": ("Relation", "user_sensitivity", "describe_relation"),
     "clipping": ("ClipAndSum", "ClippedSum", "clip_by_global_norm"),
-    "noise": ("GaussianNoise",),
+    "noise": ("GaussianNoise", "describe_sampler"),
+    "delta": ("LargeDeltaError", "check_delta", "default_delta", "resolve_delta"),
     "tree": ("TreeAggregationNoise",),
     "sampling": ("VirtualClientSampler",),
     "spec": ("PrivacySpec", "PrivacySpecError"),

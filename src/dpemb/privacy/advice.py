@@ -1,6 +1,6 @@
 """Warnings for configurations that give weak privacy or noise that swamps the signal.
 
-Two rules (stated in docs/PRIVACY.md):
+Three rules (stated in docs/PRIVACY.md):
 
 - epsilon above ``WEAK_EPSILON`` (10): the guarantee gives little protection.
 - noise on the averaged update above ``MAX_NOISE_ON_AVERAGE`` (1e-3) times the clip
@@ -10,12 +10,14 @@ Two rules (stated in docs/PRIVACY.md):
   glyph benchmark with C = 0.3: collapse at 1e-2 x C, about 3e-3 x C needed). Large
   cohorts (thousands of clients per round, the paper's regime) or the extrapolation
   to a larger population are the way out.
+- a delta of 1/N or more that was forced (``allow_large_delta``; see ``delta.py``).
 """
 
 from __future__ import annotations
 
 import math
 
+from dpemb.privacy.delta import large_delta_warning
 from dpemb.privacy.spec import PrivacySpec
 
 WEAK_EPSILON = 10.0
@@ -34,8 +36,11 @@ def cohort_warnings(spec: PrivacySpec, epsilon: float | None = None) -> list[str
             f"update is {relative:.2g} x the clip norm per coordinate (z = {spec.noise_multiplier:g}, "
             f"sensitivity {spec.sensitivity / spec.clip_norm:g}C); above {MAX_NOISE_ON_AVERAGE:g} "
             "training typically stalls. Useful privacy needs many more clients per round (see "
-            "--extrapolate-to for the same noise on the average at a larger population)"
+            "`dpemb account --extrapolate-to` for the same noise on the average at a larger population)"
         )
+    large = large_delta_warning(spec.resolved_delta, spec.population, spec.unit)
+    if large:
+        out.append(large)
     if epsilon is not None and not math.isnan(epsilon) and epsilon > WEAK_EPSILON:
         out.append(f"weak guarantee: epsilon {epsilon:.3g} > {WEAK_EPSILON:g} offers little protection")
     return out

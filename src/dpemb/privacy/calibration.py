@@ -10,9 +10,10 @@
   update, z x sensitivity / M, and the sampling rate M*K/N are unchanged, so the
   utility is the same. M' = round(k M) and z' = z M'/M, so the noise on the average is
   preserved exactly; ``factor`` is M'/M (= k whenever k M is an integer).
-  delta: if the spec leaves delta at its default (1/N), the extrapolated run uses
-  1/N' (the paper's delta = 1/N at the extrapolated N); an explicitly given delta is
-  kept as given.
+  delta: if the spec leaves delta at its default, the extrapolated run uses 1/N' (the
+  paper's convention, delta = 1/N at the extrapolated N, which is at the edge that
+  ``dpemb.privacy.delta`` refuses for real runs; ``delta_note`` says so); an explicitly
+  given delta is kept as given.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from dpemb.privacy._checks import positive_finite, positive_int
+from dpemb.privacy.delta import is_large_delta
 from dpemb.privacy.events import (
     EpsilonCurve,
     _check_accountant,
@@ -120,6 +122,10 @@ class Extrapolation:
     delta: float = 0.0
     accountant: str = "rdp"
     spec: PrivacySpec | None = None  # the extrapolated spec
+    delta_note: str = ""  # where delta comes from, e.g. "paper's convention: delta = 1/N'"
+
+
+PAPER_DELTA_NOTE = "paper's convention: delta = 1/N' at the extrapolated population"
 
 
 def extrapolate(spec: PrivacySpec, population: int, accountant: str = "rdp") -> Extrapolation:
@@ -129,16 +135,23 @@ def extrapolate(spec: PrivacySpec, population: int, accountant: str = "rdp") -> 
     k = n / spec.population
     m = max(1, round(k * spec.clients_per_round))
     factor = m / spec.clients_per_round
+    if spec.delta is None:
+        delta, note = 1.0 / n, PAPER_DELTA_NOTE
+    else:
+        delta = spec.delta
+        note = "delta as given" + (" (>= 1/N' at the extrapolated population)" if is_large_delta(delta, n) else "")
     new = replace(
         spec,
         population=n,
         clients_per_round=m,
         noise_multiplier=0.0 if spec.nonprivate else spec.noise_multiplier * factor,
+        delta=delta,
+        allow_large_delta=True,  # a what-if under the paper's convention, labelled by delta_note
     )
     eps = math.inf if spec.nonprivate else epsilon_for(new, accountant)
     return Extrapolation(
         factor=factor, population=n, noise_multiplier=new.noise_multiplier, clients_per_round=m,
-        epsilon=eps, delta=new.resolved_delta, accountant=accountant, spec=new,
+        epsilon=eps, delta=new.resolved_delta, accountant=accountant, spec=new, delta_note=note,
     )
 
 

@@ -20,15 +20,18 @@ from dpemb.privacy.tree import TreeAggregationNoise
 
 
 def make_noise(
-    spec: PrivacySpec, *, seed: int | None = None, efficient: bool = True, secure: bool = False
+    spec: PrivacySpec, *, seed: int | None = None, efficient: bool = True, secure: bool | None = None
 ) -> GaussianNoise | TreeAggregationNoise:
-    """The noise mechanism ``spec`` is accounted for (seeded from the OS unless ``seed``)."""
+    """The noise mechanism ``spec`` is accounted for (seeded from the OS unless ``seed``).
+
+    ``secure`` (default: ``spec.secure_noise``) selects the floating-point-hardened
+    sampler (``noise.standard_normal``); it cannot be combined with ``seed``.
+    """
+    secure = spec.secure_noise if secure is None else bool(secure)
     if spec.mechanism == "tree":
-        if secure:
-            raise ValueError("secure sampling is available for the Gaussian mechanism only")
         return TreeAggregationNoise(
             spec.noise_multiplier, efficient=efficient, seed=seed, allow_nonprivate=spec.nonprivate,
-            restart_every=spec.rounds_per_epoch if spec.tree_restarts else None,
+            restart_every=spec.rounds_per_epoch if spec.tree_restarts else None, secure=secure,
         )
     return GaussianNoise(spec.noise_multiplier, seed=seed, allow_nonprivate=spec.nonprivate, secure=secure)
 

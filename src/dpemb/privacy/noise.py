@@ -15,11 +15,17 @@ Randomness: without a seed the generator is seeded from the OS's secure source
 (``secrets``); with a seed the run is reproducible and ``seeded`` is True (reports
 must say so: a seeded run is an experiment, not a release). ``secure=True`` hardens
 the sampler against floating-point attacks on Gaussian sampling (Mironov 2012;
-Jin et al. 2022): every call re-seeds the generator from the OS's secure source and
-each noise entry is the normalised sum of two independent Gaussian draws, which
-removes the exploitable gaps in the set of floating-point values the noise can take
-(Holohan & Braghin 2021, "Secure random sampling in differential privacy"). A
-secure mechanism cannot be seeded.
+Jin et al. 2022): every draw uses a fresh generator (on the tensor's device) keyed
+from the OS's secure source, and each noise entry is the normalised sum of two
+independent Gaussian draws, which fills in the gaps in the set of floating-point
+values a single draw can take, the gaps that let an observer of a noised output tell
+which input produced it (Holohan & Braghin 2021, "Secure random sampling in
+differential privacy"). It is not a discrete Gaussian, and the final rounding of
+value + noise to the tensor's dtype remains. A secure mechanism cannot be seeded.
+``standard_normal`` is the one sampler every Gaussian draw of dpemb goes through
+(this mechanism, the tree aggregation, the transfer releases), so ``secure`` means
+the same everywhere; ``describe_sampler`` is the sentence reports print. Cost:
+``bench/bench_noise.py`` (docs/PRIVACY.md).
 """
 
 from __future__ import annotations
@@ -60,16 +66,55 @@ def secure_seed() -> int:
     return secrets.randbits(63)
 
 
+SECURE_SAMPLER = (
+    f"secure (a fresh generator keyed from the OS's secure source for every draw; each entry the normalised sum of "
+    f"{SECURE_DRAWS} Gaussian draws against floating-point attacks, Holohan & Braghin 2021; not a "
+    "discrete Gaussian)"
+)
+
+
+def describe_sampler(secure: bool, seeded: bool) -> str:
+    """The noise-sampler sentence for reports: secure, SEEDED, or plain OS-seeded."""
+    if secure:
+        return f"noise sampler: {SECURE_SAMPLER}"
+    if seeded:
+        return "noise sampler: SEEDED (reproducible experiment, not for release; not hardened)"
+    return ("noise sampler: plain (one generator keyed once from the OS's secure source; not hardened "
+            "against floating-point attacks)")
+
+
+def standard_normal(
+    like: list[torch.Tensor], generator: torch.Generator, *, secure: bool = False
+) -> list[torch.Tensor]:
+    """Standard normal noise shaped like each tensor of ``like``: THE sampler of dpemb.
+
+    Plain: one draw per entry from ``generator`` (a CPU generator, so its state is
+    device-independent and resumable from a checkpoint).
+
+    ``secure``: ``generator`` is not used. Every tensor gets a fresh generator on its
+    own device, keyed from the OS's secure source (``secure_seed``), and every entry is
+    the normalised sum of ``SECURE_DRAWS`` independent draws (see the module docstring).
+    Nothing about the draw can be replayed from a saved state, and on a GPU the noise
+    never crosses from the CPU (``bench/bench_noise.py``).
+    """
+    if not secure:
+        return [gaussian_like(v, generator) for v in like]
+    return [
+        gaussian_like(v, torch.Generator(device=v.device).manual_seed(secure_seed()), SECURE_DRAWS)
+        for v in like
+    ]
+
+
 def gaussian_like(value: torch.Tensor, generator: torch.Generator, draws: int = 1) -> torch.Tensor:
     """Standard normal noise with ``value``'s shape, on ``value``'s device and dtype.
 
-    Drawn on the CPU generator (so its state is device-independent and resumable).
-    With ``draws`` > 1 the result is the sum of that many draws divided by sqrt(draws).
+    Drawn on ``generator``'s device (the CPU for the plain sampler) and moved. With
+    ``draws`` > 1 the result is the sum of that many draws divided by sqrt(draws).
     """
     dtype = value.dtype if value.dtype in (torch.float32, torch.float64) else torch.float32
-    noise = torch.randn(value.shape, generator=generator, dtype=dtype)
+    noise = torch.randn(value.shape, generator=generator, dtype=dtype, device=generator.device)
     for _ in range(draws - 1):
-        noise += torch.randn(value.shape, generator=generator, dtype=dtype)
+        noise += torch.randn(value.shape, generator=generator, dtype=dtype, device=generator.device)
     if draws > 1:
         noise /= math.sqrt(draws)
     return noise.to(device=value.device, dtype=value.dtype)
@@ -124,11 +169,9 @@ class GaussianNoise:
         if not self.private:
             return [v.clone() for v in clipped.value]
         std = self.std(clipped.sensitivity)
-        if self.secure:
-            self._generator.manual_seed(secure_seed())
-        draws = SECURE_DRAWS if self.secure else 1
         with torch.no_grad():
-            return [v + std * gaussian_like(v, self._generator, draws) for v in clipped.value]
+            noise = standard_normal(clipped.value, self._generator, secure=self.secure)
+            return [v + std * n for v, n in zip(clipped.value, noise)]
 
     def state_dict(self) -> dict[str, Any]:
         return {

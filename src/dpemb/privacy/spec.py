@@ -2,9 +2,13 @@
 
 A spec describes one training configuration: N users, M virtual clients of K users
 per round, noise multiplier z (relative to the sensitivity), clip norm C, T rounds,
-delta, the sampling scheme, the noise mechanism and the neighbouring relation. It is
-hashed into checkpoints (``fingerprint``), so a resumed run cannot silently change
+delta, the sampling scheme, the noise mechanism and the neighbouring relation (and
+whether the noise sampler is the floating-point-hardened one). It is hashed into
+checkpoints (``fingerprint``), so a resumed run cannot silently change
 its guarantee.
+
+delta defaults to 1 / (10 N); a given delta >= 1/N is refused unless
+``allow_large_delta`` (``dpemb.privacy.delta``).
 
 Consistent combinations (anything else is a ValueError):
 
@@ -30,6 +34,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dpemb.privacy._checks import positive_finite, positive_int
+from dpemb.privacy.delta import check_delta, default_delta
 from dpemb.privacy.relations import Relation, parse_relation, user_sensitivity
 
 MECHANISMS = ("gaussian", "tree")
@@ -58,13 +63,15 @@ class PrivacySpec:
     noise_multiplier: float = 1.0
     clip_norm: float = 1.0
     rounds: int = 1
-    delta: float | None = None  # None -> 1 / population
+    delta: float | None = None  # None -> 1 / (10 population) (``delta.default_delta``)
     sampling: str | None = None  # None -> "poisson" (gaussian) or "epoch" (tree)
     mechanism: str = "gaussian"  # "gaussian" | "tree"
     relation: Relation | None = None  # None -> the default for (mechanism, sampling)
     unit: str = "user"  # "user" | "example"
     nonprivate: bool = False
     tree_restarts: bool = False  # tree only: restart the tree every epoch
+    allow_large_delta: bool = False  # accept a given delta >= 1/population (forced; see delta.py)
+    secure_noise: bool = False  # hardened noise sampler (noise.py); changes no epsilon
 
     def __post_init__(self) -> None:
         try:
@@ -108,15 +115,18 @@ class PrivacySpec:
                     "not private and must be requested explicitly (nonprivate=True, z = 0)"
                 )
             self._set("noise_multiplier", float(z))
-        if self.delta is not None:
-            d = self.delta
-            if isinstance(d, bool) or not isinstance(d, numbers.Real) or not (0 < float(d) < 1):
-                raise PrivacySpecError(f"delta must lie strictly between 0 and 1, got {d!r}")
-            self._set("delta", float(d))
         if self.mechanism not in MECHANISMS:
             raise PrivacySpecError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {self.mechanism!r}")
         if self.unit not in UNITS:
             raise PrivacySpecError(f"unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
+        for flag in ("allow_large_delta", "secure_noise"):
+            if not isinstance(getattr(self, flag), bool):
+                raise PrivacySpecError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
+        if self.delta is not None:
+            self._set("delta", check_delta(self.delta, self.population, force=self.allow_large_delta,
+                                           unit=self.unit))
+        if self.secure_noise and self.nonprivate:
+            raise PrivacySpecError("a non-private spec adds no noise: secure_noise does not apply")
         sampling = self.sampling if self.sampling is not None else (
             "epoch" if self.mechanism == "tree" else "poisson")
         if sampling not in SAMPLINGS:
@@ -154,8 +164,8 @@ class PrivacySpec:
 
     @property
     def resolved_delta(self) -> float:
-        """delta, or 1 / population when not given."""
-        return self.delta if self.delta is not None else 1.0 / self.population
+        """delta, or ``default_delta(population)`` = 1 / (10 population) when not given."""
+        return self.delta if self.delta is not None else default_delta(self.population)
 
     @property
     def rounds_per_epoch(self) -> int:

@@ -52,7 +52,7 @@ def describe_mechanism(spec: PrivacySpec) -> str:
     factor = spec.sensitivity / spec.clip_norm
     sens = "C" if factor == 1 else f"{factor:g}C"
     return (
-        f"{noise}; {sampling}; {spec.clients_per_round:,} virtual clients of K = {spec.users_per_client} "
-        f"{spec.unit}s per round; sensitivity {sens} = {spec.sensitivity:g} under "
-        f"{describe_relation(spec.relation, spec.unit)}"
+        f"{noise}{' (secure sampler)' if spec.secure_noise else ''}; {sampling}; {spec.clients_per_round:,} "
+        f"virtual clients of K = {spec.users_per_client} {spec.unit}s per round; sensitivity {sens} = "
+        f"{spec.sensitivity:g} under {describe_relation(spec.relation, spec.unit)}"
     )

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from dpemb.privacy.clipping import ClippedSum
-from dpemb.privacy.noise import check_noise_multiplier, gaussian_like, secure_seed
+from dpemb.privacy.noise import check_noise_multiplier, secure_seed, standard_normal
 
 
 def node_variances(levels: int, efficient: bool) -> list[float]:
@@ -66,6 +66,9 @@ class TreeAggregationNoise:
     The noise multiplier z is relative to the clipped sum's sensitivity (which must
     stay the same every round). z <= 0, NaN or inf is an error unless
     ``allow_nonprivate`` (then z must be 0 and the exact prefix sums come out).
+    ``secure`` draws every node's noise with the floating-point-hardened sampler of
+    ``dpemb.privacy.noise.standard_normal`` (re-seeded from the OS on every draw); it
+    cannot be combined with a seed.
     """
 
     def __init__(
@@ -76,8 +79,12 @@ class TreeAggregationNoise:
         seed: int | None = None,
         allow_nonprivate: bool = False,
         restart_every: int | None = None,
+        secure: bool = False,
     ) -> None:
         self.noise_multiplier = check_noise_multiplier(noise_multiplier, allow_nonprivate)
+        if secure and seed is not None:
+            raise ValueError("a secure noise mechanism cannot be seeded; drop the seed or secure=True")
+        self.secure = bool(secure)
         self.efficient = bool(efficient)
         if restart_every is not None and (isinstance(restart_every, bool) or int(restart_every) < 1):
             raise ValueError(f"restart_every must be a positive number of rounds, got {restart_every!r}")
@@ -108,14 +115,14 @@ class TreeAggregationNoise:
             return "not private: no noise (explicitly requested)"
         kind = "efficient (Honaker)" if self.efficient else "plain"
         restart = f", restarted every {self.restart_every} rounds" if self.restart_every else ""
-        seeded = "SEEDED" if self.seeded else "OS-seeded"
+        seeded = "secure sampler" if self.secure else ("SEEDED" if self.seeded else "OS-seeded")
         return (
             f"tree aggregation noise, node std = {self.noise_multiplier:g} x sensitivity, {kind} "
             f"estimator{restart} ({seeded})"
         )
 
     def _draw(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
-        return [gaussian_like(v, self._generator) for v in like]
+        return standard_normal(like, self._generator, secure=self.secure)
 
     def noisy_prefix_sum(self, clipped: ClippedSum) -> list[torch.Tensor]:
         """Add round t's clipped sum; return the noisy sum of rounds 1..t (new tensors)."""
@@ -171,6 +178,7 @@ class TreeAggregationNoise:
             "noise_multiplier": self.noise_multiplier,
             "efficient": self.efficient,
             "restart_every": self.restart_every,
+            "secure": self.secure,
             "seeded": self._seeded,
             "generator": self._generator.get_state(),
             "sensitivity": self._sensitivity,
@@ -182,12 +190,13 @@ class TreeAggregationNoise:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore exactly; refuses a state saved with another z, estimator or restart period."""
-        mine = (self.noise_multiplier, self.efficient, self.restart_every)
-        theirs = (float(state["noise_multiplier"]), bool(state["efficient"]), state["restart_every"])
+        """Restore exactly; refuses a state saved with another z, estimator, restart period or sampler."""
+        mine = (self.noise_multiplier, self.efficient, self.restart_every, self.secure)
+        theirs = (float(state["noise_multiplier"]), bool(state["efficient"]), state["restart_every"],
+                  bool(state.get("secure", False)))
         if mine != theirs:
             raise ValueError(
-                f"tree state was saved with (noise multiplier, efficient, restart_every) = {theirs}, "
+                f"tree state was saved with (noise multiplier, efficient, restart_every, secure) = {theirs}, "
                 f"this mechanism has {mine}"
             )
         self._seeded = bool(state["seeded"])

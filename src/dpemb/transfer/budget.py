@@ -17,13 +17,15 @@ records each one (name, sensitivity, noise std) so the split can be printed and
 stored.
 
 Unit of privacy: one example (default) or one user (see ``dpemb.transfer.prepare``);
-neighbouring relation: add/remove one unit.
+neighbouring relation: add/remove one unit. delta defaults to 1 / (10 N) for N units
+of the training set, and a given delta >= 1/N is refused unless forced
+(``dpemb.privacy.delta``, the rule shared with training); N is treated as public.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
 from torch import Tensor
@@ -35,7 +37,8 @@ from dpemb.privacy.accounting import (
     gaussian_releases_event,
 )
 from dpemb.privacy.clipping import ClippedSum
-from dpemb.privacy.noise import GaussianNoise
+from dpemb.privacy.delta import resolve_delta
+from dpemb.privacy.noise import GaussianNoise, describe_sampler
 from dpemb.privacy.relations import Relation
 
 ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp")
@@ -55,21 +58,26 @@ class PrivacyRequest:
     Exactly one of ``epsilon`` / ``noise_multiplier`` must be given unless
     ``non_private`` is set (then neither may be given). A zero, infinite or NaN noise
     multiplier or epsilon is an error: a run without noise must say so with
-    ``non_private=True``.
+    ``non_private=True``. ``delta`` None means the default 1 / (10 N), resolved by
+    ``plan_noise`` once N (the number of units) is known; ``allow_large_delta`` accepts a
+    given delta >= 1/N.
     """
 
     epsilon: float | None = None
-    delta: float = 1e-5
+    delta: float | None = None
     noise_multiplier: float | None = None
     non_private: bool = False
     accountant: str = "pld"
     unit: str = "example"
+    allow_large_delta: bool = False
 
     def __post_init__(self) -> None:
         if self.accountant not in ACCOUNTANTS:
             raise PrivacyConfigError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {self.accountant!r}")
         if self.unit not in ("example", "user"):
             raise PrivacyConfigError(f"unit must be 'example' or 'user', got {self.unit!r}")
+        if self.delta is not None and not (0 < self.delta < 1):
+            raise PrivacyConfigError(f"delta must lie in (0, 1), got {self.delta}")
         if self.non_private:
             if self.epsilon is not None or self.noise_multiplier is not None:
                 raise PrivacyConfigError("a non-private run takes neither an epsilon nor a noise multiplier")
@@ -88,8 +96,6 @@ class PrivacyRequest:
                 f"noise multiplier must be positive and finite, got {self.noise_multiplier}; for a "
                 "run without noise ask for it explicitly (non-private)"
             )
-        if not (0 < self.delta < 1):
-            raise PrivacyConfigError(f"delta must lie in (0, 1), got {self.delta}")
 
 
 @dataclass(frozen=True)
@@ -146,10 +152,22 @@ class NoisePlan:
         )
 
 
-def plan_noise(spec: PrivacyRequest, num_releases: int) -> NoisePlan:
-    """Calibrate (or take) the noise multiplier for ``num_releases`` equal Gaussian releases."""
+def plan_noise(spec: PrivacyRequest, num_releases: int, num_units: int | None = None) -> NoisePlan:
+    """Calibrate (or take) the noise multiplier for ``num_releases`` equal Gaussian releases.
+
+    ``num_units`` (N, the training set's units, treated as public) resolves a default
+    delta to 1 / (10 N) and refuses a given delta >= 1/N unless ``spec.allow_large_delta``.
+    """
     if not isinstance(num_releases, int) or num_releases < 1:
         raise PrivacyConfigError(f"the number of releases must be a positive integer, got {num_releases!r}")
+    if num_units is not None:
+        try:
+            delta = resolve_delta(spec.delta, num_units, force=spec.allow_large_delta, unit=spec.unit)
+        except ValueError as e:
+            raise PrivacyConfigError(str(e)) from None
+        spec = replace(spec, delta=delta)
+    elif spec.delta is None:
+        raise PrivacyConfigError("the default delta 1/(10 N) needs N: pass num_units (the training units)")
     if spec.non_private:
         return NoisePlan(num_releases, 0.0, math.inf, spec.delta, spec.accountant, spec.unit, True)
     if spec.noise_multiplier is not None:
@@ -192,23 +210,32 @@ class ReleaseMechanism:
     source unless ``seed`` is given). Each release is one Gaussian mechanism with
     multiplier z, which is what ``plan`` accounted for; more releases than planned
     raise an error, and ``check_complete`` refuses fewer. ``keep_raw`` keeps the
-    noisy statistics as released (for audits and tests; costs memory).
+    noisy statistics as released (for audits and tests; costs memory). ``secure``
+    draws the noise with the floating-point-hardened sampler (``noise.standard_normal``,
+    not seedable).
     """
 
     plan: NoisePlan
     seed: int | None = None
     keep_raw: bool = False
+    secure: bool = False
     records: list[ReleaseRecord] = field(default_factory=list)
     raw: dict[str, list[Tensor]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._noise = GaussianNoise(
-            self.plan.noise_multiplier, seed=self.seed, allow_nonprivate=self.plan.non_private
+            self.plan.noise_multiplier, seed=self.seed, allow_nonprivate=self.plan.non_private,
+            secure=self.secure,
         )
 
     @property
     def seeded(self) -> bool:
         return bool(self._noise.seeded)
+
+    @property
+    def sampler_sentence(self) -> str:
+        """Which noise sampler drew the noise (secure, SEEDED or plain)."""
+        return describe_sampler(self._noise.secure, self.seeded)
 
     @property
     def remaining(self) -> int:

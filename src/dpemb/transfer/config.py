@@ -20,11 +20,16 @@ class TransferConfig:
     Privacy: exactly one of ``epsilon`` / ``noise_multiplier`` for a DP method, or
     ``non_private=True`` explicitly (then no noise and no guarantee). The
     ``non-private`` method (softmax regression baseline) takes none of them.
+
+    ``delta`` None (default) is 1 / (10 N) for the N privacy units of the training set;
+    a given delta >= 1/N is refused at training time unless ``allow_large_delta``.
+    ``secure_noise`` draws the noise with the floating-point-hardened sampler (not with
+    a ``seed``; not for a run without noise).
     """
 
     method: str
     epsilon: float | None = None
-    delta: float = 1e-5
+    delta: float | None = None
     noise_multiplier: float | None = None
     non_private: bool = False
     accountant: str = "pld"
@@ -40,6 +45,8 @@ class TransferConfig:
     bias: float | None = None
     public_size: float | None = None
     seed: int | None = None
+    allow_large_delta: bool = False
+    secure_noise: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -52,6 +59,11 @@ class TransferConfig:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
         if self.method == "non-private" and (self.epsilon is not None or self.noise_multiplier is not None):
             raise ValueError("method non-private adds no noise: do not give epsilon or noise_multiplier")
+        if self.secure_noise and self.seed is not None:
+            raise ValueError("secure_noise cannot be combined with a seed: the secure sampler is keyed afresh from the "
+                             "OS on every draw (a seeded run is a reproducible experiment)")
+        if self.secure_noise and not self.is_private:
+            raise ValueError("secure_noise applies to a run that adds noise, not to a non-private one")
         self.privacy_spec()  # validates the privacy settings (unit, accountant, noise, delta)
 
     @property
@@ -65,6 +77,7 @@ class TransferConfig:
         return PrivacyRequest(
             epsilon=self.epsilon, delta=self.delta, noise_multiplier=self.noise_multiplier,
             non_private=nonpriv, accountant=self.accountant, unit=self.unit,
+            allow_large_delta=self.allow_large_delta,
         )
 
     def to_dict(self) -> dict[str, Any]:

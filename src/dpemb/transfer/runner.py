@@ -101,9 +101,20 @@ def resolve_params(config: TransferConfig, plan: NoisePlan, dim: int) -> Any:
     return nonprivate.NonPrivateParams(reg=_pick(config.reg, d["reg"]))
 
 
+#: the label of ``TransferRun.private_diagnostics`` (and of the file the CLI writes it to)
+PRIVATE_LABEL = ("private: un-noised statistics of the training data (exact counts); not covered by the "
+                 "privacy guarantee, do not release")
+
+
 @dataclass
 class TransferRun:
-    """The outcome of one run: model, budget, ledger of releases, accuracy."""
+    """The outcome of one run: model, budget, ledger of releases, accuracy.
+
+    ``to_dict`` is the RELEASED summary: the noised results, the privacy statements,
+    public settings and the accuracy on the held-out split (never trained on). Exact
+    counts of the training data (examples, units, clipped rows) are un-noised
+    statistics of private data: they are only in ``private_diagnostics``.
+    """
 
     config: TransferConfig
     params: Any
@@ -115,6 +126,7 @@ class TransferRun:
     num_train: int
     num_units: int
     num_clipped_features: int
+    sampler: str = ""  # the noise-sampler sentence (``dpemb.privacy.noise.describe_sampler``)
     top1: float | None = None
     raw: dict[str, list[torch.Tensor]] = field(default_factory=dict, repr=False)
 
@@ -127,7 +139,7 @@ class TransferRun:
         return self.plan.split_sentence(self.releases)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready summary (no tensors)."""
+        """JSON-ready RELEASED summary (no tensors, no exact counts of the training data)."""
         eps = self.plan.epsilon
         return {
             "method": self.config.method,
@@ -146,9 +158,18 @@ class TransferRun:
             "releases": _summarise_releases(self.releases),
             "seeded": self.seeded,
             "seed": self.config.seed,
+            "noise_sampler": self.sampler,
             "config": self.config.to_dict(),
             "params": dataclasses.asdict(self.params),
             "train_seconds": round(self.train_seconds, 3),
+        }
+
+    def private_diagnostics(self) -> dict[str, Any]:
+        """Exact, UN-NOISED statistics of the training data: keep them private."""
+        return {
+            "private": PRIVATE_LABEL,
+            "method": self.config.method,
+            "target_epsilon": self.config.epsilon,
             "num_train_examples": self.num_train,
             "num_train_units": self.num_units,
             "num_clipped_features": self.num_clipped_features,
@@ -162,6 +183,8 @@ class TransferRun:
         lines.append(self.epsilon_sentence + (" [noise seeded: reproducible, not for release]" if self.seeded else ""))
         if self.config.method != "non-private":
             lines.append(self.split_sentence)
+            if not self.plan.non_private:
+                lines.append(self.sampler)
         return "\n".join(lines)
 
 
@@ -192,24 +215,25 @@ def train_prepared(prep: PreparedFeatures, config: TransferConfig, *, progress: 
     """Fit ``config.method`` on already prepared features (see ``train_transfer``)."""
     if prep.clip_norm != config.clip_norm or prep.normalize != config.normalize_features or prep.unit != config.unit:
         raise ValueError("the prepared features were clipped with other settings than the config's")
-    plan = plan_noise(config.privacy_spec(), max(1, num_releases(config)))
+    # N (the training units) is treated as public: it sets the default delta 1/(10 N)
+    plan = plan_noise(config.privacy_spec(), max(1, num_releases(config)), num_units=prep.num_units)
     if config.method == "non-private":
         plan = dataclasses.replace(plan, num_releases=0)
     params = resolve_params(config, plan, prep.dim)
     t0 = time.perf_counter()
     if config.method == "non-private":
         model = nonprivate.fit_nonprivate(prep, params, progress=progress)
-        records, seeded, raw = [], False, {}
+        records, seeded, raw, sampler = [], False, {}, ""
     else:
-        mech = ReleaseMechanism(plan, seed=config.seed, keep_raw=keep_raw)
+        mech = ReleaseMechanism(plan, seed=config.seed, keep_raw=keep_raw, secure=config.secure_noise)
         model = DP_METHOD_IMPLS[config.method][1](prep, params, mech, progress=progress)
         mech.check_complete()
-        records, seeded, raw = list(mech.records), mech.seeded, mech.raw
+        records, seeded, raw, sampler = list(mech.records), mech.seeded, mech.raw, mech.sampler_sentence
     seconds = time.perf_counter() - t0
     return TransferRun(
         config=config, params=params, model=model, plan=plan, releases=records, seeded=seeded,
         train_seconds=seconds, num_train=prep.num_examples, num_units=prep.num_units,
-        num_clipped_features=prep.num_clipped, raw=raw,
+        num_clipped_features=prep.num_clipped, sampler=sampler, raw=raw,
     )
 
 
@@ -222,7 +246,8 @@ def evaluate(run: TransferRun, test: FeatureSet) -> float:
 
 
 def train_transfer(train: FeatureSet, config: TransferConfig, test: FeatureSet | None = None, *,
-                   progress: bool = False, keep_raw: bool = False) -> TransferRun:
+                   progress: bool = False, keep_raw: bool = False,
+                   device: torch.device | str | None = None) -> TransferRun:
     """Train ``config.method`` on ``train`` and, if given, measure top-1 on ``test``.
 
     Privacy: for a DP method the returned model is (epsilon, delta)-DP with respect to
@@ -230,7 +255,7 @@ def train_transfer(train: FeatureSet, config: TransferConfig, test: FeatureSet |
     names accountant, delta, unit and relation); ``test`` is only evaluated on.
     """
     check_compatible(train, test)
-    prep = prepare_train(train, config)
+    prep = prepare_train(train, config, device)
     run = train_prepared(prep, config, progress=progress, keep_raw=keep_raw)
     if test is not None:
         evaluate(run, test)
@@ -238,10 +263,10 @@ def train_transfer(train: FeatureSet, config: TransferConfig, test: FeatureSet |
 
 
 def sweep_epsilon(train: FeatureSet, test: FeatureSet, config: TransferConfig, epsilons: Sequence[float], *,
-                  progress: bool = False) -> list[TransferRun]:
+                  progress: bool = False, device: torch.device | str | None = None) -> list[TransferRun]:
     """One run per target epsilon (each its own fresh noise and its own accounting)."""
     check_compatible(train, test)
-    prep = prepare_train(train, config)
+    prep = prepare_train(train, config, device)
     runs = []
     for eps in epsilons:
         cfg = dataclasses.replace(config, epsilon=float(eps), noise_multiplier=None, non_private=False)

@@ -1,0 +1,73 @@
+"""delta: its default and the rule that it must be well below 1/N.
+
+delta bounds the probability that the (epsilon, delta) guarantee fails. With N
+privacy units (users of a training run, examples or users of a transfer run), a
+delta of 1/N or more is no guarantee at all: a mechanism that publishes one randomly
+chosen unit's data in full is (0, 1/N)-DP. So
+
+- ``default_delta(N)`` = 1 / (10 N) when no delta is given;
+- ``check_delta(delta, N)`` refuses a given delta >= 1/N unless it is forced
+  (``force=True``, ``--allow-large-delta`` on the command line), for comparisons with
+  work that used such a delta (the DP-FedEmb paper reports delta = 1/N).
+
+N itself is treated as public (as is the sampling rate that depends on it). This is
+the one place the rule lives: ``PrivacySpec`` (training, ``dpemb account``) and the
+transfer budget both call it.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+DEFAULT_DELTA_FACTOR = 10  # default delta = 1 / (DEFAULT_DELTA_FACTOR * N)
+DEFAULT_DELTA_RULE = "1/(10 N)"
+
+
+class LargeDeltaError(ValueError):
+    """A delta of at least 1/N (N privacy units) given without forcing it."""
+
+
+def _units(n: int) -> int:
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or int(n) < 1:
+        raise ValueError(f"the number of privacy units N must be a positive integer, got {n!r}")
+    return int(n)
+
+
+def default_delta(n: int) -> float:
+    """1 / (10 N): the delta used when none is given."""
+    return 1.0 / (DEFAULT_DELTA_FACTOR * _units(n))
+
+
+def is_large_delta(delta: float, n: int) -> bool:
+    """True when delta >= 1/N (1/N correctly rounded, so a delta typed as 1/N counts)."""
+    return float(delta) >= 1.0 / _units(n)
+
+
+def check_delta(delta: float, n: int, *, force: bool = False, unit: str = "user") -> float:
+    """A valid delta: strictly in (0, 1) and below 1/N unless ``force``."""
+    if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not (0 < float(delta) < 1):
+        raise ValueError(f"delta must lie strictly between 0 and 1, got {delta!r}")
+    n = _units(n)
+    delta = float(delta)
+    if is_large_delta(delta, n) and not force:
+        raise LargeDeltaError(
+            f"delta must be well below 1/N, the chance that the mechanism fails for some {unit} (with "
+            f"delta >= 1/N, publishing one random {unit}'s data in full meets the guarantee); got "
+            f"delta={delta:g} >= 1/{n} (N = {n:,} {unit}s). Leave delta unset for the default "
+            f"{DEFAULT_DELTA_RULE} = {default_delta(n):.3g}, give a smaller one, or force it with "
+            "--allow-large-delta (allow_large_delta=True)"
+        )
+    return delta
+
+
+def resolve_delta(delta: float | None, n: int, *, force: bool = False, unit: str = "user") -> float:
+    """``default_delta(n)`` when ``delta`` is None, else ``check_delta(delta, n, ...)``."""
+    return default_delta(n) if delta is None else check_delta(delta, n, force=force, unit=unit)
+
+
+def large_delta_warning(delta: float, n: int, unit: str = "user") -> str | None:
+    """The warning for a forced delta >= 1/N (None when delta < 1/N)."""
+    if not is_large_delta(delta, n):
+        return None
+    return (f"large delta: delta = {float(delta):.3g} >= 1/N = 1/{_units(n):,} ({unit}s), accepted because "
+            "it was forced; the guarantee allows the mechanism to fail for some " + unit)

@@ -1,0 +1,136 @@
+"""`dpemb train`'s privacy flags: refused on centralized, the delta rule, the secure noise
+sampler (default, refused with a seed), the small-cohort advice before training."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import dpemb.privacy.noise as noise_mod
+from dpemb.cli.main import main
+from tests.conftest import make_tiny_dataset
+
+FED = ["--algorithm", "dp-fedemb", "--rounds", "1", "--clients-per-round", "3", "--users-per-client", "2",
+       "--embedding-dim", "16", "--local-batch-size", "4", "--eval-every", "1", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("train_privacy") / "ds"
+    make_tiny_dataset(num_users=30).save(path)
+    return str(path)
+
+
+class Stop(Exception):
+    """Raised by the stubbed training loop once it has seen its arguments."""
+
+
+@pytest.fixture()
+def captured(monkeypatch):
+    """Replace the federated loop: record what it would be given, then stop."""
+    import dpemb.training.federated as fed
+
+    seen: dict = {}
+
+    def stub(train, eval_ds, model_cfg, fed_cfg, spec, run_cfg, **kw):
+        seen.update(spec=spec, train=train, **kw)
+        raise Stop
+
+    monkeypatch.setattr(fed, "train_federated", stub)
+    return seen
+
+
+def run_stubbed(argv, captured):
+    with pytest.raises(Stop):
+        main(argv)
+    return captured
+
+
+def exit_code(argv) -> int:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    return e.value.code
+
+
+@pytest.mark.parametrize("flags", [
+    ["--noise-multiplier", "1"], ["--target-epsilon", "8"], ["--clip-norm", "0.3"], ["--delta", "1e-5"],
+    ["--epsilon-budget", "4"], ["--noise-seed", "1"], ["--sampling", "poisson"], ["--secure-noise"],
+    ["--no-secure-noise"], ["--non-private"], ["--allow-large-delta"], ["--tree-restarts"],
+])
+def test_privacy_flags_with_centralized_are_an_error(data_dir, tmp_path, capsys, flags):
+    argv = ["train", "--data", data_dir, "--out", str(tmp_path / "c"), "--algorithm", "centralized", *flags]
+    assert exit_code(argv) == 2
+    err = capsys.readouterr().err
+    assert flags[0] in err and "NOT private" in err and "dp-fedemb" in err
+    assert not (tmp_path / "c").exists()  # refused before anything was written
+
+
+def test_centralized_without_privacy_flags_says_not_private_before_training(data_dir, tmp_path, monkeypatch, capsys):
+    import dpemb.training.centralized as central
+
+    def stub(*a, **k):
+        raise Stop
+
+    monkeypatch.setattr(central, "train_centralized", stub)
+    with pytest.raises(Stop):
+        main(["train", "--data", data_dir, "--out", str(tmp_path / "c"), "--steps", "1"])
+    assert "centralized training is NOT private" in capsys.readouterr().out
+
+
+def test_default_delta_is_one_over_ten_n_users(data_dir, tmp_path, captured):
+    seen = run_stubbed(["train", "--data", data_dir, "--out", str(tmp_path / "r"), *FED, "--noise-multiplier", "1"],
+                       captured)
+    n = seen["train"].num_users
+    assert seen["spec"].delta is None and seen["spec"].resolved_delta == pytest.approx(1 / (10 * n))
+    assert seen["spec"].resolved_delta < 1 / n
+
+
+def test_delta_of_one_over_n_or_more_is_refused_with_the_rule_unless_forced(data_dir, tmp_path, capsys, captured):
+    base = ["train", "--data", data_dir, "--out", str(tmp_path / "r"), *FED, "--noise-multiplier", "1"]
+    assert exit_code([*base, "--delta", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "delta must be well below 1/N, the chance that the mechanism fails for some user" in err
+    assert "got delta=0.5 >= 1/" in err and "--allow-large-delta" in err
+    seen = run_stubbed([*base, "--delta", "0.5", "--allow-large-delta"], captured)
+    assert seen["spec"].resolved_delta == 0.5 and seen["spec"].allow_large_delta
+    assert "large delta" in capsys.readouterr().err  # and the run is warned about
+
+
+def test_secure_noise_default_seeded_and_opt_out(data_dir, tmp_path, capsys, captured):
+    base = ["train", "--data", data_dir, "--out", str(tmp_path / "r"), *FED, "--noise-multiplier", "1"]
+    assert run_stubbed(base, captured)["spec"].secure_noise  # the default
+    assert not run_stubbed([*base, "--noise-seed", "3"], captured)["spec"].secure_noise  # seeded: plain
+    assert not run_stubbed([*base, "--no-secure-noise"], captured)["spec"].secure_noise
+    assert run_stubbed([*base, "--secure-noise"], captured)["spec"].secure_noise
+    assert exit_code([*base, "--secure-noise", "--noise-seed", "3"]) == 2
+    assert "--secure-noise cannot be combined with --noise-seed" in capsys.readouterr().err
+    non_private = ["train", "--data", data_dir, "--out", str(tmp_path / "r"), *FED, "--non-private"]
+    assert not run_stubbed(non_private, captured)["spec"].secure_noise
+    assert exit_code([*non_private, "--secure-noise"]) == 2
+
+
+def test_small_cohort_advice_is_printed_before_training(data_dir, tmp_path, capsys, captured):
+    run_stubbed(["train", "--data", data_dir, "--out", str(tmp_path / "r"), *FED, "--noise-multiplier", "1"],
+                captured)  # the loop never ran: the advice came first
+    err = capsys.readouterr().err
+    assert "warning: small cohort: with 3 clients per round" in err
+    run_stubbed(["train", "--data", data_dir, "--out", str(tmp_path / "r"), *FED, "--clients-per-round", "3",
+                 "--noise-multiplier", "1e-5"], captured)
+    assert "small cohort" not in capsys.readouterr().err
+
+
+def test_secure_noise_reaches_the_hardened_sampler_in_a_real_run(data_dir, tmp_path, monkeypatch, capsys):
+    calls = []
+    real = noise_mod.standard_normal
+
+    def spy(like, generator, *, secure=False):
+        calls.append(secure)
+        return real(like, generator, secure=secure)
+
+    monkeypatch.setattr(noise_mod, "standard_normal", spy)
+    out = tmp_path / "run"
+    assert main(["train", "--data", data_dir, "--out", str(out), *FED, "--noise-multiplier", "1"]) == 0
+    assert calls == [True]  # one round, one draw, through the secure path
+    assert json.loads((out / "config.json").read_text())["privacy"]["secure_noise"] is True
+    assert "noise sampler: secure" in capsys.readouterr().out
