@@ -356,3 +356,16 @@ def test_working_memory_is_bounded_by_the_block(monkeypatch):
     y = rng.integers(0, 30, 600)
     check_against_sklearn(x, y, fars=(0.01,), block_size=64)
     assert capacities and max(capacities) == 64 * 64  # vs 179,700 pairs in all
+
+
+def test_warn_false_is_silent_and_supported_says_which_fars_resolve():
+    rng = np.random.default_rng(13)
+    x = rng.normal(size=(60, 4))
+    y = rng.integers(0, 6, 60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = verification_metrics(x, y, fars=(1e-6, 0.1), warn=False)
+    n_neg = res.num_negative_pairs
+    assert 1 / 1e-6 > n_neg >= 1 / 0.1
+    assert not res.supported(1e-6) and res.supported(0.1)
+    assert res.supported(1 / n_neg) and not res.supported(0.999 / n_neg)

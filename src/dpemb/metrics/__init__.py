@@ -1,6 +1,8 @@
 """dpemb.metrics: pure functions of embeddings (or logits) and integer labels.
 
 * verification: exact all-pairs Recall@FAR (TAR@FAR), ROC AUC, compact ROC curve.
+* far_table: the face-verification report: Recall@FAR at FAR 1e-6 ... 1e-1, which
+  FARs the pairs support, bootstrap confidence intervals over identities (bootstrap).
 * in_batch: the reference code's in-batch Recall@FAR approximation (for comparison).
 * retrieval: precision@1 and MAP@R, leave-one-out by cosine similarity.
 * accuracy: closed-set top-1 accuracy of a classification head.
@@ -10,6 +12,7 @@ Imports nothing from dpemb.privacy or dpemb.algorithms.
 """
 
 from dpemb.metrics.accuracy import top1_accuracy
+from dpemb.metrics.far_table import TABLE_FARS, FarTable, far_table, format_far_tables
 from dpemb.metrics.in_batch import in_batch_recall_at_far
 from dpemb.metrics.plots import plot_roc
 from dpemb.metrics.retrieval import map_at_r, precision_at_1
@@ -21,6 +24,10 @@ from dpemb.metrics.verification import (
 
 __all__ = [
     "DEFAULT_FARS",
+    "TABLE_FARS",
+    "FarTable",
+    "far_table",
+    "format_far_tables",
     "VerificationResult",
     "in_batch_recall_at_far",
     "map_at_r",

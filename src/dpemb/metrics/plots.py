@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from dpemb.metrics.verification import VerificationResult
+from dpemb.metrics.verification import DEFAULT_FARS, VerificationResult
 
 __all__ = ["plot_roc"]
 
@@ -21,12 +21,17 @@ def plot_roc(
     path: str | os.PathLike,
     *,
     title: str | None = None,
+    legend_fars: Sequence[float] | None = None,
 ) -> Path:
     """Plot one ROC curve per named result (TAR against FAR on a log axis) to ``path``.
 
     Each requested FAR gets a dotted vertical line and each curve a marker at its
-    Recall@FAR. The legend gives the AUC and the Recall@FAR values; a sampled result is
-    marked "(sampled)". The PNG is written to a temporary file in the target folder and
+    Recall@FAR (hollow where the FAR is unsupported). FARs below ``1 / #negative pairs`` (which the pairs cannot resolve:
+    Recall@FAR is measured there at zero false accepts) are shaded grey; ROC points
+    with no false accept sit at the left edge of that band. The legend gives the AUC
+    and the Recall@FAR at ``legend_fars`` (default: every FAR when there are at most
+    three, else those of ``DEFAULT_FARS`` present); a sampled result is marked
+    "(sampled)". The PNG is written to a temporary file in the target folder and
     moved into place, so readers never see a partial file. Returns the path.
     """
     if not results:
@@ -45,21 +50,30 @@ def plot_roc(
     ax = fig.add_subplot(1, 1, 1)
     lowest = min(0.5 / max(r.num_negative_pairs, 1) for r in results.values())
     fars = sorted({f for r in results.values() for f in r.recall_at_far})
+    if legend_fars is None:
+        legend_fars = fars if len(fars) <= 3 else [f for f in fars if f in DEFAULT_FARS] or fars[-3:]
+    left = min([lowest] + [0.5 * f for f in fars])
+    resolvable = 1.0 / max(r.num_negative_pairs for r in results.values() if r.num_negative_pairs) \
+        if any(r.num_negative_pairs for r in results.values()) else 1.0
+    if resolvable > left:
+        ax.axvspan(left, resolvable, color="0.92", zorder=0, label="FAR < 1/#negative pairs")
     for f in fars:
         ax.axvline(f, color="0.75", linestyle=":", linewidth=1)
     for name, res in results.items():
         # the log axis cannot show FAR 0: points with no false accept sit at the floor
         fpr = np.maximum(res.roc_fpr, lowest)
         tpr = res.roc_tpr
-        at = ", ".join(f"{v:.3f}@{f:g}" for f, v in sorted(res.recall_at_far.items()))
+        at = ", ".join(f"{res.recall_at_far[f]:.3f}@{f:g}" for f in sorted(legend_fars) if f in res.recall_at_far)
         tag = "" if res.exact else " (sampled)"
         (line,) = ax.step(
-            fpr, tpr, where="post", label=f"{name}{tag}: AUC {res.auc:.4f}; TAR {at}"
+            fpr, tpr, where="post", label=f"{name}{tag}: AUC {res.auc:.4f}" + (f"; TAR {at}" if at else "")
         )
-        xs = sorted(res.recall_at_far)
+        xs = sorted(f for f in res.recall_at_far if res.supported(f))
         ax.plot(xs, [res.recall_at_far[f] for f in xs], "o", color=line.get_color(), ms=4)
+        xs = sorted(f for f in res.recall_at_far if not res.supported(f))  # at zero false accepts
+        ax.plot(xs, [res.recall_at_far[f] for f in xs], "o", color=line.get_color(), ms=4, mfc="none")
     ax.set_xscale("log")
-    ax.set_xlim(lowest, 1.0)
+    ax.set_xlim(left, 1.0)
     ax.set_ylim(0.0, 1.02)
     ax.set_xlabel("false accept rate (FAR)")
     ax.set_ylabel("true accept rate (TAR, recall)")
@@ -75,6 +89,7 @@ def plot_roc(
             fig.savefig(fh, format="png")
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp made it 0600; a plot is released
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -82,3 +97,17 @@ def plot_roc(
         raise
     return path
 
+
+
+def _umask() -> int:
+    """The process umask, read from /proc where possible (no change to it)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o077)
+    os.umask(old)
+    return old

@@ -214,6 +214,11 @@ def _max_false_accepts(far: float, n_neg: int) -> int:
     return k
 
 
+def is_supported(far: float, num_negative_pairs: int) -> bool:
+    """True when ``num_negative_pairs >= 1 / far`` (one false accept fits the budget)."""
+    return num_negative_pairs > 0 and _max_false_accepts(far, num_negative_pairs) >= 1
+
+
 # ---------------------------------------------------------------------------- result
 @dataclass(frozen=True, eq=False)
 class VerificationResult:
@@ -247,6 +252,12 @@ class VerificationResult:
     @property
     def num_pairs(self) -> int:
         return self.num_positive_pairs + self.num_negative_pairs
+
+    def supported(self, far: float) -> bool:
+        """Whether the negative pairs resolve ``far``: at least ``1 / far`` of them, so
+        that one false accept is within the budget. Below that, Recall@FAR is measured
+        at zero false accepts."""
+        return is_supported(far, self.num_negative_pairs)
 
     def to_dict(self, *, include_roc: bool = False) -> dict[str, Any]:
         """JSON-ready dict. FAR keys become strings (``"0.001"``); an infinite threshold
@@ -347,6 +358,11 @@ class _SortedByLabel:
 
     def positive_scores(self, tile: int) -> Iterator[torch.Tensor]:
         """Scores of all same-label pairs i < j, tile by tile (only near-diagonal tiles)."""
+        for scores, _ in self.labelled_positive_scores(tile):
+            yield scores
+
+    def labelled_positive_scores(self, tile: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``(scores, labels)`` of all same-label pairs i < j, tile by tile."""
         dev = self.x.device
         for a in range(0, self.n, tile):
             b = min(a + tile, self.n)
@@ -357,7 +373,8 @@ class _SortedByLabel:
                 cols = torch.arange(c, d, device=dev)
                 mask = (self.y[a:b, None] == self.y[None, c:d]) & (cols[None, :] > rows[:, None])
                 if bool(mask.any()):
-                    yield pair_scores(self.x[a:b], self.x[c:d], self.scale)[mask]
+                    labels = self.y[a:b, None].expand(b - a, d - c)[mask]
+                    yield pair_scores(self.x[a:b], self.x[c:d], self.scale)[mask], labels
 
 
 # ------------------------------------------------------------- negative bucketing
@@ -477,14 +494,33 @@ class _NegativeBuckets:
             self.below[self.m] -= num_sentinels
 
 
+class PassObserver:
+    """Sees the exact pass: :meth:`begin` gets the label-sorted data before the pass,
+    :meth:`positive` every positive pair's score with its label (in pieces, once each),
+    :meth:`tile` every ``block_size`` tile of quantised scores (rows ``a..``, columns
+    ``c..`` of the label-sorted order; entries that are not negative pairs hold +inf).
+    The tile's storage is reused afterwards: copy what you keep."""
+
+    def begin(self, data: "_SortedByLabel") -> None:  # pragma: no cover - interface
+        pass
+
+    def positive(self, scores: torch.Tensor, labels: torch.Tensor) -> None:  # pragma: no cover
+        pass
+
+    def tile(self, a: int, c: int, s: torch.Tensor) -> None:  # pragma: no cover - interface
+        pass
+
+
 def _negative_pass(
     data: _SortedByLabel,
     buckets: _NegativeBuckets,
     block_size: int,
     progress: bool,
     desc: str,
+    observer: PassObserver | None = None,
 ) -> int:
-    """One pass over all pairs i < j; negatives go into ``buckets``. Returns #negatives."""
+    """One pass over all pairs i < j; negatives go into ``buckets`` (and the tiles to
+    ``observer``). Returns #negatives."""
     from tqdm.auto import tqdm
 
     n, dev = data.n, data.x.device
@@ -515,6 +551,8 @@ def _negative_pass(
         else:
             num_masked = same
         s.masked_fill_(masked, math.inf)
+        if observer is not None:
+            observer.tile(a, c, s)
         buckets.add(s.view(-1), num_masked, ws)
         seen += size - num_masked
     return seen
@@ -577,12 +615,13 @@ def _finish(
     n_neg: int,
     fars: list[float],
     exact: bool,
+    warn: bool = True,
 ) -> VerificationResult:
     recall: dict[float, float] = {}
     thresholds: dict[float, float] = {}
     for far in fars:
         k = _max_false_accepts(far, n_neg)
-        if k == 0:
+        if k == 0 and warn:
             warnings.warn(
                 f"FAR {far:g} is below 1/#negative pairs (1/{n_neg}): Recall@FAR is "
                 "measured at zero false accepts; evaluate on more pairs to resolve it",
@@ -640,11 +679,20 @@ def _key_ranges(data: _SortedByLabel) -> list[tuple[int, int, int]]:
 
 
 def _exact(
-    x: torch.Tensor, y: torch.Tensor, fars: list[float], block_size: int, progress: bool | None
+    x: torch.Tensor,
+    y: torch.Tensor,
+    fars: list[float],
+    block_size: int,
+    progress: bool | None,
+    *,
+    warn: bool = True,
+    observer: PassObserver | None = None,
 ) -> VerificationResult:
     data = _SortedByLabel(x, y)
     n_pos, n_neg = data.num_positive, data.num_negative
     _require_both_classes(n_pos, n_neg)
+    if observer is not None:
+        observer.begin(data)
     if progress is None:
         progress = data.n * (data.n - 1) // 2 >= 50_000_000
     # One range (all positives) normally; several when they would not fit at once.
@@ -655,9 +703,14 @@ def _exact(
     if sum(in_range) != n_pos:
         raise RuntimeError(f"internal error: binned {sum(in_range)} of {n_pos} positive pairs")
     summaries: list[_ChunkSummary] = []
+    watching = observer  # the observer sees the first pass over the negatives only
     for i, rng in enumerate(ranges):
         counter = _DistinctCounter(x.device)
-        for v in data.positive_scores(_POSITIVE_TILE):
+        if i == 0 and observer is not None:  # the observer sees every positive once
+            pieces: Iterator[torch.Tensor] = _fed(data.labelled_positive_scores(_POSITIVE_TILE), observer)
+        else:
+            pieces = data.positive_scores(_POSITIVE_TILE)
+        for v in pieces:
             if rng is not None:
                 key = order_key32(v).long()
                 v = v[(key >= rng[0]) & (key < rng[1])]
@@ -669,12 +722,21 @@ def _exact(
             continue
         buckets = _NegativeBuckets(values)
         desc = "Recall@FAR" if len(ranges) == 1 else f"Recall@FAR {i + 1}/{len(ranges)}"
-        seen = _negative_pass(data, buckets, block_size, progress, desc)
+        seen = _negative_pass(data, buckets, block_size, progress, desc, watching)
+        watching = None
         if seen != n_neg:
             raise RuntimeError(f"internal error: scanned {seen} of {n_neg} negative pairs")
         summaries.append(_summarise(buckets, counts, n_neg, sum(in_range[i + 1 :])))
         del buckets, values, counts
-    return _finish(summaries, n_pos, n_neg, fars, exact=True)
+    return _finish(summaries, n_pos, n_neg, fars, exact=True, warn=warn)
+
+
+def _fed(
+    pieces: Iterator[tuple[torch.Tensor, torch.Tensor]], observer: PassObserver
+) -> Iterator[torch.Tensor]:
+    for v, labels in pieces:
+        observer.positive(v, labels)
+        yield v
 
 
 def _require_both_classes(n_pos: int, n_neg: int, what: str = "pairs") -> None:
@@ -720,7 +782,7 @@ def sample_pairs(n: int, num_pairs: int, seed: int) -> tuple[np.ndarray, np.ndar
 
 
 def _sampled(
-    x: torch.Tensor, y: torch.Tensor, fars: list[float], max_pairs: int, seed: int
+    x: torch.Tensor, y: torch.Tensor, fars: list[float], max_pairs: int, seed: int, warn: bool = True
 ) -> VerificationResult:
     n = x.shape[0]
     scale = score_scale(x)
@@ -743,7 +805,7 @@ def _sampled(
     buckets = _NegativeBuckets(values)
     for t in negatives:
         buckets.add(t)
-    return _finish([_summarise(buckets, counts, n_neg, 0)], n_pos, n_neg, fars, exact=False)
+    return _finish([_summarise(buckets, counts, n_neg, 0)], n_pos, n_neg, fars, exact=False, warn=warn)
 
 
 # ---------------------------------------------------------------------------- API
@@ -758,6 +820,7 @@ def verification_metrics(
     seed: int = 0,
     device: torch.device | str | None = None,
     progress: bool | None = None,
+    warn: bool = True,
 ) -> VerificationResult:
     """Exact all-pairs Recall@FAR at each FAR in ``fars``, ROC AUC and a compact ROC.
 
@@ -780,7 +843,10 @@ def verification_metrics(
         ValueError: bad parameters.
 
     A FAR below ``1 / #negative pairs`` can only be met with zero false accepts; that
-    value is still returned (as scikit-learn would) with a RuntimeWarning.
+    value is still returned (as scikit-learn would) with a RuntimeWarning, unless
+    ``warn=False`` (for callers that mark such FARs themselves, like
+    :func:`dpemb.metrics.far_table.far_table`; :meth:`VerificationResult.supported`
+    tells which FARs the pairs resolve).
     """
     far_list = _validate_fars(fars)
     if int(block_size) < 1:
@@ -791,6 +857,6 @@ def verification_metrics(
         if int(max_pairs) < 1:
             raise ValueError(f"max_pairs must be a positive integer or None; got {max_pairs}")
         if int(max_pairs) < total:
-            return _sampled(x, y, far_list, int(max_pairs), seed)
+            return _sampled(x, y, far_list, int(max_pairs), seed, warn)
     with torch.no_grad():
-        return _exact(x, y, far_list, int(block_size), progress)
+        return _exact(x, y, far_list, int(block_size), progress, warn=warn)
