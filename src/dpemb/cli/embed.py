@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dpemb.cli.common import guarded
+from dpemb.cli.common import add_device_flag, device_from, guarded
+from dpemb.cli.model_input import add_resize_flag
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 
@@ -19,13 +20,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Embed image files (or a directory of them, searched recursively, or a dpemb "
             "dataset directory) with a trained backbone. Writes an (N, D) float32 .npy of "
-            "L2-normalised embeddings and, beside it, a .txt listing the input of each row."
+            "L2-normalised embeddings and, beside it, a .txt listing the input of each row. "
+            "Image files are decoded at the model's input size; a dataset's images must have "
+            "it (else an error says how to fix it) unless --resize."
         ),
     )
-    p.add_argument("checkpoint", help="run directory or checkpoint.pt")
+    p.add_argument("model", help="trained model: a run directory or a release artifact (a directory holding "
+                        "model.safetensors + model_card.json, from `dpemb train` or `dpemb export`); "
+                        "a private checkpoint is refused")
     p.add_argument("inputs", nargs="+", help="image files, directories of images, or a dataset dir")
     p.add_argument("--out", required=True, help="output .npy path")
     p.add_argument("--batch-size", type=int, default=256, help="speed only")
+    add_resize_flag(p)
+    add_device_flag(p)
     p.set_defaults(func=guarded(run, "embed"))
 
 
@@ -47,19 +54,21 @@ def run(args: argparse.Namespace) -> int:
 
     from dpemb.data.dataset import UserDataset
     from dpemb.data.images import decode_image
-    from dpemb.data.tensors import default_device, to_float_tensor
+    from dpemb.data.tensors import to_float_tensor
     from dpemb.models import embed
-    from dpemb.training.checkpoint import backbone_from_checkpoint, load_checkpoint
-    from dpemb.training.evaluate import compute_embeddings
+    from dpemb.training.artifact import load_artifact
+    from dpemb.cli.model_input import check_input, embed_dataset, resize_note
     from dpemb.training.atomic import atomic_write, atomic_write_text
 
-    device = default_device()
-    state = load_checkpoint(args.checkpoint)
-    model = backbone_from_checkpoint(state, device)
-    kw = state["backbone_kwargs"]
+    device = device_from(args)
+    model, card = load_artifact(args.model, device)
+    kw = card["backbone"]["kwargs"]
     if len(args.inputs) == 1 and (Path(args.inputs[0]) / "meta.json").is_file():
         ds = UserDataset.load(args.inputs[0])
-        emb = compute_embeddings(model, ds, batch_size=args.batch_size, device=device).numpy()
+        size = check_input(model, card, ds, args.inputs[0], resize=args.resize)
+        if size is not None:
+            print(resize_note(model, card, ds, args.inputs[0]))
+        emb = embed_dataset(model, ds, batch_size=args.batch_size, device=device, resize_to=size).numpy()
         names = [f"{ds.user_names[u]}\t{ds.label_names[l]}" for u, l in zip(ds.user_of_example(), ds.labels)]
     else:
         files = _collect(args.inputs)

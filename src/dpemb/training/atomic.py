@@ -1,4 +1,11 @@
-"""Atomic writes: a file is either its old version or its complete new one."""
+"""Atomic writes: a file is either its old version or its complete new one.
+
+Permissions: a released output (report, metrics, plots, model artifact, features)
+gets the usual ``0o666 & ~umask``, like any file the user's shell would create, so
+colleagues can read it where the umask allows. A ``private=True`` file (training
+checkpoints: noise generator, sampler, tree and optimizer state) stays ``0o600``,
+as ``mkstemp`` creates it.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +15,41 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+PRIVATE_FILE_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
 
-def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
-    """Call ``write(tmp_path)`` then rename the temporary file over ``path``."""
+
+def current_umask() -> int:
+    """The process umask, read without changing it where /proc allows (Linux);
+    elsewhere set and restored (setting 0o077 meanwhile errs on the private side)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o077)
+    os.umask(old)
+    return old
+
+
+def public_mode() -> int:
+    """Mode of a released file: what ``open(path, "w")`` would give."""
+    return 0o666 & ~current_umask()
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], None], *, private: bool = False) -> Path:
+    """Call ``write(tmp_path)`` then rename the temporary file over ``path``.
+
+    The file ends with mode 0600 when ``private``, else ``0o666 & ~umask``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # created 0600
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, PRIVATE_FILE_MODE if private else public_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -24,12 +57,23 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path
     return path
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    return atomic_write(path, lambda p: p.write_text(text))
+def atomic_write_text(path: str | os.PathLike, text: str, *, private: bool = False) -> Path:
+    return atomic_write(path, lambda p: p.write_text(text), private=private)
 
 
-def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_default) + "\n")
+def atomic_write_json(path: str | os.PathLike, obj: Any, *, private: bool = False) -> Path:
+    return atomic_write_text(
+        path, json.dumps(obj, indent=2, sort_keys=True, default=_default) + "\n", private=private
+    )
+
+
+def make_private_dir(path: str | os.PathLike) -> Path:
+    """Create ``path`` (and parents) with the directory itself at mode 0700, tightening
+    an existing one."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+    os.chmod(path, PRIVATE_DIR_MODE)
+    return path
 
 
 def _default(o: Any) -> Any:

@@ -1,4 +1,12 @@
-"""Checkpoints: one file, written atomically, that carries everything a resume needs.
+"""Checkpoints: PRIVATE training state, one file written atomically (mode 0600, in the
+run's 0700 ``private/`` directory), that carries everything a resume needs.
+
+A checkpoint holds the noise generator's state (its seed regenerates every round's
+noise), the sampler state (who was sampled each round) and, for DP-FTRL, un-noised
+running sums: it is as sensitive as the training data and is never needed
+downstream. What is released is the model artifact (``model.safetensors`` +
+``model_card.json``, see ``dpemb.training.artifact``); ``dpemb export`` writes one
+from a checkpoint.
 
 A checkpoint is a dict saved with ``torch.save``. Every checkpoint has::
 
@@ -6,7 +14,9 @@ A checkpoint is a dict saved with ``torch.save``. Every checkpoint has::
     kind            "centralized" | "dp-fedavg" | "dp-fedemb" | "dp-ftrl-fedemb"
     backbone_name   registry name, and backbone_kwargs to rebuild it
     backbone        the backbone's state dict
-    step            optimizer steps (centralized) or rounds (federated) completed
+    step / round    optimizer steps (centralized) or rounds (federated) completed
+    provenance      training data, split, privacy and the initialisation's provenance
+    model_card      the card of the release artifact written with this checkpoint
 
 plus the optimizer, RNG, sampler, noise and privacy-ledger states that the kind needs.
 """
@@ -20,7 +30,8 @@ from typing import Any
 import torch
 
 from dpemb.models import Backbone, build_backbone
-from dpemb.training.atomic import atomic_write
+from dpemb.training.atomic import atomic_write, make_private_dir
+from dpemb.training.rundir import checkpoint_in
 
 FORMAT_VERSION = 1
 
@@ -30,19 +41,27 @@ class CheckpointError(ValueError):
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
+    """Write ``state`` to ``path`` atomically with mode 0600 (a missing directory is
+    created with mode 0700; a run's is ``RunDir.private_dir``)."""
     state = {"format": FORMAT_VERSION, **state}
-    return atomic_write(path, lambda p: torch.save(state, p))
+    if not Path(path).parent.exists():
+        make_private_dir(Path(path).parent)
+    return atomic_write(path, lambda p: torch.save(state, p), private=True)
 
 
 def read_state(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> tuple[Path, Any]:
     """The object ``torch.save`` wrote to ``path`` (a run directory means its
-    ``checkpoint.pt``) and the resolved file path; ``CheckpointError`` naming the file
-    when it is missing or unreadable. Checks nothing about the content."""
+    ``private/checkpoint.pt``, or an old run's ``checkpoint.pt``) and the resolved file
+    path; ``CheckpointError`` naming the file when it is missing or unreadable. Checks
+    nothing about the content."""
     path = Path(path)
     if path.is_dir():
-        path = path / "checkpoint.pt"
+        found = checkpoint_in(path)
+        if found is None:
+            raise CheckpointError(f"no checkpoint in {path} (looked for private/checkpoint.pt and checkpoint.pt)")
+        path = found
     if not path.is_file():
-        raise CheckpointError(f"no checkpoint at {path}: give a run directory or a checkpoint.pt")
+        raise CheckpointError(f"no checkpoint at {path}: give a run directory or its private/checkpoint.pt")
     try:
         return path, torch.load(path, map_location=map_location, weights_only=False)
     except Exception as e:  # torch raises several types for a truncated/corrupt file

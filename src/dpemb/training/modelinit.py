@@ -1,14 +1,34 @@
-"""Build the backbone a run starts from: random, ImageNet weights, or a checkpoint."""
+"""Build the backbone a run starts from: random, ImageNet weights, or a trained model
+(a release artifact or run directory; an older run's checkpoint also works), and the
+provenance of that start (see ``dpemb.training.provenance``)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
 
 from dpemb.models import Backbone, build_backbone, freeze_batchnorm_stats, load_imagenet_mobilenet_v2, set_trainable
+from dpemb.training.artifact import find_artifact, init_provenance, legacy_provenance, load_artifact
 from dpemb.training.checkpoint import CheckpointError, load_checkpoint
 from dpemb.training.config import ModelConfig
+from dpemb.training.provenance import check_init
+
+
+def read_init(path: str | os.PathLike) -> tuple[str, dict[str, Any], dict[str, torch.Tensor], dict[str, Any]]:
+    """(backbone name, kwargs, state dict, provenance) of the model at ``path``: a
+    release artifact (a run directory resolves to its own), else a checkpoint."""
+    if find_artifact(path) is not None:
+        model, card = load_artifact(path)
+        b = card["backbone"]
+        return b["name"], b["kwargs"], model.state_dict(), init_provenance(card, path)
+    state = load_checkpoint(path)
+    prov = state.get("provenance")
+    if not isinstance(prov, dict):
+        prov = legacy_provenance(state, path)
+    prov = {"model": str(path), "algorithm": state.get("kind"), **prov}
+    return state["backbone_name"], state["backbone_kwargs"], state["backbone"], prov
 
 
 def build_model(
@@ -17,9 +37,17 @@ def build_model(
     *,
     device: torch.device | str = "cpu",
     per_user_training: bool = False,
+    private_run: bool = False,
+    allow_nonprivate_init: bool = False,
 ) -> tuple[Backbone, dict[str, Any]]:
     """Returns the backbone (trainable set applied) and the metadata a checkpoint
-    needs to rebuild it (``backbone_name``, ``backbone_kwargs``).
+    needs to rebuild it (``backbone_name``, ``backbone_kwargs``), with the init's
+    provenance (``init_provenance``) and the caveats a private run's statements carry
+    (``init_caveats``).
+
+    ``private_run`` (a DP run): an init that saw private users without DP is refused
+    (``InitProvenanceError``) unless ``allow_nonprivate_init``; see
+    ``dpemb.training.provenance.check_init``.
 
     ``per_user_training`` (the federated algorithms): BatchNorm running statistics
     would carry data across users, so a BatchNorm backbone must start from trained
@@ -29,17 +57,20 @@ def build_model(
         raise ValueError(f"images must be square, got {h}x{w}")
     kwargs = {"in_channels": c, "image_size": h, "embedding_dim": cfg.embedding_dim, "width": cfg.width}
     model = build_backbone(cfg.backbone, **kwargs)
+    init_prov: Any = cfg.init
     if cfg.init == "imagenet":
         load_imagenet_mobilenet_v2(model)
     elif cfg.init != "random":
-        state = load_checkpoint(cfg.init)
-        if state["backbone_name"] != cfg.backbone or state["backbone_kwargs"] != kwargs:
+        name, init_kwargs, weights, init_prov = read_init(cfg.init)
+        if name != cfg.backbone or init_kwargs != kwargs:
             raise CheckpointError(
-                f"--init {cfg.init} holds a {state['backbone_name']} {state['backbone_kwargs']}, "
+                f"--init {cfg.init} holds a {name} {init_kwargs}, "
                 f"but this run builds a {cfg.backbone} {kwargs}; match --backbone/--width/"
                 "--embedding-dim and the image size"
             )
-        model.load_state_dict(state["backbone"])
+        model.load_state_dict(weights)
+    caveats = check_init(init_prov, private_run=private_run, allow_nonprivate_init=allow_nonprivate_init,
+                         init_name=str(cfg.init))
     if cfg.backbone == "mobilenetv2-bn" and cfg.init == "random" and per_user_training:
         raise ValueError(
             "mobilenetv2-bn from a random start cannot be trained per user: BatchNorm "
@@ -49,4 +80,5 @@ def build_model(
     if cfg.backbone == "mobilenetv2-bn" and (cfg.init != "random" or per_user_training):
         freeze_batchnorm_stats(model)
     set_trainable(model, cfg.trainable)
-    return model.to(device), {"backbone_name": cfg.backbone, "backbone_kwargs": kwargs}
+    return model.to(device), {"backbone_name": cfg.backbone, "backbone_kwargs": kwargs,
+                              "init_provenance": init_prov, "init_caveats": caveats}

@@ -1,4 +1,23 @@
-"""A run directory: config.json, metrics.jsonl, checkpoint.pt, report.json, plots."""
+"""A run directory: what is released at the top, private training state apart.
+
+::
+
+    <out>/config.json          flags of the run                         released
+    <out>/metrics.jsonl        one record per round/step                 released
+    <out>/report.json          final metrics and privacy statements      released
+    <out>/roc.png, training.png                                          released
+    <out>/model.safetensors    the backbone's weights                    released
+    <out>/model_card.json      backbone, provenance, privacy statements  released
+    <out>/private/             mode 0700: PRIVATE training state, never needed downstream
+        checkpoint.pt          mode 0600: resume state (noise generator, sampler, tree,
+                               optimizer, ledger): as sensitive as the training data
+        diagnostics.jsonl      mode 0600: un-noised per-round statistics
+
+Released files follow the user's umask; private ones are 0600 in a 0700 directory.
+Runs written before this layout kept ``checkpoint.pt`` at the top; ``checkpoint_in``
+still finds it (``dpemb export``), and opening such a run for training moves it into
+``private/`` (so ``--resume`` finds it and the top level holds released files only).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +26,40 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dpemb.training.atomic import atomic_write_json, atomic_write_text, _default
+from dpemb.training.atomic import (
+    PRIVATE_FILE_MODE,
+    _default,
+    atomic_write_json,
+    atomic_write_text,
+    make_private_dir,
+)
+
+PRIVATE_DIR = "private"
+CHECKPOINT = "checkpoint.pt"
+DIAGNOSTICS = "diagnostics.jsonl"
+ARTIFACT_WEIGHTS = "model.safetensors"
+MODEL_CARD = "model_card.json"
+
+
+def checkpoint_in(run_dir: str | os.PathLike) -> Path | None:
+    """The checkpoint of a run directory: ``private/checkpoint.pt``, or an old run's
+    top-level ``checkpoint.pt``; None when there is neither."""
+    run_dir = Path(run_dir)
+    for p in (run_dir / PRIVATE_DIR / CHECKPOINT, run_dir / CHECKPOINT):
+        if p.is_file():
+            return p
+    return None
 
 
 class RunDir:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
+        legacy = self.path / CHECKPOINT
+        if legacy.is_file() and not self.checkpoint.exists():
+            self.make_private_dir()
+            os.chmod(legacy, PRIVATE_FILE_MODE)
+            os.replace(legacy, self.checkpoint)
 
     @property
     def config(self) -> Path:
@@ -24,41 +70,86 @@ class RunDir:
         return self.path / "metrics.jsonl"
 
     @property
+    def private_dir(self) -> Path:
+        return self.path / PRIVATE_DIR
+
+    @property
     def checkpoint(self) -> Path:
-        return self.path / "checkpoint.pt"
+        """Where this run writes its (private) checkpoint."""
+        return self.private_dir / CHECKPOINT
+
+    @property
+    def diagnostics(self) -> Path:
+        return self.private_dir / DIAGNOSTICS
+
+    @property
+    def artifact_weights(self) -> Path:
+        return self.path / ARTIFACT_WEIGHTS
+
+    @property
+    def model_card(self) -> Path:
+        return self.path / MODEL_CARD
 
     @property
     def report(self) -> Path:
         return self.path / "report.json"
 
+    def make_private_dir(self) -> Path:
+        return make_private_dir(self.private_dir)
+
     def write_config(self, text: str) -> None:
         atomic_write_text(self.config, text)
 
     def append_metrics(self, record: dict[str, Any]) -> None:
-        """One JSON object per line, flushed and fsynced (a crash loses at most the line)."""
-        with open(self.metrics, "a") as f:
-            f.write(json.dumps(record, sort_keys=True, default=_default) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """One JSON object per line, flushed and fsynced (a crash loses at most the line).
+        Released: the file follows the umask."""
+        _append_jsonl(self.metrics, record)
+
+    def append_diagnostics(self, record: dict[str, Any]) -> None:
+        """Like ``append_metrics`` but to ``private/diagnostics.jsonl`` (mode 0600, in
+        the 0700 private directory): statistics of private users that carry no guarantee."""
+        self.make_private_dir()
+        _append_jsonl(self.diagnostics, record, mode=PRIVATE_FILE_MODE)
 
     def truncate_metrics_after(self, step_key: str, step: int) -> None:
         """On resume: drop records written after the checkpoint's step (they will be
-        produced again), so metrics.jsonl stays the same as an uninterrupted run's."""
-        if not self.metrics.exists():
-            return
-        keep = []
-        for line in self.metrics.read_text().splitlines():
-            if not line.strip():
+        produced again), so metrics.jsonl stays the same as an uninterrupted run's.
+        The private diagnostics are truncated the same way."""
+        for path, private in ((self.metrics, False), (self.diagnostics, True)):
+            if not path.exists():
                 continue
-            rec = json.loads(line)
-            if rec.get(step_key, 0) <= step:
-                keep.append(line)
-        atomic_write_text(self.metrics, "".join(l + "\n" for l in keep))
+            keep = []
+            for line in path.read_text().splitlines():
+                if not line.strip():
+                    continue
+                rec = json.loads(line)
+                if rec.get(step_key, 0) <= step:
+                    keep.append(line)
+            atomic_write_text(path, "".join(l + "\n" for l in keep), private=private)
 
     def read_metrics(self) -> list[dict[str, Any]]:
         if not self.metrics.exists():
             return []
         return [json.loads(l) for l in self.metrics.read_text().splitlines() if l.strip()]
 
+    def read_diagnostics(self) -> list[dict[str, Any]]:
+        """The PRIVATE per-round diagnostics (and the final ``summary`` record)."""
+        if not self.diagnostics.exists():
+            return []
+        return [json.loads(l) for l in self.diagnostics.read_text().splitlines() if l.strip()]
+
     def write_report(self, report: dict[str, Any]) -> None:
         atomic_write_json(self.report, report)
+
+
+def _append_jsonl(path: Path, record: dict[str, Any], *, mode: int | None = None) -> None:
+    line = json.dumps(record, sort_keys=True, default=_default) + "\n"
+    if mode is None:
+        f = open(path, "a")  # created 0o666 & ~umask
+    else:
+        f = os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode), "a")
+        os.chmod(path, mode)  # an existing file keeps its mode otherwise
+    with f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())

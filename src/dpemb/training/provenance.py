@@ -1,0 +1,167 @@
+"""Training provenance: which users a model saw, whether privately, and from what init.
+
+A run records (in its checkpoint and its model card)::
+
+    provenance = {
+        "dataset":          the dataset trained on (path or name; None if not given),
+        "source":           the dataset's source summary (scalar fields of meta.json's source),
+        "train_split":      "private" | "public" | "all" | "unknown",
+        "private_training": True for a DP run (noise on), False otherwise,
+        "privacy":          its privacy statements (compact) or "not private",
+        "init":             "random" | "imagenet" | the init model's provenance (recursive),
+    }
+
+Why: a DP run reports an epsilon for ITS training only. If its initialisation was
+trained without DP on the same private users, that epsilon does not cover them, so
+``check_init`` refuses such a run unless explicitly allowed; then, and when the init
+was itself trained with DP on private users (its epsilon composes on top), every
+privacy statement of the run carries a caveat (``qualify_privacy``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+TRAIN_SPLITS = ("private", "public", "all", "unknown")
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What the training loop cannot know by itself: where its data came from.
+
+    ``dataset``: the dataset trained on (the CLI passes ``--data``). ``train_split``:
+    which of its users: "private" (the default split of ``dpemb train``), "public",
+    "all" (both), or "unknown" (a library caller that did not say; treated like
+    private users when this model initialises a DP run). ``allow_nonprivate_init``:
+    let a DP run start from a model that saw private users without DP (every privacy
+    statement then says that it does not cover the initialisation).
+    """
+
+    dataset: str | None = None
+    train_split: str = "unknown"
+    allow_nonprivate_init: bool = False
+
+    def __post_init__(self) -> None:
+        if self.train_split not in TRAIN_SPLITS:
+            raise ValueError(f"train_split must be one of {', '.join(TRAIN_SPLITS)}, got {self.train_split!r}")
+        if self.dataset is not None:
+            object.__setattr__(self, "dataset", str(self.dataset))
+
+
+class InitProvenanceError(ValueError):
+    """A DP run would start from a model that saw private users without DP."""
+
+
+def source_summary(source: dict[str, Any] | None) -> dict[str, Any]:
+    """The scalar fields of a dataset's ``source`` (kind, name, regime, counts), not lists."""
+    return {k: v for k, v in sorted((source or {}).items())
+            if isinstance(v, (str, int, float, bool)) or v is None}
+
+
+def compact_privacy(privacy: dict[str, Any]) -> Any:
+    """The part of a privacy section an init's provenance keeps: the statements."""
+    if not privacy.get("private", False):
+        return "not private"
+    out = {k: v for k, v in privacy.items() if k.startswith(("epsilon_", "statement_"))}
+    out.update({k: privacy[k] for k in ("delta", "unit", "relation", "rounds_composed") if k in privacy})
+    return out
+
+
+def ancestors(init: Any) -> Iterator[dict[str, Any]]:
+    """The provenance of the init, of its init, ... (dicts only: random/imagenet end it)."""
+    while isinstance(init, dict):
+        yield init
+        init = init.get("init")
+
+
+def _saw_private_users(p: dict[str, Any]) -> bool:
+    return p.get("train_split", "unknown") in ("private", "all", "unknown")
+
+
+def _users(p: dict[str, Any]) -> str:
+    d = p.get("dataset") or "its (unrecorded) dataset"
+    return {
+        "private": f"the private users of {d}",
+        "all": f"the private and public users of {d}",
+    }.get(p.get("train_split", "unknown"), f"users of {d} it does not record (possibly private ones)")
+
+
+def _who(p: dict[str, Any], depth: int, init_name: str) -> str:
+    name = p.get("model") or "a model"
+    return f"--init {init_name}" if depth == 0 else f"its ancestor {name} ({depth} init(s) up)"
+
+
+def _epsilon_text(p: dict[str, Any]) -> str:
+    """The init's own epsilon statement (RDP where it has one: defined for every mechanism)."""
+    priv = p.get("privacy")
+    if isinstance(priv, dict):
+        stmts = {k: v for k, v in priv.items()
+                 if k.startswith("statement_") and isinstance(v, str) and v.startswith("epsilon")}
+        if stmts:
+            return stmts.get("statement_rdp") or stmts[sorted(stmts)[0]]
+    return "an epsilon it does not record"
+
+
+def _unknown(p: dict[str, Any]) -> bool:
+    return p.get("train_split", "unknown") == "unknown" or p.get("private_training") is None
+
+
+def _nonprivate_text(p: dict[str, Any]) -> str:
+    return "possibly trained without differential privacy" if p.get("private_training") is None \
+        else "trained without differential privacy"
+
+
+def check_init(init: Any, *, private_run: bool, allow_nonprivate_init: bool, init_name: str) -> list[str]:
+    """Refuse (``InitProvenanceError``) a DP run whose init, or any ancestor, was trained
+    without DP (or not recorded whether) on a split holding private users (or not
+    recorded which), unless ``allow_nonprivate_init``. Returns the caveats every privacy
+    statement of the run must carry (empty when the run is not private or its init saw
+    no private users)."""
+    if not private_run:
+        return []
+    caveats: list[str] = []
+    for depth, p in enumerate(ancestors(init)):
+        if not _saw_private_users(p):
+            continue
+        who = _who(p, depth, init_name)
+        if not p.get("private_training", False):
+            if not allow_nonprivate_init:
+                if _unknown(p):
+                    why = (f"{who} does not record which users it was trained on or whether privately "
+                           "(written by an older dpemb, or by a library call without a Provenance); it "
+                           f"was {_nonprivate_text(p)} on {_users(p)}")
+                else:
+                    why = f"{who} was trained without differential privacy on {_users(p)}"
+                raise InitProvenanceError(
+                    f"{why}; a DP run started from it would report an epsilon that does not cover "
+                    "them. Pretrain on public users (`dpemb train --algorithm centralized "
+                    "--train-split public ...`), or pass --allow-nonprivate-init to proceed; every "
+                    "epsilon will then say it does not cover the initialisation."
+                )
+            caveats.append(f"does NOT cover the initialisation: {who} was {_nonprivate_text(p)} on {_users(p)}")
+        else:
+            caveats.append(
+                f"covers this run's training only: {who} was itself trained with user-level DP on "
+                f"{_users(p)} ({_epsilon_text(p)}), which composes on top of this epsilon"
+            )
+    return caveats
+
+
+def qualify_privacy(privacy: Any, caveats: list[str]) -> Any:
+    """``privacy`` (a report's privacy section) with every statement carrying the
+    caveats, and the caveats listed under ``"initialisation"``. Idempotent."""
+    if not caveats or not isinstance(privacy, dict) or "initialisation" in privacy:
+        return privacy
+    suffix = "".join(f" [{c}]" for c in caveats)
+    out = dict(privacy)
+    for k, v in privacy.items():
+        if (k == "statement" or k.startswith("statement_")) and isinstance(v, str) and "epsilon" in v:
+            out[k] = v + suffix
+    if isinstance(privacy.get("extrapolated"), list):
+        out["extrapolated"] = [
+            {**ex, "statement": ex["statement"] + suffix} if isinstance(ex, dict) and "statement" in ex else ex
+            for ex in privacy["extrapolated"]
+        ]
+    out["initialisation"] = list(caveats)
+    return out

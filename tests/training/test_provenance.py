@@ -1,0 +1,125 @@
+"""Init provenance: a DP run started from a model that saw private users without DP is
+refused (or, when allowed, every epsilon says it does not cover the initialisation);
+a DP init's own epsilon is stated as composing on top."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from dpemb.training.config import ModelConfig
+from dpemb.training.provenance import InitProvenanceError, Provenance
+from tests.training.test_artifact import MODEL, central_run, fed_run
+
+NOT_COVERED = "does NOT cover the initialisation"
+
+
+def statements(privacy):
+    out = [v for k, v in privacy.items() if k.startswith("statement_") and v.startswith("epsilon")]
+    out += [ex["statement"] for ex in privacy.get("extrapolated", [])]
+    assert out
+    return out
+
+
+def from_init(path):
+    return replace(MODEL, init=str(path))
+
+
+def test_checkpoint_and_card_record_the_split_and_privacy(tmp_path):
+    d, rep = central_run(tmp_path, provenance=Provenance("data/x", "private"))
+    card = json.loads((d / "model_card.json").read_text())
+    from dpemb.training.checkpoint import load_checkpoint
+
+    for prov in (card["provenance"], load_checkpoint(d)["provenance"]):
+        assert prov["dataset"] == "data/x" and prov["train_split"] == "private"
+        assert prov["private_training"] is False and prov["privacy"] == "not private"
+        assert prov["init"] == "random"
+    assert rep["provenance"]["train_split"] == "private"
+    d2, _ = fed_run(tmp_path, algorithm="dp-fedemb", provenance=Provenance("data/x", "private"))
+    prov = json.loads((d2 / "model_card.json").read_text())["provenance"]
+    assert prov["private_training"] is True and prov["privacy"]["statement_rdp"].startswith("epsilon = ")
+
+
+@pytest.mark.parametrize("split", ["private", "all", "unknown"])
+def test_dp_run_from_a_nonprivate_init_on_private_users_is_refused(tmp_path, split):
+    init, _ = central_run(tmp_path, provenance=Provenance("data/x", split))
+    with pytest.raises(InitProvenanceError) as e:
+        fed_run(tmp_path, algorithm="dp-fedemb", model=from_init(init))
+    msg = str(e.value)
+    assert "without differential privacy" in msg and "--train-split public" in msg
+    assert "--allow-nonprivate-init" in msg and "does not cover" in msg
+
+
+def test_public_pretraining_is_accepted_without_caveat(tmp_path):
+    init, _ = central_run(tmp_path, provenance=Provenance("data/x", "public"))
+    d, rep = fed_run(tmp_path, algorithm="dp-fedemb", model=from_init(init),
+                     provenance=Provenance("data/x", "private"))
+    assert "initialisation" not in rep["privacy"]
+    assert not any(NOT_COVERED in s for s in statements(rep["privacy"]))
+    prov = json.loads((d / "model_card.json").read_text())["provenance"]
+    assert prov["init"]["train_split"] == "public" and prov["init"]["private_training"] is False
+
+
+def test_allowed_nonprivate_init_qualifies_every_statement(tmp_path):
+    init, _ = central_run(tmp_path, provenance=Provenance("data/x", "private"))
+    d, rep = fed_run(tmp_path, algorithm="dp-fedemb", model=from_init(init),
+                     provenance=Provenance("data/x", "private", allow_nonprivate_init=True))
+    card = json.loads((d / "model_card.json").read_text())
+    for priv in (rep["privacy"], json.loads((d / "report.json").read_text())["privacy"], card["privacy"]):
+        assert all(NOT_COVERED in s and "data/x" in s for s in statements(priv))
+    assert all(NOT_COVERED in s for k, s in card["provenance"]["privacy"].items() if k.startswith("statement_"))
+
+
+def test_an_ancestor_seen_through_a_public_run_is_still_refused(tmp_path):
+    grand, _ = central_run(tmp_path, "grand", provenance=Provenance("data/x", "private"))
+    parent, _ = central_run(tmp_path, "parent", model=from_init(grand), provenance=Provenance("data/x", "public"))
+    with pytest.raises(InitProvenanceError, match="ancestor"):
+        fed_run(tmp_path, algorithm="dp-fedemb", model=from_init(parent))
+
+
+def test_nonprivate_run_may_start_anywhere(tmp_path):
+    from dpemb.algorithms.config import FederatedConfig
+    from dpemb.privacy.accounting import PrivacySpec
+    from dpemb.training.config import RunConfig
+    import dpemb.training.federated as fed
+    from tests.training.test_artifact import splits
+
+    init, _ = central_run(tmp_path, provenance=Provenance("data/x", "private"))
+    train, ev = splits()
+    spec = PrivacySpec(population=train.num_users, clients_per_round=3, users_per_client=2,
+                       noise_multiplier=0.0, nonprivate=True, clip_norm=0.5, rounds=1)
+    rep = fed.train_federated(train, ev, from_init(init), FederatedConfig(local_batch_size=4), spec,
+                              RunConfig(out=str(tmp_path / "np"), eval_every=1, progress=False))
+    assert "not private" in rep["privacy"]["statement"]
+
+
+def test_dp_init_epsilon_is_stated_as_composing_on_top(tmp_path):
+    init, init_rep = fed_run(tmp_path, "init", algorithm="dp-fedemb", provenance=Provenance("data/x", "private"))
+    init_stmt = init_rep["privacy"]["statement_rdp"]
+    d, rep = fed_run(tmp_path, "second", algorithm="dp-fedemb", model=from_init(init),
+                     provenance=Provenance("data/x", "private"))
+    card = json.loads((d / "model_card.json").read_text())
+    for priv in (rep["privacy"], card["privacy"]):
+        for s in statements(priv):
+            assert "composes on top" in s and init_stmt in s
+    assert card["provenance"]["init"]["private_training"] is True
+
+
+def test_old_checkpoint_without_provenance_is_treated_as_unknown(tmp_path):
+    """An init from a run written before provenance was recorded (its checkpoint is
+    all there is): its split is unknown, so a DP run from it is refused."""
+    import os
+
+    import torch
+
+    init, _ = central_run(tmp_path, provenance=Provenance("data/x", "public"))
+    state = torch.load(init / "private" / "checkpoint.pt", weights_only=False)
+    for k in ("provenance", "model_card", "init_provenance", "init_caveats"):
+        state.pop(k, None)
+    torch.save(state, init / "checkpoint.pt")
+    for f in ("private/checkpoint.pt", "model.safetensors", "model_card.json"):
+        os.remove(init / f)
+    with pytest.raises(InitProvenanceError, match="does not record which users"):
+        fed_run(tmp_path, algorithm="dp-fedemb", model=ModelConfig("lenet", 16, init=str(init)))
