@@ -27,6 +27,13 @@ and clients per round scaled by k = 1M / N, so the noise on the averaged update 
 the sampling rate stay the same; delta = 1/1M), has the target epsilon. The epsilon
 at the simulated population is reported too (it is astronomically large: the noise
 that training survives at a few thousand users buys no privacy at that size).
+
+Selection protocol: every regime's data has four disjoint user groups (public,
+private training, validation, test) and three disjoint identity groups (training,
+validation, test). The tuning grid is scored on the VALIDATION split (validation
+users' examples of validation identities); every number in the result tables comes
+from the TEST split (test users' examples of test identities), which no choice looks
+at.
 """
 
 from __future__ import annotations
@@ -62,7 +69,8 @@ def regimes(quick: bool) -> dict[str, dict[str, Any]]:
         "face": dict(
             title="face-like (each identity owned by one user)",
             glyph=dict(regime="owned", num_users=int(6000 * s), identities_per_user=1,
-                       images_per_identity=8, eval_identity_fraction=0.06,
+                       images_per_identity=8, eval_identity_fraction=0.05,
+                       validation_identity_fraction=0.05,
                        public_user_fraction=0.15, occlusion=0.3, seed=0),
             min_identities=int(6000 * s),
             eval_cap=2000 if not quick else 600,
@@ -73,9 +81,13 @@ def regimes(quick: bool) -> dict[str, dict[str, Any]]:
         ),
         "hand": dict(
             title="handwriting-like (identities shared by all users)",
+            # 20% test and 10% validation characters, each written by its own 5% of
+            # the writers (who write only those characters): 70% of the characters
+            # and 90% of the writers are left for training
             glyph=dict(regime="shared", num_users=int(2000 * s), identities_per_user=40,
-                       images_per_identity=2, eval_identity_fraction=0.3,
-                       public_user_fraction=0.1, seed=0),
+                       images_per_identity=2, eval_identity_fraction=0.2,
+                       validation_identity_fraction=0.1, eval_user_fraction=0.05,
+                       validation_user_fraction=0.05, public_user_fraction=0.1, seed=0),
             min_identities=500,
             eval_cap=2000 if not quick else 600,
             rounds=30 if quick else 150,
@@ -110,7 +122,8 @@ GRID = {
 
 
 def build_data(work: Path, name: str, reg: dict[str, Any], font_dirs: list[str]) -> dict[str, Any]:
-    """Make (or reuse) the train / public / eval splits of one regime on disk."""
+    """Make (or reuse) the train / public / validation / eval (= test) splits of one
+    regime on disk. No user and no identity is in two of train, validation and test."""
     from dpemb.data.dataset import UserDataset
     from dpemb.data.glyphs import GlyphConfig, make_glyphs
 
@@ -128,13 +141,17 @@ def build_data(work: Path, name: str, reg: dict[str, Any], font_dirs: list[str])
         sys.exit(f"the identity pool has {ds.source.get('pool_size')} identities, the {name} regime "
                  f"needs {reg['min_identities']}: make cjk-fonts ({APT_LINE})")
     sp = ds.split()
-    ev = sp.eval
     rng = np.random.default_rng(0)
-    if ev.num_examples > reg["eval_cap"]:
-        keep = np.zeros(ev.num_examples, dtype=bool)
-        keep[rng.choice(ev.num_examples, reg["eval_cap"], replace=False)] = True
-        ev = ev.select(keep, relabel=True)
-    parts = {"train": sp.train, "public": sp.public, "eval": ev}
+
+    def capped(part: Any) -> Any:
+        if part.num_examples <= reg["eval_cap"]:
+            return part
+        keep = np.zeros(part.num_examples, dtype=bool)
+        keep[rng.choice(part.num_examples, reg["eval_cap"], replace=False)] = True
+        return part.select(keep, relabel=True)
+
+    parts = {"train": sp.train, "public": sp.public, "validation": capped(sp.validation),
+             "eval": capped(sp.test)}
     for k, v in parts.items():
         v.save(d / k)
     info = {k: {"users": v.num_users, "examples": v.num_examples, "identities": v.num_classes}
@@ -193,14 +210,17 @@ def run_job(job: dict[str, Any], work: str, threads: int) -> dict[str, Any]:
     torch.set_num_threads(threads)
     from dpemb.data.dataset import UserDataset
     from dpemb.training.config import ModelConfig, OptimConfig, RunConfig
+    from dpemb.training.provenance import Provenance
 
     t0 = time.time()
     data = Path(work) / "data" / job["regime"]
     out = Path(work) / "runs" / job["key"]
-    ev = UserDataset.load(data / "eval", mmap=False)
+    # tuning runs are scored on the validation split, every reported run on the test split
+    ev = UserDataset.load(data / ("validation" if job.get("eval_split") == "validation" else "eval"),
+                          mmap=False)
     init = job.get("init", "random")
     if init != "random":
-        init = str(Path(work) / "runs" / init / "checkpoint.pt")
+        init = str(Path(work) / "runs" / init)  # the run's release artifact
     mcfg = ModelConfig("lenet", EMB, job["width"], init)
     rcfg_kw = dict(out=str(out), seed=job.get("seed", 0), progress=False, threads=threads)
     rec: dict[str, Any] = {"job": job}
@@ -211,9 +231,10 @@ def run_job(job: dict[str, Any], work: str, threads: int) -> dict[str, Any]:
         steps = job["steps"]
         rep = train_centralized(tr, ev, mcfg, OptimConfig(lr=0.05, momentum=0.9, batch_size=128,
                                                           steps=steps, cosine=True),
-                                RunConfig(eval_every=steps, **rcfg_kw))
+                                RunConfig(eval_every=steps, **rcfg_kw),
+                                provenance=Provenance(str(data), "public" if job["kind"] == "pretrain" else "private"))
         rec.update(final=rep["final"][METRIC], initial=(rep.get("initial") or {}).get(METRIC),
-                   images_per_second=rep["images_per_second"])
+                   images_per_second=_run_rows(out, rep)[1])
     else:
         from dpemb.algorithms.config import FederatedConfig
         from dpemb.training.federated import train_federated
@@ -228,18 +249,33 @@ def run_job(job: dict[str, Any], work: str, threads: int) -> dict[str, Any]:
         fkw = {k: v for k, v in fed.items() if k not in ("M", "K")}
         fcfg = FederatedConfig(**fkw)
         rep = train_federated(tr, ev, mcfg, fcfg, spec,
-                              RunConfig(eval_every=job["rounds"], **rcfg_kw), noise_seed=1234)
-        rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+                              RunConfig(eval_every=job["rounds"], **rcfg_kw), noise_seed=1234,
+                              provenance=Provenance(str(data), "private"))
+        rows, ips = _run_rows(out, rep)
         losses = [r["train_loss"] for r in rows if r.get("train_loss") is not None]
         norms = [r["preclip_norm_mean"] for r in rows if r.get("preclip_norm_mean") is not None]
         rec.update(final=rep["final"][METRIC], initial=rep["initial"].get(METRIC),
-                   images_per_second=rep["images_per_second"],
+                   images_per_second=ips,
                    final_loss=float(np.mean(losses[-10:])) if losses else None,
                    preclip_norm=float(np.mean(norms[-10:])) if norms else None,
                    head_params=tr.num_classes * EMB,
                    **privacy_numbers(spec))
     rec["seconds"] = time.time() - t0
     return rec
+
+
+def _run_rows(out: Path, rep: dict[str, Any]) -> tuple[list[dict[str, Any]], float | None]:
+    """The per-round records of a finished run (released metrics.jsonl and, where the
+    trainer keeps them apart, its private diagnostics: this experiment reads its own run
+    folders) and the throughput."""
+    rows: list[dict[str, Any]] = []
+    for f in (out / "metrics.jsonl", out / "private" / "diagnostics.jsonl"):
+        if f.is_file():
+            rows += [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+    ips = rep.get("images_per_second")
+    if ips is None:
+        ips = next((r["images_per_second"] for r in reversed(rows) if r.get("images_per_second")), None)
+    return rows, ips
 
 
 def run_all(jobs: list[dict[str, Any]], results: dict[str, Any], work: Path, nproc: int,
@@ -271,7 +307,8 @@ def run_all(jobs: list[dict[str, Any]], results: dict[str, Any], work: Path, npr
                 results[j["key"]] = rec
                 save_results(work, results)
                 LOAD_SAMPLES.append(round(os.getloadavg()[0], 2))
-                print(f"  done {j['key']}: R@1e-3 {rec['final']:.3f} ({rec['seconds']:.0f} s)", flush=True)
+                print(f"  done {j['key']}: R@1e-3 {rec['final']:.3f} on {j.get('eval_split', 'test')} "
+                      f"({rec['seconds']:.0f} s)", flush=True)
 
 
 LOAD_SAMPLES: list[float] = []  # 1-minute load average after each finished run
@@ -287,20 +324,34 @@ def save_results(work: Path, results: dict[str, Any]) -> None:
 
 
 def fed_job(regime: str, reg: dict[str, Any], algo: str, K: int, eps: float | None, *,
-            init: str | None, width: float = WIDTH_MAIN, tag: str = "", **knobs: Any) -> dict[str, Any]:
+            init: str | None, width: float = WIDTH_MAIN, tag: str = "", eval_split: str = "test",
+            **knobs: Any) -> dict[str, Any]:
     M = 8 if K > 1 else 32  # same users per round (32) for K = 1 and K = 4
     fed = {**BASE_FED, "algorithm": algo, "M": M, "K": K, "max_examples_per_client": reg["max_examples"], **knobs}
     ks = "-".join(f"{k}{v}" for k, v in sorted(knobs.items()))
     e = "np" if eps is None else f"e{eps:g}"
-    key = f"{regime}/{algo}/K{K}/{e}/w{width:g}/{'pre' if init else 'rand'}/{ks or 'base'}{tag}"
+    split = "" if eval_split == "test" else f"@{eval_split}"
+    key = f"{regime}/{algo}/K{K}/{e}/w{width:g}/{'pre' if init else 'rand'}/{ks or 'base'}{tag}{split}"
     return dict(key=key, kind="fed", regime=regime, width=width, init=init or "random",
-                rounds=reg["rounds"], eps=eps, fed=fed, knobs=knobs)
+                rounds=reg["rounds"], eps=eps, fed=fed, knobs=knobs, eval_split=eval_split)
+
+
+def tune_job(regime: str, reg: dict[str, Any], algo: str, knobs: dict[str, Any]) -> dict[str, Any]:
+    """A tuning run: K = 4, TUNE_EPS, from the public pretraining, scored on VALIDATION."""
+    return fed_job(regime, reg, algo, 4, TUNE_EPS, init=pre_key(regime, WIDTH_MAIN),
+                   eval_split="validation", **knobs)
+
+
+def reported(v: dict[str, Any]) -> bool:
+    """A run whose score is a test-split number (every run except the tuning runs)."""
+    return v["job"].get("eval_split", "test") == "test"
 
 
 def best_knobs(results: dict[str, Any], regime: str, reg: dict[str, Any], algo: str) -> dict[str, Any]:
+    """The grid entry with the best VALIDATION score (the test split is never looked at)."""
     scores = []
     for knobs in GRID[algo]:
-        j = fed_job(regime, reg, algo, 4, TUNE_EPS, init=pre_key(regime, WIDTH_MAIN), **knobs)
+        j = tune_job(regime, reg, algo, knobs)
         if j["key"] in results:
             scores.append((results[j["key"]]["final"], knobs))
     return max(scores, key=lambda s: s[0])[1] if scores else GRID[algo][0]
@@ -346,9 +397,8 @@ def main() -> int:
         print("phase 1: centralized and public pretraining", flush=True)
         run_all(p1, results, work, args.jobs, deadline)
         # phase 2: tuning grid (same budget per algorithm)
-        p2 = [fed_job(n, r, a, 4, TUNE_EPS, init=pre_key(n, WIDTH_MAIN), **k)
-              for n, r in regs.items() for a in GRID for k in GRID[a]]
-        print("phase 2: tuning", flush=True)
+        p2 = [tune_job(n, r, a, k) for n, r in regs.items() for a in GRID for k in GRID[a]]
+        print("phase 2: tuning (scored on the validation split)", flush=True)
         run_all(p2, results, work, args.jobs, deadline)
         # phase 2b: centralized fine-tuning of the public pretraining (the reference for
         # the pretrained federated runs)
@@ -378,7 +428,7 @@ def main() -> int:
                                   width=WIDTH_BIG, **kn[a]))
         # order: main comparison first, extras (K=1, random init, width) later
         p3.sort(key=lambda j: (j["width"] != WIDTH_MAIN, j["init"] == "random", j["fed"]["K"] == 1))
-        print("phase 3: comparison at equal epsilon", flush=True)
+        print("phase 3: comparison at equal epsilon (scored on the test split)", flush=True)
         run_all(p3, results, work, args.jobs, deadline)
     elapsed = time.time() - t_start
     timing_path = work / "timing.json"
@@ -451,7 +501,7 @@ def write_report(results: dict[str, Any], regs: dict[str, Any], work: Path, docs
 
     img = docs / "img"
     img.mkdir(parents=True, exist_ok=True)
-    fed = {k: v for k, v in results.items() if v["job"]["kind"] == "fed"}
+    fed = {k: v for k, v in results.items() if v["job"]["kind"] == "fed" and reported(v)}
     L: list[str] = []
     w = L.append
     cmd = "python experiments/fedemb_glyphs.py" + "".join(f" --font-dir {d}" for d in args.font_dir) + \
@@ -475,9 +525,16 @@ def write_report(results: dict[str, Any], regs: dict[str, Any], work: Path, docs
       f"{(info.get('face') or {}).get('fonts', '?')} faces. The script checks the pool and stops "
       "with this advice when it is too small.\n")
     w("## Conventions\n")
-    w("- Utility: Recall@FAR=1e-3 (exact, all pairs) on identities never seen in training "
-      "(face-like: new identities AND new users; handwriting-like: held-out characters), one "
-      "seed per configuration (differences under about 0.02 are within seed noise).")
+    w("- Utility: Recall@FAR=1e-3 (exact, all pairs) on the TEST split: test users' images of "
+      "test identities. Test users and identities are disjoint from the training, public and "
+      "validation ones (face-like: new people; handwriting-like: held-out characters written "
+      "by writers who are never trained on), so no reported number is a statistic of a "
+      "private training user. One seed per configuration (differences under about 0.02 are "
+      "within seed noise).")
+    w("- Selection: hyperparameters are chosen on the VALIDATION split (its own users and "
+      "identities, disjoint from training and test); the tuning scores below are validation "
+      "numbers and are not reported anywhere else. Every other number on this page is a "
+      "test-split number; nothing was chosen by looking at it.")
     w("- Privacy: user-level (epsilon, delta)-DP, RDP accountant. Gaussian mechanism with "
       "Poisson sampling of M virtual clients of K users, add/remove-one-user relation, "
       "sensitivity C for K = 1 and 2C for K > 1; DP-FTRL-FedEmb: tree aggregation, epoch "
@@ -501,8 +558,9 @@ def write_report(results: dict[str, Any], regs: dict[str, Any], work: Path, docs
         inf = info.get(name) or {}  # main() loads info.json of every regime built so far
         g = reg["glyph"]
         w(f"- **{reg['title']}**: glyphs `{json.dumps(g)}`; train split {inf.get('train')}, "
-          f"public {inf.get('public')}, eval {inf.get('eval')} (eval capped at {reg['eval_cap']} "
-          f"images); {reg['rounds']} rounds; Nmax = {reg['max_examples']}.")
+          f"public {inf.get('public')}, validation {inf.get('validation')}, test "
+          f"{inf.get('eval')} (validation and test each capped at {reg['eval_cap']} images); "
+          f"{reg['rounds']} rounds; Nmax = {reg['max_examples']}.")
     w(f"- Federated: LeNet width {WIDTH_MAIN} (main) and {WIDTH_BIG}, embedding {EMB}; "
       f"local batch 32, one local epoch, client SGD lr 0.05, server SGD lr 1.0 momentum 0.9, "
       "unless the tuning changed it. K = 4 uses M = 8, K = 1 uses M = 32.")
@@ -513,8 +571,9 @@ def write_report(results: dict[str, Any], regs: dict[str, Any], work: Path, docs
     w(f"**Tuning (same budget for both).** {len(GRID['dp-fedavg'])} runs per algorithm at K = 4, "
       f"epsilon {TUNE_EPS} (at 1M users), from the public pretraining: "
       + "; ".join(f"{ALGO_NAME[a]}: " + " / ".join(_knobs(k) for k in GRID[a]) for a in GRID)
-      + ". The best of each is used for every other run of that regime (DP-FTRL-FedEmb takes "
-      "DP-FedEmb's).\n")
+      + ". Each is scored on the VALIDATION split; the best of each is used for every other run "
+      "of that regime (DP-FTRL-FedEmb takes DP-FedEmb's), all scored on the test split (the "
+      "selected configuration is trained again and scored on test).\n")
 
     summary_rows = []
     for name, reg in regs.items():
@@ -534,13 +593,15 @@ def write_report(results: dict[str, Any], regs: dict[str, Any], work: Path, docs
         if cp and (not cen or cp["final"] > cen["final"]):
             cen = cp  # the stronger centralized reference is drawn in the plots
         # tuning
-        w("Tuning (K = 4, pretrained, epsilon " + f"{TUNE_EPS} at 1M):\n")
-        w("| algorithm | knobs | Recall@FAR=1e-3 |\n|---|---|---|")
+        w("Tuning (K = 4, pretrained, epsilon " + f"{TUNE_EPS} at 1M), scored on the VALIDATION "
+          "split (selection only; not a reported result):\n")
+        w("| algorithm | knobs | validation Recall@FAR=1e-3 | selected |\n|---|---|---|---|")
         for a in GRID:
+            best = best_knobs(results, name, reg, a)
             for k in GRID[a]:
-                j = fed_job(name, reg, a, 4, TUNE_EPS, init=pre_key(name, WIDTH_MAIN), **k)
-                r = results.get(j["key"])
-                w(f"| {ALGO_NAME[a]} | {_knobs(k)} | {_f(r['final']) if r else 'not run'} |")
+                r = results.get(tune_job(name, reg, a, k)["key"])
+                w(f"| {ALGO_NAME[a]} | {_knobs(k)} | {_f(r['final']) if r else 'not run'} | "
+                  f"{'yes' if r and k == best else ''} |")
         w("")
         # main equal-epsilon table
         eps_cols: list[float | None] = [None, *EPSILONS]
@@ -659,7 +720,7 @@ def write_report(results: dict[str, Any], regs: dict[str, Any], work: Path, docs
                                  "noise std on the averaged update")):
             ax.set_xscale("log")
             ax.set_xlabel(xl)
-            ax.set_ylabel("Recall@FAR=1e-3 (held-out identities)")
+            ax.set_ylabel("Recall@FAR=1e-3 (test users and identities)")
             if cen:
                 ax.axhline(cen["final"], color="k", lw=1, label="centralized (non-private)")
             if pre:
@@ -683,9 +744,11 @@ def headline(summary_rows: list[tuple], regs: dict[str, Any], cmd: str, wall_min
     """The docs/RESULTS.md section: the main equal-epsilon comparison and its plots."""
     L = ["## User-level DP embedding training on the glyph benchmark", "",
          f"`{cmd}` ({wall_minutes:.0f} min on 2 cores; `make cjk-fonts` installs the fonts the "
-         "face-like regime needs). Recall@FAR=1e-3 (exact, all pairs) on identities never seen in "
-         "training, K = 4 users per virtual client, M = 8 clients per round, from public "
-         "pretraining, each algorithm with its tuned knobs. Equal epsilon: user-level "
+         "face-like regime needs). Recall@FAR=1e-3 (exact, all pairs) on the TEST split: users "
+         "and identities never trained on and never used for any choice (the knobs were tuned "
+         "on a separate validation split of other users and identities). K = 4 users per virtual "
+         "client, M = 8 clients per round, from public pretraining, each algorithm with its tuned "
+         "knobs. Equal epsilon: user-level "
          "(ε, δ = 1e-6)-DP, RDP accountant, add/remove-one-user (DP-FTRL: replace-special, tree "
          f"aggregation), each run calibrated so that it has that ε when extrapolated to "
          f"{CAL_POP:,} users (the paper's convention: noise multiplier and clients per round scaled "

@@ -2,6 +2,7 @@
 
     python experiments/transfer_fashion_mnist.py            # features (cached), runs, docs
     python experiments/transfer_fashion_mnist.py --tune     # also re-select hyperparameters
+    python experiments/transfer_fashion_mnist.py --quick    # smoke test (subsets; not docs/)
 
 1. Features: the frozen ImageNet MobileNetV2 (public weights) on Fashion-MNIST
    (60,000 train / 10,000 test, from the Debian package ``dataset-fashion-mnist``),
@@ -9,9 +10,12 @@
    so re-runs skip this step.
 2. Optional ``--tune``: a small hyperparameter grid per method and epsilon, scored on
    a VALIDATION split carved from the training set (a seeded 10,000-example hold-out
-   that is never trained on in the tuning runs); the test split is never used for
-   selection. (Hyperparameter selection itself is not privacy-accounted, as in the
-   papers; the defaults in ``dpemb.transfer.runner.DEFAULTS`` came from this grid.)
+   that is never trained on in the tuning runs: they train on the other 50,000); the
+   test images are disjoint from both and never used for selection. The reported
+   numbers are test-split numbers only. (Hyperparameter selection itself is not
+   privacy-accounted, as in the papers; the defaults in
+   ``dpemb.transfer.runner.DEFAULTS`` came from this grid.) Fashion-MNIST has no
+   owners: each example is its own user, so example-level DP.
 3. Every DP method at each epsilon (delta 1e-5, PLD accountant, example-level,
    add/remove) for ``--seeds`` noise seeds: train on all 60,000, top-1 on the 10,000
    test images. Baseline: non-private multinomial logistic regression on the same
@@ -50,16 +54,20 @@ GRID: dict[str, list[dict[str, Any]]] = {
 }
 
 
-def features(split: str, size: int, cache_dir: Path):
-    """Cached features of one split (extracted on the first run)."""
+def features(split: str, size: int, cache_dir: Path, limit: int | None = None):
+    """Cached features of one split (extracted on the first run); ``limit``: only the
+    first ``limit`` images (``--quick``)."""
     from dpemb.transfer.features import extract_features, load_backbone, load_features, load_image_dataset, save_features
 
-    path = cache_dir / f"features_{split}_{size}px.npz"
+    path = cache_dir / f"features_{split}_{size}px{f'_first{limit}' if limit else ''}.npz"
     if path.is_file():
         fs = load_features(path)
         print(f"[features] {split}: cached {path} ({fs.num_examples} x {fs.dim})", flush=True)
         return fs
     ds, spec = load_image_dataset(f"fashion-mnist:{split}")
+    if limit is not None and limit < ds.num_examples:
+        ds = ds.select(np.arange(ds.num_examples) < limit)
+        spec = f"{spec}[:{limit}]"
     model, desc = load_backbone("imagenet-mobilenetv2", in_channels=1, image_size=size)
     t0 = time.perf_counter()
     fs = extract_features(ds, model, progress=True, meta={"data": spec, **desc})
@@ -91,12 +99,21 @@ def run_one(prep, test, method: str, eps: float, hp: dict[str, Any], seed: int |
     return run
 
 
+VALIDATION_SIZE = 10000
+
+
 def tune(train, epsilons: list[float], seed: int) -> dict[str, dict[float, dict[str, Any]]]:
-    """Grid search on a validation split of the TRAINING set (the test split is never used)."""
+    """Grid search on a validation split of the TRAINING set: the tuning runs train on
+    the rest of it (never on the validation examples) and are scored on the validation
+    examples; the test split is never used."""
     from dpemb.transfer.config import TransferConfig
     from dpemb.transfer.runner import holdout_split, prepare_train
 
-    fit, val = holdout_split(train, 10000 / train.num_examples, seed=seed)
+    n_val = min(VALIDATION_SIZE, train.num_examples // 5)
+    fit, val = holdout_split(train, n_val / train.num_examples, seed=seed)
+    assert fit.num_examples + val.num_examples == train.num_examples
+    print(f"[tune] fit on {fit.num_examples}, select on {val.num_examples} validation examples "
+          "(held out of the training images; the test images are not used)", flush=True)
     prep = prepare_train(fit, TransferConfig(method="dp-ls", epsilon=1.0))
     best: dict[str, dict[float, dict[str, Any]]] = {}
     for method in METHODS:
@@ -108,7 +125,9 @@ def tune(train, epsilons: list[float], seed: int) -> dict[str, dict[float, dict[
                 scores.append((run.top1, hp))
                 print(f"[tune] {method} eps {eps:g} {hp}: validation top-1 {run.top1:.4f}", flush=True)
             top, hp = max(scores, key=lambda s: s[0])
-            best[method][eps] = {"hp": hp, "val_top1": top, "grid": [(s, h) for s, h in scores]}
+            best[method][eps] = {"hp": hp, "val_top1": top, "grid": [(s, h) for s, h in scores],
+                                 "fit_examples": fit.num_examples,
+                                 "validation_examples": val.num_examples}
             print(f"[tune] {method} eps {eps:g}: best {hp} ({top:.4f})", flush=True)
     return best
 
@@ -119,13 +138,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epsilons", default="0.1,0.5,1,2,4,8")
     ap.add_argument("--seeds", type=int, default=3, help="noise seeds per (method, epsilon)")
     ap.add_argument("--tune", action="store_true", help="re-select hyperparameters on a validation split")
-    ap.add_argument("--out-dir", default=str(ROOT / "runs" / "transfer_fashion_mnist"))
-    ap.add_argument("--docs", default=str(ROOT / "docs"))
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke test: the first 3,000 training and 1,000 test images, epsilon 1, one "
+                         "seed, --tune (on a 600-image validation split); writes the pages into the "
+                         "run folder, not docs/")
+    ap.add_argument("--out-dir", default=None, help="run folder (default: runs/transfer_fashion_mnist"
+                                                    "[_quick])")
+    ap.add_argument("--docs", default=None, help="where the pages go (default: docs/; --quick: the "
+                                                 "run folder's docs/)")
     ap.add_argument("--render-only", action="store_true",
                     help="re-write the docs from the run folder's results.json without running anything")
     args = ap.parse_args(argv)
+    limits = (None, None)
+    if args.quick:
+        args.epsilons, args.seeds, args.tune, limits = "1", 1, True, (3000, 1000)
+    if args.out_dir is None:
+        args.out_dir = str(ROOT / "runs" / ("transfer_fashion_mnist" + ("_quick" if args.quick else "")))
+    if args.docs is None:
+        args.docs = str(Path(args.out_dir) / "docs" if args.quick else ROOT / "docs")
     epsilons = [float(e) for e in args.epsilons.split(",")]
     out_dir, docs = Path(args.out_dir), Path(args.docs)
+    docs.mkdir(parents=True, exist_ok=True)
     out_dir.mkdir(parents=True, exist_ok=True)
 
     from dpemb.transfer.config import TransferConfig
@@ -140,16 +173,17 @@ def main(argv: list[str] | None = None) -> int:
         png = plot_sweep(rows, docs / "transfer_fashion_mnist.png", baseline=saved["baseline_dpemb"],
                          title=f"Fashion-MNIST, ImageNet-MobileNetV2 features ({args.image_size} px), delta 1e-5")
         counts = saved.get("counts", {"train": 60000, "test": 10000})
+        counts.setdefault("tuned", bool(saved.get("tuned")))
         md = render(rows, epsilons, saved["baseline_dpemb"], saved["baseline_sklearn"], args, counts,
                     saved.get("minutes", 0.0) * 60, png.name)
         publish(md, rows, epsilons, saved["baseline_dpemb"], saved["baseline_sklearn"], args, png,
-                saved.get("minutes", 0.0) * 60)
+                saved.get("minutes", 0.0) * 60, counts)
         print(md)
         return 0
 
     t_start = time.perf_counter()
-    train = features("train", args.image_size, out_dir)
-    test = features("test", args.image_size, out_dir)
+    train = features("train", args.image_size, out_dir, limits[0])
+    test = features("test", args.image_size, out_dir, limits[1])
 
     tuned = tune(train, epsilons, seed=0) if args.tune else None
     if tuned is not None:
@@ -202,15 +236,18 @@ def main(argv: list[str] | None = None) -> int:
                   f"(z {info['noise_multiplier']:.3g}, {np.mean(secs):.1f} s/run)", flush=True)
 
     total = time.perf_counter() - t_start
+    counts: dict[str, Any] = {"train": train.num_examples, "test": test.num_examples, "tuned": bool(tuned)}
+    if tuned:
+        first = next(iter(next(iter(tuned.values())).values()))
+        counts.update(fit=first["fit_examples"], validation=first["validation_examples"])
     (out_dir / "results.json").write_text(json.dumps(
         {"rows": rows, "baseline_dpemb": base, "baseline_sklearn": sk, "image_size": args.image_size,
          "seeds": args.seeds, "tuned": bool(tuned), "minutes": total / 60,
-         "counts": {"train": train.num_examples, "test": test.num_examples}}, indent=1, default=str))
+         "counts": counts}, indent=1, default=str))
     png = plot_sweep(rows, docs / "transfer_fashion_mnist.png", baseline=base,
                      title=f"Fashion-MNIST, ImageNet-MobileNetV2 features ({args.image_size} px), delta 1e-5")
-    md = render(rows, epsilons, base, sk, args, {"train": train.num_examples, "test": test.num_examples}, total,
-                png.name)
-    publish(md, rows, epsilons, base, sk, args, png, total)
+    md = render(rows, epsilons, base, sk, args, counts, total, png.name)
+    publish(md, rows, epsilons, base, sk, args, png, total, counts)
     print(md)
     print(f"wrote {docs / 'RESULTS_TRANSFER.md'} and {png}")
     return 0
@@ -233,8 +270,33 @@ def table_lines(rows, epsilons, base, sk, seeds: int) -> list[str]:
     return lines
 
 
-def publish(md: str, rows, epsilons, base, sk, args, png, total: float) -> None:
+def command(args, tuned: bool) -> str:
+    """The command line that produced the page."""
+    flags = " --quick" if getattr(args, "quick", False) else (" --tune" if tuned else "")
+    return f"python experiments/transfer_fashion_mnist.py{flags}"
+
+
+def protocol(counts: dict[str, Any]) -> str:
+    """How the hyperparameters were chosen and what the reported numbers are measured on."""
+    n_train, n_test = counts["train"], counts["test"]
+    if counts.get("tuned"):
+        how = (f"selected in this run (`--tune`) on a validation split of {counts['validation']:,} of "
+               f"the {n_train:,} training images; the tuning runs trained on the other "
+               f"{counts['fit']:,}, never on the validation images")
+    else:
+        how = ("the defaults of `dpemb.transfer.runner.DEFAULTS`, selected earlier by the same "
+               "`--tune` procedure (a validation split of 10,000 of the 60,000 training images; the "
+               "tuning runs trained on the other 50,000)")
+    return (f"**Selection and reporting.** Hyperparameters: {how}. Every reported number is top-1 "
+            f"on the {n_test:,} TEST images, which are disjoint from the training and validation "
+            f"images and were never used for any choice; the reported runs train on all "
+            f"{n_train:,} training images.")
+
+
+def publish(md: str, rows, epsilons, base, sk, args, png, total: float,
+            counts: dict[str, Any] | None = None) -> None:
     """Write the detailed page and the headline section of docs/RESULTS.md."""
+    counts = counts or {"train": 60000, "test": 10000}
     from results_page import update_section
 
     docs = Path(args.docs)
@@ -244,12 +306,14 @@ def publish(md: str, rows, epsilons, base, sk, args, png, total: float) -> None:
     head = [
         "## DP classification from features (Fashion-MNIST)",
         "",
-        f"`python experiments/transfer_fashion_mnist.py` ({total / 60:.0f} min with cached features; "
+        f"`{command(args, counts.get('tuned'))}` ({total / 60:.0f} min with cached features; "
         "`make fashion-mnist` installs the data). Frozen ImageNet MobileNetV2 features "
-        f"({args.image_size} px, 1280-d) of the 60,000 training images; top-1 on the 10,000 test images, "
-        f"mean ± std over {args.seeds} noise seeds. Example-level (ε, δ = 1e-5)-DP, PLD accountant, "
-        "add/remove-one-example relation. Details, settings and budget splits: "
-        "[RESULTS_TRANSFER.md](RESULTS_TRANSFER.md).",
+        f"({args.image_size} px, 1280-d) of the {counts['train']:,} training images; top-1 on the "
+        f"{counts['test']:,} test images, mean ± std over {args.seeds} noise seeds. Example-level "
+        "(ε, δ = 1e-5)-DP, PLD accountant, add/remove-one-example relation. Details, settings and "
+        "budget splits: [RESULTS_TRANSFER.md](RESULTS_TRANSFER.md).",
+        "",
+        protocol(counts),
         "",
         *table_lines(rows, epsilons, base, sk, args.seeds),
         "",
@@ -269,7 +333,7 @@ def render(rows, epsilons, base, sk, args, counts, total, png_name) -> str:
     lines = [
         "# Results: DP classification from features (Fashion-MNIST)",
         "",
-        "Generated by `python experiments/transfer_fashion_mnist.py` "
+        f"Generated by `{command(args, counts.get('tuned'))}` "
         f"({time.strftime('%Y-%m-%d')}, {total / 60:.0f} min on {platform.machine()} with "
         f"{torch.get_num_threads()} torch threads).",
         "",
@@ -277,8 +341,10 @@ def render(rows, epsilons, base, sk, args, counts, total, png_name) -> str:
         f"resized to {args.image_size} px, 1280-d pooled features; train {counts['train']}, "
         f"test {counts['test']}. Features normalised to norm C = 1. Every DP run: delta = 1e-5, PLD "
         "accountant, example-level privacy, add/remove-one-example relation, equal budget split over "
-        "the method's releases. Top-1 on the 10,000 test images, mean ± std over "
+        f"the method's releases. Top-1 on the {counts['test']:,} test images, mean ± std over "
         f"{args.seeds} noise seeds (seeded runs: experiments, not releases).",
+        "",
+        protocol(counts),
         "",
     ]
     lines += table_lines(rows, epsilons, base, sk, args.seeds)

@@ -25,8 +25,10 @@ def test_run_directory_and_report(tmp_path):
     rep = central.train_centralized(train, ev, MODEL, OptimConfig(steps=30, batch_size=32, lr=0.05),
                                     RunConfig(out=str(tmp_path / "r"), eval_every=15, progress=False))
     d = tmp_path / "r"
-    for f in ("config.json", "metrics.jsonl", "checkpoint.pt", "report.json", "roc.png", "training.png"):
+    for f in ("config.json", "metrics.jsonl", "private/checkpoint.pt", "report.json", "roc.png", "training.png",
+              "model.safetensors", "model_card.json"):
         assert (d / f).is_file(), f
+    assert not (d / "checkpoint.pt").exists()  # private state lives in private/ only
     recs = [json.loads(l) for l in (d / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs] == [0, 15, 30]
     assert all("not private" in r["epsilon"] for r in recs)

@@ -18,6 +18,16 @@ from tests.conftest import make_tiny_dataset
 MODEL = ModelConfig(backbone="lenet", embedding_dim=16)
 
 
+PRIVATE_STATS = {"train_loss", "clients", "users", "examples", "preclip_norm_mean", "fraction_clipped",
+                 "nonfinite_deltas", "train_examples", "train_identities", "images_per_second"}
+
+
+def diagnostics(run_dir):
+    """The per-round records of the PRIVATE diagnostics file."""
+    path = run_dir / "private" / "diagnostics.jsonl"
+    return [r for r in map(json.loads, path.read_text().splitlines()) if not r.get("summary")]
+
+
 def setup(tmp_path, name="run", rounds=4, clip=0.5, z=0.5, algorithm="dp-fedemb", **fed_kw):
     splits = make_tiny_dataset(num_users=30).split()
     train, ev = splits.train, splits.eval
@@ -80,6 +90,7 @@ def test_epsilon_every_round_matches_ledger(tmp_path):
         assert rec["epsilon_rdp"] == pytest.approx(ledger.epsilon("rdp"))
         if rec["epsilon_pld"] is not None or "recall_at_far_0.001" in rec:  # PLD: cheap or eval round
             assert rec["epsilon_pld"] == pytest.approx(ledger.epsilon("pld"))
+    for rec in diagnostics(tmp_path / "run"):
         assert 0 <= rec["fraction_clipped"] <= 1 and rec["preclip_norm_mean"] > 0
 
 
@@ -104,8 +115,8 @@ def test_nonfinite_deltas_are_zeroed_and_counted(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fed.ClientTrainer, "update", poisoned)
     fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=1)
-    recs = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert all(r["nonfinite_deltas"] == r["clients"] for r in recs[1:])
+    recs = diagnostics(tmp_path / "run")
+    assert recs and all(r["nonfinite_deltas"] == r["clients"] for r in recs)
     state = load_checkpoint(tmp_path / "run")
     assert all(torch.isfinite(v).all() for v in state["backbone"].values() if v.is_floating_point())
 
@@ -119,7 +130,8 @@ def test_too_few_users_or_wrong_population_fail_before_training(tmp_path):
                         clip_norm=1.0, rounds=2)
     with pytest.raises(ValueError, match="population"):
         fed.train_federated(train, ev, MODEL, cfg, wrong, run)
-    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+    assert not (tmp_path / "run" / "private" / "checkpoint.pt").exists()
+    assert not (tmp_path / "run" / "model.safetensors").exists()
 
 
 def test_zero_noise_without_nonprivate_flag_is_refused():
@@ -136,3 +148,39 @@ def test_all_zero_deltas_are_reported(tmp_path, capsys):
     fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=1)
     err = capsys.readouterr().err
     assert "every client's backbone delta was exactly zero" in err and "--local-batch-size" in err
+
+
+@pytest.mark.parametrize("algorithm", ["dp-fedemb", "dp-fedavg", "dp-ftrl-fedemb"])
+def test_released_outputs_hold_no_unnoised_statistics(tmp_path, algorithm):
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=3, algorithm=algorithm)
+    rep = fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=1)
+    out = tmp_path / "run"
+    for rec in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()):
+        assert not PRIVATE_STATS & set(rec), f"metrics.jsonl releases {PRIVATE_STATS & set(rec)}"
+    on_disk = json.loads((out / "report.json").read_text())
+    for report in (rep, on_disk):
+        assert not PRIVATE_STATS & set(report), f"report releases {PRIVATE_STATS & set(report)}"
+    # the diagnostics are kept, in the private file, one record per round
+    recs = diagnostics(out)
+    assert [r["round"] for r in recs] == [1, 2, 3]
+    assert all({"train_loss", "fraction_clipped", "users"} <= set(r) for r in recs)
+
+
+def test_nonfinite_model_stops_with_round_cause_and_remedy(tmp_path, monkeypatch):
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=6, z=0.5)
+    real_step, calls = fed.server_step, {"n": 0}
+
+    def exploding_step(params, opt, noised, normaliser):
+        calls["n"] += 1
+        if calls["n"] == 3:  # round 3: the noised update overflows
+            noised = torch.full_like(noised, float("inf"))
+        return real_step(params, opt, noised, normaliser)
+
+    monkeypatch.setattr(fed, "server_step", exploding_step)
+    with pytest.raises(fed.TrainingDiverged) as e:
+        fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=1)
+    msg = str(e.value)
+    assert "round 3" in msg and "noise on the average" in msg and "--clients-per-round" in msg
+    state = load_checkpoint(tmp_path / "run")  # the round-2 checkpoint is intact and finite
+    assert state["round"] == 2
+    assert all(torch.isfinite(v).all() for v in state["backbone"].values() if v.is_floating_point())

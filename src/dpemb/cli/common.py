@@ -26,14 +26,35 @@ def guarded(fn: Callable[[argparse.Namespace], int], name: str) -> Callable[[arg
 
     def run(args: argparse.Namespace) -> int:
         from dpemb.training.checkpoint import CheckpointError
+        from dpemb.training.errors import TrainingDiverged
+        from dpemb.training.interrupt import TrainingInterrupted
 
         try:
             return fn(args)
-        except (DataError, CheckpointError, FileNotFoundError) as e:
+        except (DataError, CheckpointError, FileNotFoundError, TrainingDiverged) as e:
             print(f"dpemb {name}: error: {e}", file=sys.stderr)
             return 1
+        except TrainingInterrupted as e:
+            print(f"dpemb {name}: {e}", file=sys.stderr)
+            return e.exit_code
 
     return run
+
+
+def add_device_flag(parser: argparse.ArgumentParser | Any) -> None:
+    """``--device auto|cpu|cuda|cuda:N`` (performance only; never changes privacy)."""
+    parser.add_argument("--device", default="auto",
+                        help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
+
+
+def device_from(args: argparse.Namespace):
+    """The torch device ``--device`` names; a UsageError when it is unknown or absent."""
+    from dpemb.data.tensors import resolve_device
+
+    try:
+        return resolve_device(args.device)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def print_json(obj: Any) -> None:

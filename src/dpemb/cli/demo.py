@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         rc = dpemb(["data", "make", "glyphs", "--out", str(data), "--regime", "shared",
                     "--users", str(args.users), "--identities-per-user", "40",
                     "--images-per-identity", "2", "--image-size", "28",
-                    "--eval-identity-fraction", "0.3", "--public-user-fraction", "0.1",
+                    "--eval-identity-fraction", "0.2", "--public-user-fraction", "0.1",
                     "--seed", str(args.seed)])
         if rc:
             return rc

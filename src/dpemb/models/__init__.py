@@ -3,41 +3,36 @@ and which parameters train.
 
 Every model takes float32 ``(N, C, H, W)`` in [0, 1] (C = 1 or 3) and normalises its
 own input. See docs/MODELS.md.
+
+Imports are lazy (PEP 562): ``from dpemb.models import BACKBONES`` does not load
+torch, so the command line starts quickly.
 """
 
-from .base import Backbone, count_parameters
-from .embed import embed
-from .head import make_head
-from .lenet import LeNet
-from .mobilenetv2 import MobileNetV2
-from .pretrained import (
-    WeightsNotInstalledError,
-    imagenet_classifier,
-    imagenet_weights_available,
-    imagenet_weights_path,
-    load_imagenet_mobilenet_v2,
-)
-from .registry import BACKBONES, build_backbone
-from .resnet_gn import ResNetGN
-from .trainable import TRAINABLE_CHOICES, batchnorm_stats_frozen, freeze_batchnorm_stats, set_trainable
+from __future__ import annotations
 
-__all__ = [
-    "BACKBONES",
-    "Backbone",
-    "LeNet",
-    "MobileNetV2",
-    "ResNetGN",
-    "TRAINABLE_CHOICES",
-    "WeightsNotInstalledError",
-    "batchnorm_stats_frozen",
-    "build_backbone",
-    "count_parameters",
-    "embed",
-    "freeze_batchnorm_stats",
-    "imagenet_classifier",
-    "imagenet_weights_available",
-    "imagenet_weights_path",
-    "load_imagenet_mobilenet_v2",
-    "make_head",
-    "set_trainable",
-]
+import importlib
+from typing import Any
+
+# public name -> submodule that defines it
+_WHERE = {
+    "Backbone": "base", "count_parameters": "base", "embed": "embed", "make_head": "head",
+    "LeNet": "lenet", "MobileNetV2": "mobilenetv2", "ResNetGN": "resnet_gn",
+    "WeightsNotInstalledError": "pretrained", "imagenet_classifier": "pretrained",
+    "imagenet_weights_available": "pretrained", "imagenet_weights_path": "pretrained",
+    "load_imagenet_mobilenet_v2": "pretrained", "BACKBONES": "names", "build_backbone": "registry",
+    "TRAINABLE_CHOICES": "trainable", "batchnorm_stats_frozen": "trainable",
+    "freeze_batchnorm_stats": "trainable", "set_trainable": "trainable",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'dpemb.models' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -5,10 +5,8 @@ from __future__ import annotations
 from .base import Backbone
 from .lenet import LeNet
 from .mobilenetv2 import MobileNetV2
+from .names import BACKBONES
 from .resnet_gn import ResNetGN
-
-#: every backbone name ``build_backbone`` accepts
-BACKBONES: tuple[str, ...] = ("lenet", "resnet-gn", "mobilenetv2-gn", "mobilenetv2-bn")
 
 
 def build_backbone(name: str, *, in_channels: int, image_size: int, embedding_dim: int = 128,

@@ -16,14 +16,17 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
-
 from dpemb.data.dataset import UserDataset
-from dpemb.data.tensors import default_device, to_float_tensor
-from dpemb.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from dpemb.data.tensors import numpy_to_tensor, resolve_device
+from dpemb.progress import progress
+from dpemb.training.checkpoint import load_checkpoint, save_checkpoint
+from dpemb.training.interrupt import CheckpointClock, GracefulStop, TrainingInterrupted
+from dpemb.training.resume import check_same_config, interrupted_message, resume_from_checkpoint
 from dpemb.training.config import ModelConfig, OptimConfig, RunConfig, config_json, to_dict
 from dpemb.training.evaluate import evaluate_backbone
 from dpemb.training.modelinit import build_model
+from dpemb.training.artifact import Release
+from dpemb.training.provenance import Provenance
 from dpemb.training.plots import plot_training
 from dpemb.training.rundir import RunDir
 from dpemb.metrics import plot_roc
@@ -67,19 +70,27 @@ def train_centralized(
     run_cfg: RunConfig,
     *,
     resume: bool = False,
+    provenance: Provenance | None = None,
 ) -> dict[str, Any]:
-    """Train; returns the report (also written to ``<out>/report.json``)."""
+    """Train; returns the report (also written to ``<out>/report.json``).
+
+    ``provenance``: the dataset and split trained on, recorded (with "trained without
+    DP") in the checkpoint and the release artifact (``model.safetensors`` +
+    ``model_card.json``, written with every checkpoint), so that a DP run started from
+    this model can tell whether it saw private users."""
     if train.num_examples == 0:
         raise ValueError("the training split has no examples")
     if run_cfg.threads:
         torch.set_num_threads(run_cfg.threads)
-    device = default_device()
+    device = resolve_device(run_cfg.device)
     run = RunDir(run_cfg.out)
-    config = config_json(algorithm="centralized", model=model_cfg, optim=optim_cfg, run=run_cfg)
+    config = config_json(algorithm="centralized", privacy=NOT_PRIVATE, model=model_cfg, optim=optim_cfg, run=run_cfg)
 
     # --- model, head, optimizer
     torch.manual_seed(run_cfg.seed)
     model, ckpt_meta = build_model(model_cfg, train.image_shape, device=device)
+    release = Release(run.path, algorithm="centralized", trainable=model_cfg.trainable, meta=ckpt_meta,
+                      provenance=provenance, source=train.source, private_training=False)
     head = torch.nn.Linear(model.embedding_dim, train.num_classes, bias=False).to(device)
     torch.nn.init.xavier_uniform_(head.weight)
     params = [p for p in model.parameters() if p.requires_grad] + list(head.parameters())
@@ -92,18 +103,14 @@ def train_centralized(
     )
 
     # --- data: the training split in memory as uint8, batches converted on the fly
-    images = torch.from_numpy(np.ascontiguousarray(train.images)).permute(0, 3, 1, 2).contiguous()
-    labels = torch.from_numpy(train.labels.astype(np.int64))
+    images = numpy_to_tensor(train.images).permute(0, 3, 1, 2).contiguous()
+    labels = numpy_to_tensor(train.labels.astype(np.int64))
     order = BatchOrder(train.num_examples, run_cfg.seed)
 
     step, loss_ema = 0, None
-    if resume and run.checkpoint.exists():
+    if resume_from_checkpoint(run, resume):
         state = load_checkpoint(run.checkpoint, map_location=device)
-        if state.get("config") != config:
-            raise CheckpointError(
-                f"{run.checkpoint} was written with a different configuration; "
-                "use a new --out directory or the original flags"
-            )
+        check_same_config(run, state.get("config"), config)
         model.load_state_dict(state["backbone"])
         head.load_state_dict(state["head"])
         opt.load_state_dict(state["optimizer"])
@@ -126,9 +133,12 @@ def train_centralized(
         return rec | {"_roc": ver}
 
     def checkpoint(step: int, loss_ema: float | None) -> None:
+        card = release.write(model, NOT_PRIVATE, steps=step)  # released
         save_checkpoint(
-            run.checkpoint,
+            run.checkpoint,  # private (0600)
             {
+                "provenance": card["provenance"],
+                "model_card": card,
                 "kind": "centralized",
                 **ckpt_meta,
                 "backbone": model.state_dict(),
@@ -149,27 +159,35 @@ def train_centralized(
     last_eval = first
     model.train()
     t0, seen = time.perf_counter(), 0
-    bar = tqdm(total=total, initial=step, desc="centralized", disable=not run_cfg.progress, unit="step")
-    while step < total:
-        idx = torch.from_numpy(order.next(optim_cfg.batch_size))
-        x = images[idx].to(device, non_blocking=True).float().div_(255.0)
-        y = labels[idx].to(device)
-        loss = F.cross_entropy(head(model(x)), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        step += 1
-        seen += len(idx)
-        loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss_ema:.3f}")
-        if step % run_cfg.eval_every == 0 or step == total:
-            last_eval = evaluate(step, loss_ema)
-            bar.set_postfix(loss=f"{loss_ema:.3f}", r1e3=f"{last_eval['recall_at_far_0.001']:.3f}")
-            checkpoint(step, loss_ema)
-        elif run_cfg.checkpoint_every and step % run_cfg.checkpoint_every == 0:
-            checkpoint(step, loss_ema)
+    bar = progress(total=total, initial=step, desc="centralized", enabled=run_cfg.progress, unit="step")
+    clock = CheckpointClock(run_cfg.checkpoint_interval_s)
+    with GracefulStop() as stop:  # SIGTERM/SIGINT: finish the step, checkpoint, stop
+        while step < total:
+            idx = torch.from_numpy(order.next(optim_cfg.batch_size))
+            x = images[idx].to(device, non_blocking=True).float().div_(255.0)
+            y = labels[idx].to(device)
+            loss = F.cross_entropy(head(model(x)), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            step += 1
+            seen += len(idx)
+            loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
+            bar.set_postfix(loss=f"{loss_ema:.3f}", refresh=False)  # drawn with the next update
+            if step % run_cfg.eval_every == 0 or step == total:
+                last_eval = evaluate(step, loss_ema)
+                bar.set_postfix(loss=f"{loss_ema:.3f}", r1e3=f"{last_eval['recall_at_far_0.001']:.3f}",
+                                refresh=False)
+            if step % run_cfg.eval_every == 0 or step == total or stop.requested or clock.due() or (
+                run_cfg.checkpoint_every and step % run_cfg.checkpoint_every == 0
+            ):
+                checkpoint(step, loss_ema)
+                clock.reset()
+            bar.update(1)
+            if stop.requested:
+                bar.close()
+                raise TrainingInterrupted(interrupted_message(stop, "step", step, run), stop.signum)
     bar.close()
     elapsed = time.perf_counter() - t0
 
@@ -180,16 +198,17 @@ def train_centralized(
         )
         last_eval = {"step": step, **metrics, "_roc": ver}
     roc = last_eval.pop("_roc")
-    plot_roc({"trained": roc}, run.path / "roc.png", title="ROC on held-out identities")
+    plot_roc({"trained": roc}, run.path / "roc.png", title=f"ROC on the {run_cfg.eval_split} split (centralized, NOT private)")
     plot_training(records, run.path / "training.png", x="step")
     report = {
         "algorithm": "centralized",
         "privacy": NOT_PRIVATE,
+        "provenance": release.provenance,
         "steps": step,
         "train_examples": train.num_examples,
         "train_identities": train.num_classes,
         "eval_examples": eval_ds.num_examples,
-        "eval_identities": eval_ds.num_classes,
+        "eval_split": run_cfg.eval_split, "eval_identities": eval_ds.num_classes,
         "initial": {k: v for k, v in records[0].items() if k.startswith(("recall", "roc", "prec", "map"))}
         if records and records[0]["step"] == 0
         else None,
@@ -198,4 +217,5 @@ def train_centralized(
         "run_dir": str(run.path),
     }
     run.write_report(report)
+    release.write(model, NOT_PRIVATE, steps=step)  # the final release artifact
     return report

@@ -63,24 +63,68 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Where and how to run. Nothing here changes the model or the privacy guarantee
-    except ``seed`` (which fixes initialisation and data order; noise is seeded
-    separately and only when the user asks for a reproducible experiment)."""
+    """Where and how to run. Nothing here changes the privacy guarantee. ``seed`` fixes
+    the model's initialisation (and, for centralized training, the data order); the
+    federated clients' randomness is keyed from a secret run key instead (see
+    ``dpemb.privacy.client_keys``). Fields in ``PERFORMANCE_ONLY`` change neither the
+    model nor the metrics and may differ when a run is resumed."""
 
     out: str = "runs/run"
     seed: int = 0
     eval_every: int = 200
-    checkpoint_every: int = 0  # 0: at every evaluation
-    # performance-only
+    eval_max_pairs: int | None = None  # None: exact over all pairs
+    eval_split: str = "test"  # which held-out users/identities the run evaluates on (recorded)
+    # performance-only (PERFORMANCE_ONLY)
+    checkpoint_every: int = 0  # rounds/steps; 0: at evaluations and on the time interval only
+    checkpoint_interval_s: float = 300.0  # also checkpoint when this much time has passed; 0: never
     threads: int = 0  # 0: torch default
     eval_batch_size: int = 512
-    eval_max_pairs: int | None = None  # None: exact over all pairs
     progress: bool = True
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
 
     def __post_init__(self) -> None:
         _check(self.eval_every > 0, "eval_every must be positive")
+        _check(self.eval_split in ("test", "validation"), "eval_split must be test or validation")
         _check(self.checkpoint_every >= 0, "checkpoint_every must be >= 0")
+        _check(self.checkpoint_interval_s >= 0, "checkpoint_interval_s must be >= 0")
         _check(self.eval_batch_size > 0, "eval_batch_size must be positive")
+        _check(self.threads >= 0, "threads must be >= 0")
+        _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
+               f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+
+
+#: RunConfig fields that may change when a run is resumed (they change neither the
+#: model nor what the run reports)
+PERFORMANCE_ONLY = ("checkpoint_every", "checkpoint_interval_s", "threads", "eval_batch_size", "progress", "device")
+
+
+def config_differences(saved: str, current: str) -> list[str]:
+    """The settings (dotted paths such as ``federated.client_lr``) whose values differ
+    between two ``config_json`` texts, ignoring ``run.<PERFORMANCE_ONLY>``."""
+    ignore = {f"run.{k}" for k in PERFORMANCE_ONLY}
+
+    def flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+        if isinstance(obj, dict):
+            out: dict[str, Any] = {}
+            for k, v in obj.items():
+                out.update(flat(v, f"{prefix}{k}."))
+            return out
+        return {prefix[:-1]: obj}
+
+    a, b = flat(json.loads(saved)), flat(json.loads(current))
+    return sorted(k for k in a.keys() | b.keys() if k not in ignore and a.get(k, "<unset>") != b.get(k, "<unset>"))
+
+
+def describe_differences(saved: str, current: str) -> str:
+    """``key: saved -> now`` for each differing setting, for an error message."""
+    a, b = json.loads(saved), json.loads(current)
+
+    def get(d: Any, path: str) -> Any:
+        for part in path.split("."):
+            d = d.get(part, "<unset>") if isinstance(d, dict) else "<unset>"
+        return d
+
+    return "; ".join(f"{k}: {get(a, k)!r} -> {get(b, k)!r}" for k in config_differences(saved, current))
 
 
 def to_dict(obj: Any) -> Any:
@@ -100,4 +144,5 @@ def config_json(**parts: Any) -> str:
     return json.dumps({k: to_dict(v) for k, v in parts.items()}, indent=2, sort_keys=True)
 
 
-__all__ = ["ModelConfig", "OptimConfig", "RunConfig", "to_dict", "config_json"]
+__all__ = ["ModelConfig", "OptimConfig", "RunConfig", "PERFORMANCE_ONLY", "config_differences",
+           "describe_differences", "to_dict", "config_json"]

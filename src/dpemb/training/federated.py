@@ -26,13 +26,12 @@ from typing import Any
 import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector
-from tqdm.auto import tqdm
 
 from dpemb.algorithms.client import ClientTrainer, glorot_
 from dpemb.algorithms.config import FederatedConfig
-from dpemb.algorithms.round import map_clients, reduce_clients, server_step
+from dpemb.algorithms.round import RoundStats, map_clients, reduce_clients, server_step
 from dpemb.data.dataset import UserDataset
-from dpemb.data.tensors import default_device
+from dpemb.data.tensors import numpy_to_tensor, resolve_device
 from dpemb.metrics import plot_roc
 from dpemb.privacy.accounting import (
     PrivacyLedger,
@@ -42,11 +41,19 @@ from dpemb.privacy.accounting import (
     extrapolate,
     supported_accountants,
 )
+from dpemb.privacy.client_keys import ClientRandomness, client_keys
 from dpemb.privacy.factory import make_accumulator, make_noise, make_sampler
+from dpemb.privacy.noise import describe_sampler
 from dpemb.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from dpemb.training.config import ModelConfig, RunConfig, config_json, to_dict
+from dpemb.training.config import ModelConfig, RunConfig, config_json, describe_differences, to_dict
+from dpemb.progress import progress
+from dpemb.training.errors import TrainingDiverged
+from dpemb.training.interrupt import CheckpointClock, GracefulStop, TrainingInterrupted
+from dpemb.training.resume import check_same_config, interrupted_message, resume_from_checkpoint
 from dpemb.training.evaluate import evaluate_backbone
 from dpemb.training.modelinit import build_model
+from dpemb.training.artifact import Release
+from dpemb.training.provenance import Provenance
 from dpemb.training.plots import plot_training
 from dpemb.training.rundir import RunDir
 
@@ -74,6 +81,33 @@ def epsilons(ledger: PrivacyLedger, spec: PrivacySpec, *, with_pld: bool = True)
     return out
 
 
+PRIVATE_LABEL = "[private diagnostic: an un-noised statistic of the private users; keep this log private] "
+
+
+def diagnostics(stats: RoundStats) -> dict[str, Any]:
+    """A round's un-noised statistics of the sampled users (PRIVATE: they are not
+    covered by the guarantee and go to ``private/diagnostics.jsonl`` only)."""
+    return {
+        "train_loss": stats.loss, "clients": stats.clients, "users": stats.users, "examples": stats.examples,
+        "preclip_norm_mean": stats.preclip_norm_mean, "fraction_clipped": stats.fraction_clipped,
+        "nonfinite_deltas": stats.nonfinite,
+    }
+
+
+def divergence_message(spec: PrivacySpec, cfg: FederatedConfig, rnd: int, run: RunDir) -> str:
+    """Which round, the likely cause and what to do, from public quantities only."""
+    per_coord = spec.noise_multiplier * spec.sensitivity / spec.clients_per_round
+    return (
+        f"training diverged at round {rnd}: the model has non-finite weights after the server step, so "
+        f"training stopped (the last checkpoint in {run.path} is intact). The likely cause is the noise on "
+        f"the average update: z x sensitivity / M = {spec.noise_multiplier:.3g} x {spec.sensitivity:.3g} / "
+        f"{spec.clients_per_round} = {per_coord:.2e} per coordinate, applied with server lr "
+        f"{cfg.server_lr:g}. What to do: more clients per round (--clients-per-round; at a fixed epsilon "
+        "the noise on the average falls with M), a larger population or a larger --target-epsilon, a lower "
+        "--server-lr, or a smaller --clip-norm. `dpemb account` shows the noise a cohort implies."
+    )
+
+
 def zero_delta_warning(cfg: FederatedConfig, rnd: int) -> str:
     """What to say when every client of a round sent an all-zero backbone delta."""
     msg = f"warning: round {rnd}: every client's backbone delta was exactly zero, so the model does not move."
@@ -95,8 +129,14 @@ def train_federated(
     noise_seed: int | None = None,
     epsilon_budget: float | None = None,
     resume: bool = False,
+    provenance: Provenance | None = None,
 ) -> dict[str, Any]:
     """Train with user-level DP; returns the report (also ``<out>/report.json``).
+
+    ``provenance``: the dataset and split trained on, recorded in the checkpoint and
+    the release artifact (``model.safetensors`` + ``model_card.json``, written with
+    every checkpoint); its ``allow_nonprivate_init`` lets a DP run start from a model
+    that saw private users without DP (``build_model`` refuses it otherwise).
 
     ``noise_seed`` None draws the noise and sampling seeds from the OS's secure
     source; give one only for a reproducible experiment (the report says so).
@@ -109,7 +149,7 @@ def train_federated(
         )
     if run_cfg.threads:
         torch.set_num_threads(run_cfg.threads)
-    device = default_device()
+    device = resolve_device(run_cfg.device)
     run = RunDir(run_cfg.out)
     seeded = noise_seed is not None
     config = config_json(
@@ -119,7 +159,12 @@ def train_federated(
 
     # --- server model (and, for DP-FedAvg, the global head that is aggregated too)
     torch.manual_seed(run_cfg.seed)
-    model, ckpt_meta = build_model(model_cfg, train.image_shape, device=device, per_user_training=True)
+    provenance = provenance or Provenance()
+    model, ckpt_meta = build_model(model_cfg, train.image_shape, device=device, per_user_training=True,
+                                   private_run=not spec.nonprivate,
+                                   allow_nonprivate_init=provenance.allow_nonprivate_init)
+    release = Release(run.path, algorithm=fed_cfg.algorithm, trainable=model_cfg.trainable, meta=ckpt_meta,
+                      provenance=provenance, source=train.source, private_training=not spec.nonprivate)
     server_params = [p for p in model.parameters() if p.requires_grad]
     global_head = None
     if fed_cfg.aggregates_head:
@@ -131,8 +176,10 @@ def train_federated(
 
     # --- privacy machinery
     # noise and sampler built from the spec so they match what the ledger accounts for;
-    # both are seeded from the OS's secure source unless a seed is given
+    # they and the clients' randomness are keyed from the OS's secure source unless a
+    # seed is given (all three are private training state, kept in the checkpoint only)
     sampler = make_sampler(spec, seed=noise_seed + 1 if seeded else None)
+    randomness = ClientRandomness(seed=noise_seed + 2 if seeded else None)
     noise = make_noise(spec, seed=noise_seed, efficient=fed_cfg.efficient_tree)
     ledger = PrivacyLedger(spec)
     pld_every_round = spec.nonprivate or "rdp" not in supported_accountants(spec) or (
@@ -142,25 +189,21 @@ def train_federated(
     template = [torch.zeros(num_params, device=device)]
     prev_prefix = torch.zeros(num_params, device=device)  # DP-FTRL: previous noisy prefix sum
 
-    # --- data: the training split in memory as uint8; client RNGs (not privacy-relevant)
-    images = torch.from_numpy(np.ascontiguousarray(train.images)).permute(0, 3, 1, 2).contiguous()
-    labels = torch.from_numpy(train.labels.astype(np.int64))
-    data_rng = np.random.default_rng(run_cfg.seed)
-    head_gen = torch.Generator().manual_seed(run_cfg.seed)
+    # --- data: the training split in memory as uint8
+    images = numpy_to_tensor(train.images).permute(0, 3, 1, 2).contiguous()
+    labels = numpy_to_tensor(train.labels.astype(np.int64))
 
     rnd = 0
-    if resume and run.checkpoint.exists():
+    if resume_from_checkpoint(run, resume):
         state = load_checkpoint(run.checkpoint, map_location=device)
         if state.get("privacy_fingerprint") != spec.fingerprint():
             raise CheckpointError(
-                f"{run.checkpoint} was trained under a different privacy spec "
-                "(noise, clip norm, sampling, clients, rounds or delta differ); resuming would "
-                "make the reported epsilon wrong. Resume with the original privacy flags."
+                f"{run.checkpoint} was trained under a different privacy spec ("
+                + (describe_differences(state["config"], config) or "noise, clip norm, sampling, clients, "
+                   "rounds or delta differ")
+                + "); resuming would make the reported epsilon wrong. Resume with the original privacy flags."
             )
-        if state.get("config") != config:
-            raise CheckpointError(
-                f"{run.checkpoint} was written with different flags; resume with the original flags"
-            )
+        check_same_config(run, state.get("config"), config)
         model.load_state_dict(state["backbone"])
         if global_head is not None:
             with torch.no_grad():
@@ -169,8 +212,7 @@ def train_federated(
         sampler.load_state_dict(state["sampler"])
         noise.load_state_dict(state["noise"])
         ledger.load_state_dict(state["ledger"])
-        data_rng.bit_generator.state = state["data_rng"]
-        head_gen.set_state(state["head_gen"])
+        randomness.load_state_dict(state["client_randomness"])
         prev_prefix = state["prev_prefix"].to(device)
         rnd = int(state["round"])
         run.truncate_metrics_after("round", rnd)
@@ -186,13 +228,15 @@ def train_federated(
         return metrics, ver
 
     def checkpoint() -> None:
-        save_checkpoint(run.checkpoint, {
+        card = release.write(model, privacy_report(spec, ledger, seeded), rounds=rnd)  # released
+        save_checkpoint(run.checkpoint, {  # private (0600)
+            "provenance": card["provenance"], "model_card": card,
             "kind": fed_cfg.algorithm, **ckpt_meta,
             "backbone": model.state_dict(),
             "global_head": global_head.detach().cpu() if global_head is not None else None,
             "server_optimizer": server_opt.state_dict(),
             "sampler": sampler.state_dict(), "noise": noise.state_dict(), "ledger": ledger.state_dict(),
-            "data_rng": data_rng.bit_generator.state, "head_gen": head_gen.get_state(),
+            "client_randomness": randomness.state_dict(),
             "prev_prefix": prev_prefix.cpu(), "round": rnd, "config": config,
             "privacy_fingerprint": spec.fingerprint(), "privacy_spec": to_dict(spec),
             "model_config": to_dict(model_cfg),
@@ -203,51 +247,59 @@ def train_federated(
         metrics, last_ver = evaluate()  # round 0: the initialisation's score (pretrained-only, or random)
         run.append_metrics({"round": 0, **epsilons(ledger, spec), **metrics})
     stopped_by_budget = False
-    t0, seen, warned_zero_delta = time.perf_counter(), 0, False
-    bar = tqdm(total=spec.rounds, initial=rnd, desc=fed_cfg.algorithm, unit="round", disable=not run_cfg.progress)
-    while rnd < spec.rounds:
-        if epsilon_budget is not None and not spec.nonprivate and \
-                ledger.epsilon_after(ledger.rounds + 1, "rdp") > epsilon_budget:
-            stopped_by_budget = True
-            break
-        # 1-2. sample virtual clients; map: local training from the current model
-        start = parameters_to_vector(server_params).detach()
-        slots = sampler.sample_round()
-        results = map_clients(trainer, start, slots, images, labels, train.offsets, data_rng, head_gen)
-        # 3. reduce: clip every delta and sum (the sum carries its sensitivity)
-        acc = make_accumulator(spec, template)
-        clipped, stats = reduce_clients(results, acc)
-        # 4. noise on the sum
-        if spec.mechanism == "tree":
-            prefix = noise.noisy_prefix_sum(clipped)[0]
-            noised, prev_prefix = prefix - prev_prefix, prefix
-        else:
-            noised = noise.add(clipped)[0]
-        # 5. divide by the PUBLIC expected number of clients; server optimizer step
-        server_step(server_params, server_opt, noised, sampler.expected_clients)
-        # 6. account
-        ledger.step()
-        rnd += 1
-        if stats.clients and stats.preclip_norm_mean == 0.0 and not warned_zero_delta:
-            warned_zero_delta = True
-            tqdm.write(zero_delta_warning(fed_cfg, rnd), file=sys.stderr)
-        seen += stats.examples  # local training examples processed (epochs included)
-        is_eval = rnd % run_cfg.eval_every == 0 or rnd == spec.rounds
-        rec: dict[str, Any] = {
-            "round": rnd, **epsilons(ledger, spec, with_pld=pld_every_round or is_eval), "train_loss": stats.loss, "clients": stats.clients,
-            "users": stats.users, "preclip_norm_mean": stats.preclip_norm_mean,
-            "fraction_clipped": stats.fraction_clipped, "nonfinite_deltas": stats.nonfinite,
-        }
-        if is_eval:
-            metrics, last_ver = evaluate()
-            rec.update(metrics)
-            bar.set_postfix(r1e3=f"{metrics['recall_at_far_0.001']:.3f}", loss=f"{stats.loss:.3f}")
-        run.append_metrics(rec)
-        if rnd % run_cfg.eval_every == 0 or rnd == spec.rounds or (
-            run_cfg.checkpoint_every and rnd % run_cfg.checkpoint_every == 0
-        ):
-            checkpoint()
-        bar.update(1)
+    t0, seen, start_round, warned_zero_delta = time.perf_counter(), 0, rnd, False
+    bar = progress(total=spec.rounds, initial=rnd, desc=fed_cfg.algorithm, unit="round", enabled=run_cfg.progress)
+    clock = CheckpointClock(run_cfg.checkpoint_interval_s)
+    with GracefulStop() as stop:  # SIGTERM/SIGINT: finish the round, checkpoint, stop
+        while rnd < spec.rounds:
+            if epsilon_budget is not None and not spec.nonprivate and \
+                    ledger.epsilon_after(ledger.rounds + 1, "rdp") > epsilon_budget:
+                stopped_by_budget = True
+                break
+            # 1-2. sample virtual clients; map: local training from the current model
+            start = parameters_to_vector(server_params).detach()
+            slots = sampler.sample_round()
+            keys = client_keys(slots, spec.users_per_client)
+            results = map_clients(trainer, start, slots, keys, images, labels, train.offsets, randomness, rnd)
+            # 3. reduce: clip every delta and sum (the sum carries its sensitivity)
+            acc = make_accumulator(spec, template)
+            clipped, stats = reduce_clients(results, acc)
+            # 4. noise on the sum
+            if spec.mechanism == "tree":
+                prefix = noise.noisy_prefix_sum(clipped)[0]
+                noised, prev_prefix = prefix - prev_prefix, prefix
+            else:
+                noised = noise.add(clipped)[0]
+            # 5. divide by the PUBLIC expected number of clients; server optimizer step
+            server_step(server_params, server_opt, noised, sampler.expected_clients)
+            # 6. account
+            ledger.step()
+            rnd += 1
+            if not torch.isfinite(parameters_to_vector(server_params)).all():  # the released model: public
+                raise TrainingDiverged(divergence_message(spec, fed_cfg, rnd, run))
+            if stats.clients and stats.preclip_norm_mean == 0.0 and not warned_zero_delta:
+                warned_zero_delta = True
+                bar.write(PRIVATE_LABEL + zero_delta_warning(fed_cfg, rnd), file=sys.stderr)
+            seen += stats.examples  # local training examples processed (epochs included)
+            # un-noised statistics of the private users: the private diagnostics file only
+            run.append_diagnostics({"round": rnd, **diagnostics(stats)})
+            # released: the round, its epsilon and evaluation on users never trained on
+            is_eval = rnd % run_cfg.eval_every == 0 or rnd == spec.rounds
+            rec: dict[str, Any] = {"round": rnd, **epsilons(ledger, spec, with_pld=pld_every_round or is_eval)}
+            if is_eval:
+                metrics, last_ver = evaluate()
+                rec.update(metrics)
+                bar.set_postfix(r1e3=f"{metrics['recall_at_far_0.001']:.3f}")
+            run.append_metrics(rec)
+            if is_eval or stop.requested or clock.due() or (
+                run_cfg.checkpoint_every and rnd % run_cfg.checkpoint_every == 0
+            ):
+                checkpoint()
+                clock.reset()
+            bar.update(1)
+            if stop.requested:
+                bar.close()
+                raise TrainingInterrupted(interrupted_message(stop, "round", rnd, run), stop.signum)
     bar.close()
     elapsed = time.perf_counter() - t0
     if stopped_by_budget or last_ver is None or run.read_metrics()[-1].get("recall_at_far_0.001") is None:
@@ -257,21 +309,29 @@ def train_federated(
 
     records = run.read_metrics()
     final = [r for r in records if "recall_at_far_0.001" in r][-1]
-    plot_roc({fed_cfg.algorithm: last_ver}, run.path / "roc.png", title="ROC on held-out identities")
+    plot_roc({fed_cfg.algorithm: last_ver}, run.path / "roc.png", title=f"ROC on the {run_cfg.eval_split} split (held-out users and identities)")
     plot_training(records, run.path / "training.png", x="round")
     report = {
         "algorithm": fed_cfg.algorithm,
         "rounds": rnd,
         "stopped_by_epsilon_budget": stopped_by_budget,
-        "privacy": privacy_report(spec, ledger, seeded),
-        "train_users": train.num_users, "train_examples": train.num_examples,
-        "train_identities": train.num_classes, "eval_identities": eval_ds.num_classes,
+        "privacy": release.privacy(privacy_report(spec, ledger, seeded)),
+        "provenance": release.provenance,
+        # N is the population the accountant's sampling rate uses, treated as public
+        "train_users": train.num_users, "eval_split": run_cfg.eval_split, "eval_identities": eval_ds.num_classes,
         "initial": {k: v for k, v in records[0].items() if k.startswith(("recall", "roc", "prec", "map"))},
         "final": {k: v for k, v in final.items() if k.startswith(("recall", "roc", "prec", "map"))},
-        "images_per_second": seen / elapsed if elapsed > 0 and seen else None,
+        "rounds_per_second": (rnd - start_round) / elapsed if elapsed > 0 and rnd > start_round else None,
         "run_dir": str(run.path),
     }
+    # counts of the private data and the throughput they imply are not released
+    run.append_diagnostics({
+        "summary": True, "round": rnd, "train_examples": train.num_examples,
+        "train_identities": train.num_classes,
+        "images_per_second": seen / elapsed if elapsed > 0 and seen else None,
+    })
     run.write_report(report)
+    release.write(model, report["privacy"], rounds=rnd)  # the final release artifact
     return report
 
 
@@ -281,6 +341,7 @@ def privacy_report(spec: PrivacySpec, ledger: PrivacyLedger, seeded: bool) -> di
     if spec.nonprivate:
         out["statement"] = "not private (noise multiplier 0, explicitly requested)"
         return out
+    out["noise_sampler"] = describe_sampler(spec.secure_noise, seeded)
     kw = dict(delta=spec.resolved_delta, unit=spec.unit, relation=spec.relation)
     for a, eps in epsilons(ledger, spec).items():
         a = a.removeprefix("epsilon_")
@@ -300,10 +361,10 @@ def privacy_report(spec: PrivacySpec, ledger: PrivacyLedger, seeded: bool) -> di
         out["extrapolated"].append({
             "population": n, "factor": ex.factor, "noise_multiplier": ex.noise_multiplier,
             "clients_per_round": ex.clients_per_round, "epsilon_rdp": ex.epsilon,
-            "delta": ex.delta,
+            "delta": ex.delta, "delta_note": ex.delta_note,
             "statement": describe_epsilon(ex.epsilon, accountant="rdp", delta=ex.delta,
                                           unit=spec.unit, relation=spec.relation)
             + f" if {n:,} users took part with noise {spec.noise_multiplier:g} x {ex.factor:g} and "
-              f"{ex.clients_per_round:,} clients per round (same noise on the average)",
+              f"{ex.clients_per_round:,} clients per round (same noise on the average; {ex.delta_note})",
         })
     return out

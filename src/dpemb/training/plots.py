@@ -9,13 +9,16 @@ from dpemb.training.atomic import atomic_write
 
 
 def plot_training(records: Sequence[dict[str, Any]], path: str | Path, *, x: str = "step") -> Path | None:
+    """Released quantities over the run: evaluation metrics (on users never trained on)
+    at every evaluation, and epsilon at every round (private runs) or the training loss
+    (non-private runs, which release no guarantee). ``records`` are metrics.jsonl's."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     recs = [r for r in records if "recall_at_far_0.001" in r]
-    if not recs:
+    if not records:
         return None
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
     xs = [r[x] for r in recs]
@@ -26,14 +29,26 @@ def plot_training(records: Sequence[dict[str, Any]], path: str | Path, *, x: str
     ]:
         ax[0].plot(xs, [r.get(key) for r in recs], marker="o", ms=3, label=label)
     ax[0].set_xlabel(x)
-    ax[0].set_ylabel("recall on held-out identities")
+    ax[0].set_ylabel("recall on held-out users and identities")
     ax[0].legend(fontsize=8)
     ax[0].grid(alpha=0.3)
-    loss = [(r[x], r["train_loss"]) for r in recs if r.get("train_loss") is not None]
-    if loss:
-        ax[1].plot(*zip(*loss), marker="o", ms=3)
+    curves = {
+        key: [(r[x], r[key]) for r in records if r.get(key) is not None]
+        for key in ("epsilon_rdp", "epsilon_pld")
+    }
+    if any(curves.values()):
+        for key, pts in curves.items():
+            if pts:
+                ax[1].plot(*zip(*pts), label=key.removeprefix("epsilon_").upper())
+        ax[1].set_ylabel("epsilon spent (user level)")
+        ax[1].set_yscale("log")
+        ax[1].legend(fontsize=8)
+    else:
+        loss = [(r[x], r["train_loss"]) for r in records if r.get("train_loss") is not None]
+        if loss:
+            ax[1].plot(*zip(*loss), marker="o", ms=3)
+        ax[1].set_ylabel("train loss (not private)")
     ax[1].set_xlabel(x)
-    ax[1].set_ylabel("train loss")
     ax[1].grid(alpha=0.3)
     fig.tight_layout()
     out = atomic_write(path, lambda p: fig.savefig(p, dpi=110, format="png"))

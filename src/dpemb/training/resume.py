@@ -1,0 +1,55 @@
+"""Resuming a run: whether to, and refusing one whose settings changed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dpemb.training.checkpoint import CheckpointError
+from dpemb.training.config import PERFORMANCE_ONLY, describe_differences
+
+if TYPE_CHECKING:
+    from dpemb.training.interrupt import GracefulStop
+    from dpemb.training.rundir import RunDir
+
+#: ``resume`` values: False (start fresh), True (a checkpoint must exist), "auto"
+#: (resume when a checkpoint exists, else start fresh: for restarts by torchrun or a
+#: job scheduler)
+RESUME_CHOICES = (False, True, "auto")
+
+
+def resume_from_checkpoint(run: "RunDir", resume: bool | str) -> bool:
+    """Whether to load ``run``'s checkpoint; an error when ``resume`` is True and there
+    is none (the run never reached its first checkpoint)."""
+    if resume not in RESUME_CHOICES:
+        raise ValueError(f"resume must be one of {RESUME_CHOICES}, got {resume!r}")
+    if not resume:
+        return False
+    if run.checkpoint.exists():
+        return True
+    if resume == "auto":
+        return False
+    raise CheckpointError(
+        f"--resume: there is no checkpoint in {run.checkpoint.parent} (the run stopped before its first "
+        "checkpoint). Start it again without --resume, or with --resume auto to resume only when a "
+        "checkpoint exists."
+    )
+
+
+def check_same_config(run: "RunDir", saved: str | None, current: str) -> None:
+    """Refuse to resume when a setting other than a performance-only one changed,
+    naming each one."""
+    if saved is None or saved == current:
+        return
+    diff = describe_differences(saved, current)
+    if diff:
+        raise CheckpointError(
+            f"{run.checkpoint} was written with other settings: {diff}. Resume with the original flags "
+            f"(only {', '.join(PERFORMANCE_ONLY)} may change on resume)."
+        )
+
+
+def interrupted_message(stop: "GracefulStop", unit: str, at: int, run: "RunDir") -> str:
+    return (
+        f"stopped by {stop.name} after {unit} {at}; a checkpoint was written to {run.checkpoint}. "
+        "Continue with the same command and --resume."
+    )

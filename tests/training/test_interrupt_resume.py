@@ -1,0 +1,115 @@
+"""Stopping and resuming (issue #12.2): SIGTERM/SIGINT checkpoint before the run exits,
+checkpoints on a time interval, --resume without a checkpoint is an error, a refusal
+names each changed flag, performance-only flags may change."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+
+import pytest
+import torch
+
+import dpemb.training.centralized as central
+import dpemb.training.federated as fed
+from dpemb.training.checkpoint import CheckpointError, load_checkpoint
+from dpemb.training.config import OptimConfig
+from dpemb.training.interrupt import TrainingInterrupted
+from tests.training.test_federated import MODEL, setup
+
+
+def _signal_in_round(monkeypatch, module, n, signum=signal.SIGTERM):
+    real, calls = module.server_step, {"n": 0}
+
+    def step(*a, **k):
+        out = real(*a, **k)
+        calls["n"] += 1
+        if calls["n"] == n:
+            signal.raise_signal(signum)  # as `kill -TERM` would, in the middle of training
+        return out
+
+    monkeypatch.setattr(module, "server_step", step)
+    return real
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_checkpoints_then_resume_equals_uninterrupted(tmp_path, monkeypatch, signum):
+    train, ev, spec, cfg, run_a = setup(tmp_path, "a", rounds=6)
+    run_a = dataclasses.replace(run_a, eval_every=100)  # no evaluation checkpoint before the end
+    fed.train_federated(train, ev, MODEL, cfg, spec, run_a, noise_seed=3)
+
+    run_b = dataclasses.replace(run_a, out=str(tmp_path / "b"))
+    real = _signal_in_round(monkeypatch, fed, 3, signum)
+    with pytest.raises(TrainingInterrupted) as e:
+        fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=3)
+    assert e.value.exit_code == 128 + signum and "--resume" in str(e.value)
+    assert load_checkpoint(tmp_path / "b")["round"] == 3  # written on the signal, not at an evaluation
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+
+    monkeypatch.setattr(fed, "server_step", real)
+    fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=3, resume=True)
+    a, b = load_checkpoint(tmp_path / "a"), load_checkpoint(tmp_path / "b")
+    for k in a["backbone"]:
+        assert torch.equal(a["backbone"][k], b["backbone"][k]), k
+    assert (tmp_path / "a" / "metrics.jsonl").read_text() == (tmp_path / "b" / "metrics.jsonl").read_text()
+
+
+def test_centralized_signal_checkpoints(tmp_path, monkeypatch):
+    train, ev, _, _, run = setup(tmp_path, "c")
+    run = dataclasses.replace(run, eval_every=1000)
+    opt = OptimConfig(batch_size=8, steps=20)
+    real_backward, calls = torch.Tensor.backward, {"n": 0}
+
+    def backward(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            signal.raise_signal(signal.SIGTERM)
+        return real_backward(self, *a, **k)
+
+    monkeypatch.setattr(torch.Tensor, "backward", backward)
+    with pytest.raises(TrainingInterrupted):
+        central.train_centralized(train, ev, MODEL, opt, run)
+    assert load_checkpoint(tmp_path / "c")["step"] == 5
+
+
+def test_time_interval_checkpoints_every_round_when_due(tmp_path, monkeypatch):
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=6)
+    run = dataclasses.replace(run, eval_every=100, checkpoint_interval_s=1e-9)  # always due
+    real, calls = fed.server_step, {"n": 0}
+
+    def crash(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise RuntimeError("killed")
+        return real(*a, **k)
+
+    monkeypatch.setattr(fed, "server_step", crash)
+    with pytest.raises(RuntimeError):
+        fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=3)
+    assert load_checkpoint(tmp_path / "run")["round"] == 4
+
+
+def test_resume_without_checkpoint_is_an_error_unless_auto(tmp_path):
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=2)
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=3, resume=True)
+    rep = fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=3, resume="auto")
+    assert rep["rounds"] == 2
+
+
+def test_refusal_names_each_changed_flag_and_performance_flags_may_change(tmp_path):
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=4)
+    run = dataclasses.replace(run, eval_every=2)
+    spec2 = dataclasses.replace(spec, rounds=2)
+    fed.train_federated(train, ev, MODEL, cfg, spec2, run, noise_seed=3)  # stops at round 2
+    changed = dataclasses.replace(cfg, client_lr=cfg.client_lr * 2, local_epochs=2)
+    with pytest.raises(CheckpointError) as e:
+        fed.train_federated(train, ev, MODEL, changed, spec2, run, noise_seed=3, resume=True)
+    assert "federated.client_lr" in str(e.value) and "federated.local_epochs" in str(e.value)
+    # performance-only flags: progress, threads, device, eval batch size, checkpoint cadence
+    perf = dataclasses.replace(run, progress=True, threads=1, device="cpu", eval_batch_size=7,
+                               checkpoint_every=1, checkpoint_interval_s=0)
+    rep = fed.train_federated(train, ev, MODEL, cfg, spec2, perf, noise_seed=3, resume=True)
+    assert rep["rounds"] == 2
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["run"]["progress"] is False
