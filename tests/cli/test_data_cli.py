@@ -408,3 +408,23 @@ def test_registered_in_main_parser(tmp_path):
                           str(tmp_path / "ds"), "--no-progress"]) == 0
     assert main_mod.main(["data", "inspect", str(tmp_path / "ds"), "--json"]) == 0
     assert main_mod.main(["data", "split", str(tmp_path / "ds"), "--seed", "3"]) == 0
+
+
+def test_grid_shows_each_users_labels_not_its_first_images():
+    import numpy as np
+
+    from dpemb.cli.data import grid_order
+
+    labels = np.repeat(np.arange(5), 20)  # a label-sorted user: 20 images of each of 5 digits
+    first6 = labels[grid_order(labels, np.random.default_rng(0))][:6]
+    assert set(first6[:5]) == set(range(5))  # every label within the first 5 cells
+    assert sorted(grid_order(labels, np.random.default_rng(1))) == list(range(100))  # a permutation
+
+
+def test_generic_imports_default_to_the_glyph_image_size():
+    from dpemb.cli.data import DEFAULT_IMAGE_SIZE, GLYPH_DEFAULTS
+    from dpemb.cli.main import build_parser
+
+    assert GLYPH_DEFAULTS["image_size"] == DEFAULT_IMAGE_SIZE == 28
+    for cmd in (["data", "make", "manifest", "x.csv", "--out", "o"], ["data", "make", "tree", "d", "--out", "o"]):
+        assert build_parser().parse_args(cmd).image_size == DEFAULT_IMAGE_SIZE

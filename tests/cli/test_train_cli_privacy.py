@@ -134,3 +134,14 @@ def test_secure_noise_reaches_the_hardened_sampler_in_a_real_run(data_dir, tmp_p
     assert calls == [True]  # one round, one draw, through the secure path
     assert json.loads((out / "config.json").read_text())["privacy"]["secure_noise"] is True
     assert "noise sampler: secure" in capsys.readouterr().out
+
+
+def test_zero_noise_error_names_the_cli_flag_that_works(data_dir, tmp_path, capsys, captured):
+    base = ["train", "--data", data_dir, "--out", str(tmp_path / "z"), *FED]
+    with pytest.raises(SystemExit) as e:
+        main(base + ["--noise-multiplier", "0"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "`dpemb train --non-private`" in " ".join(err.split())
+    with pytest.raises(Stop):  # following the hint reaches training
+        main(base + ["--non-private"])
+    assert captured["spec"].nonprivate

@@ -57,6 +57,15 @@ def device_from(args: argparse.Namespace):
         raise UsageError(str(e)) from None
 
 
+def add_secure_noise_flag(group: Any, seed_flag: str) -> None:
+    """``--secure-noise/--no-secure-noise`` (default: on unless ``seed_flag`` is given)."""
+    group.add_argument(
+        "--secure-noise", action=argparse.BooleanOptionalAction, default=None,
+        help="floating-point-hardened noise sampler (a fresh OS-keyed generator for every draw, each entry "
+             "the normalised sum of two Gaussian draws; docs/PRIVACY.md). Default: on, except with "
+             f"{seed_flag} (cannot be combined); --no-secure-noise: the plain sampler")
+
+
 def print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, sort_keys=True, default=str))
 

@@ -20,6 +20,10 @@ from dpemb.cli.main import UsageError
 from dpemb.data.dataset import DataError, UserDataset
 
 PROG = "dpemb data"
+#: one default side for generated glyphs and the generic (manifest, folder) importers,
+#: the input size of the default LeNet backbone; photo datasets (GLDv2, iNat, DigiFace)
+#: default to 64 px RGB
+DEFAULT_IMAGE_SIZE = 28
 
 # Defaults of dpemb.data.glyphs.GlyphConfig, shown in --help; None is passed through
 # as "not given", so GlyphConfig's own defaults always apply.
@@ -29,7 +33,7 @@ GLYPH_DEFAULTS = {
     "identities_per_user": 40,
     "users_per_identity": 1,
     "images_per_identity": 2,
-    "image_size": 28,
+    "image_size": DEFAULT_IMAGE_SIZE,
     "eval_identity_fraction": 0.2,
     "validation_identity_fraction": 0.1,
     "eval_user_fraction": None,
@@ -291,7 +295,7 @@ def _add_file_sources(sources: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--root", metavar="DIR", help="folder relative paths start from (default: the CSV's folder)"
     )
-    _add_geometry(p, 32, 1)
+    _add_geometry(p, DEFAULT_IMAGE_SIZE, 1)
     _add_skip(p)
     _finish(p, "manifest")
 
@@ -300,7 +304,7 @@ def _add_file_sources(sources: argparse._SubParsersAction) -> None:
         description="Import a folder tree ROOT/<user>/<label>/<image>.",
     )
     p.add_argument("root", metavar="ROOT")
-    _add_geometry(p, 32, 1)
+    _add_geometry(p, DEFAULT_IMAGE_SIZE, 1)
     _add_skip(p)
     _finish(p, "tree")
 
@@ -545,10 +549,23 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def grid_order(labels, rng):
+    """A random order of one user's examples with one example of each label first, so a
+    grid of the first few shows as many labels as fit (a label-sorted import must not
+    show only each user's first label)."""
+    import numpy as np
+
+    order = rng.permutation(len(labels))
+    _, first = np.unique(labels[order], return_index=True)
+    rest = np.setdiff1d(np.arange(len(order)), first)
+    return order[np.concatenate([rng.permutation(first), rest])]
+
+
 def save_grid(
     ds: UserDataset, png: str | os.PathLike, *, users: int = 8, images: int = 8, seed: int = 0
 ) -> Path:
-    """Save a PNG grid of sample images: one row per (randomly chosen) user.
+    """Save a PNG grid of sample images: one row per (randomly chosen) user, its cells a
+    random sample of that user's images covering as many of its labels as fit.
 
     Each cell is titled with the image's label; each row starts with the user's
     name. Uses matplotlib's Agg canvas directly (no global backend change).
@@ -567,6 +584,8 @@ def save_grid(
     axes = fig.subplots(len(shown), cols, squeeze=False)
     for r, u in enumerate(shown):
         imgs, labels = ds.user_examples(int(u))
+        pick = grid_order(np.asarray(labels), rng)
+        imgs, labels = np.asarray(imgs)[pick], np.asarray(labels)[pick]
         for c in range(cols):
             ax = axes[r][c]
             ax.set_xticks([])

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from dpemb.models import embed
     from dpemb.training.artifact import load_artifact
     from dpemb.cli.model_input import check_input, embed_dataset, resize_note
-    from dpemb.training.atomic import atomic_write, atomic_write_text
+    from dpemb.atomic import atomic_write, atomic_write_text
 
     device = device_from(args)
     model, card = load_artifact(args.model, device)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dpemb.cli.common import add_device_flag, device_from, fmt, guarded, load_dataset
+from dpemb.cli.common import add_device_flag, add_secure_noise_flag, device_from, fmt, guarded, load_dataset
 from dpemb.cli.main import UsageError
 from dpemb.models import BACKBONES
 from dpemb.training.config import ModelConfig, OptimConfig, RunConfig
@@ -121,10 +121,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--noise-seed", type=int, default=None,
                    help="seed noise and sampling for a reproducible experiment (default: the OS's "
                         "secure source); a seeded run uses the plain noise sampler and says SEEDED")
-    q.add_argument("--secure-noise", action=argparse.BooleanOptionalAction, default=None,
-                   help="floating-point-hardened noise sampler (a fresh OS-keyed generator for every draw, each "
-                        "entry the normalised sum of two Gaussian draws; docs/PRIVACY.md). Default: on, "
-                        "except with --noise-seed (cannot be combined); --no-secure-noise: the plain sampler")
+    add_secure_noise_flag(q, "--noise-seed")
     q.add_argument("--non-private", action="store_true",
                    help="explicitly run without noise (z = 0); every output says 'not private'")
     r = p.add_argument_group("run")

@@ -6,7 +6,7 @@ import argparse
 import json
 import math
 
-from dpemb.cli.common import add_device_flag, device_from, guarded
+from dpemb.cli.common import add_device_flag, add_secure_noise_flag, device_from, guarded
 from dpemb.data.dataset import DataError
 
 METHOD_HELP = "dp-ls, dp-sgd, dp-newton, dp-fc, non-private (comma-separated for several)"
@@ -128,10 +128,7 @@ def _register_transfer(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--seed", type=int, default=None,
                    help="seed the noise (reproducible; the output says 'seeded'; plain sampler). Default: OS "
                         "secure randomness")
-    g.add_argument("--secure-noise", action=argparse.BooleanOptionalAction, default=None,
-                   help="floating-point-hardened noise sampler (a fresh OS-keyed generator for every draw, "
-                        "each entry the normalised sum of two Gaussian draws; docs/PRIVACY.md). Default: on, "
-                        "except with --seed (cannot be combined); --no-secure-noise: the plain sampler")
+    add_secure_noise_flag(g, "--seed")
     g.add_argument("--public-size", type=float, default=None,
                    help="dp-sgd divides noisy gradient sums by this public constant (default: the number "
                         "of training units, then treated as public)")
@@ -266,7 +263,7 @@ def run_transfer(args: argparse.Namespace) -> int:
               f"releasing all of them costs up to {total:.3g} in total, the sum of their epsilons (basic "
               f"composition, delta {len(private_runs)} x {delta:.3g}). Release one, or split one budget.")
     if args.json:
-        from dpemb.training.atomic import atomic_write_text
+        from dpemb.atomic import atomic_write_text
 
         atomic_write_text(args.json, json.dumps({"runs": results, "test_split": args.test or f"holdout {args.holdout}"},
                                                 indent=2, default=str))

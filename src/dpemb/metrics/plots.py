@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -11,6 +10,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from dpemb.atomic import atomic_write
 from dpemb.metrics.verification import DEFAULT_FARS, VerificationResult
 
 __all__ = ["plot_roc"]
@@ -82,32 +82,5 @@ def plot_roc(
     ax.legend(loc="lower right", fontsize="small")
     fig.tight_layout()
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp made it 0600; a plot is released
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, lambda p: fig.savefig(p, format="png"))  # a plot is released: umask mode
     return path
-
-
-
-def _umask() -> int:
-    """The process umask, read from /proc where possible (no change to it)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    old = os.umask(0o077)
-    os.umask(old)
-    return old

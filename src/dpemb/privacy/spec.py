@@ -112,7 +112,9 @@ class PrivacySpec:
             if not (math.isfinite(float(z)) and float(z) > 0):
                 raise PrivacySpecError(
                     f"noise multiplier must be positive and finite, got {z!r}; a run without noise is "
-                    "not private and must be requested explicitly (nonprivate=True, z = 0)"
+                    "not private and must be requested explicitly: `dpemb train --non-private` (and no "
+                    "--noise-multiplier / --target-epsilon) on the command line, PrivacySpec(nonprivate=True, "
+                    "noise_multiplier=0) in the library"
                 )
             self._set("noise_multiplier", float(z))
         if self.mechanism not in MECHANISMS:

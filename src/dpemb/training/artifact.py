@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from dpemb.models import Backbone, build_backbone
-from dpemb.training.atomic import atomic_write, atomic_write_json
+from dpemb.atomic import atomic_write, atomic_write_json
 from dpemb.training.checkpoint import CheckpointError, backbone_from_checkpoint, load_checkpoint
 from dpemb.training.provenance import (
     Provenance,

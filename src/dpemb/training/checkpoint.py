@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from dpemb.models import Backbone, build_backbone
-from dpemb.training.atomic import atomic_write, make_private_dir
+from dpemb.atomic import atomic_write, make_private_dir
 from dpemb.training.rundir import checkpoint_in
 
 FORMAT_VERSION = 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from dpemb.training.atomic import atomic_write
+from dpemb.atomic import atomic_write
 
 
 def plot_training(records: Sequence[dict[str, Any]], path: str | Path, *, x: str = "step") -> Path | None:

@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dpemb.training.atomic import (
+from dpemb.atomic import (
     PRIVATE_FILE_MODE,
     _default,
     atomic_write_json,

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from dpemb.data.dataset import DataError, UserDataset
 from dpemb.data.tensors import default_device, to_float_tensor
-from dpemb.training.atomic import atomic_write
+from dpemb.atomic import atomic_write
 
 #: backbone names ``load_backbone`` accepts (besides a trained model's release artifact)
 BACKBONE_CHOICES: tuple[str, ...] = ("imagenet-mobilenetv2",)

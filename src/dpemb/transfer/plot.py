@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from dpemb.training.atomic import atomic_write
+from dpemb.atomic import atomic_write
 
 
 def plot_sweep(
