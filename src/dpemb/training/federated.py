@@ -321,14 +321,14 @@ def train_federated(
         "train_users": train.num_users, "eval_split": run_cfg.eval_split, "eval_identities": eval_ds.num_classes,
         "initial": {k: v for k, v in records[0].items() if k.startswith(("recall", "roc", "prec", "map"))},
         "final": {k: v for k, v in final.items() if k.startswith(("recall", "roc", "prec", "map"))},
-        "rounds_per_second": (rnd - start_round) / elapsed if elapsed > 0 and rnd > start_round else None,
         "run_dir": str(run.path),
     }
-    # counts of the private data and the throughput they imply are not released
+    # counts of the private data, and the throughput and timing they imply, are not released
     run.append_diagnostics({
         "summary": True, "round": rnd, "train_examples": train.num_examples,
         "train_identities": train.num_classes,
         "images_per_second": seen / elapsed if elapsed > 0 and seen else None,
+        "rounds_per_second": (rnd - start_round) / elapsed if elapsed > 0 and rnd > start_round else None,
     })
     run.write_report(report)
     release.write(model, report["privacy"], rounds=rnd)  # the final release artifact
