@@ -1,0 +1,474 @@
+"""Empirical privacy auditing: estimators that turn canary scores into an epsilon.
+
+The estimator layer of issue #14. A training run is audited ONCE: canary users are
+inserted (each with probability 1/2 for the one-run bound, or a fixed "in" set and a
+held-out "out" set for the one-shot estimate), each canary gets a score (for an
+embedding model, e.g. the cosine between the canary's direction and the model
+update), and this module turns the scores into an epsilon. Two different kinds of
+answer, not to be confused:
+
+- ``estimate_epsilon_gaussian`` (Andrew et al. 2023, "One-shot Empirical Privacy
+  Estimation for Federated Learning", arXiv 2302.03098) is an ESTIMATE: it fits
+  Gaussians to the in and out score samples, reads off the Gaussian-DP parameter mu
+  they imply and converts it with ``gaussian_epsilon``. It is neither an upper nor a
+  lower bound on the true epsilon; it can be above the accounted epsilon by chance.
+- ``one_run_lower_bound`` (Steinke, Nasr, Jagielski 2023, "Privacy Auditing with One
+  (1) Training Run", arXiv 2305.08846) is a high-confidence LOWER bound: if the
+  mechanism is (eps, delta)-DP, the reported ``epsilon_lower`` exceeds eps with
+  probability at most ``1 - confidence`` (over the canaries' random inclusion and the
+  mechanism's randomness). ``clopper_pearson_epsilon_lower`` is the same bound for
+  delta = 0 written through the Clopper-Pearson interval.
+
+numpy / scipy only; no torch, nothing from the rest of dpemb except argument checks.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy import optimize, special, stats
+
+from dpemb.privacy._checks import positive_int
+
+__all__ = [
+    "GaussianEstimate",
+    "OneRunBound",
+    "clopper_pearson_epsilon_lower",
+    "estimate_epsilon_gaussian",
+    "gaussian_delta",
+    "gaussian_epsilon",
+    "one_run_lower_bound",
+    "one_run_lower_bound_grid",
+    "one_run_p_value",
+]
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _delta(delta: object, *, allow_zero: bool = True) -> float:
+    if isinstance(delta, bool) or not isinstance(delta, numbers.Real):
+        raise ValueError(f"delta must be a number, got {delta!r}")
+    d = float(delta)
+    lo_ok = d >= 0 if allow_zero else d > 0
+    if not (lo_ok and d < 1):
+        rng = "[0, 1)" if allow_zero else "(0, 1)"
+        raise ValueError(f"delta must be in {rng}, got {delta!r}")
+    return d
+
+
+def _confidence(confidence: object) -> float:
+    if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real):
+        raise ValueError(f"confidence must be a number, got {confidence!r}")
+    c = float(confidence)
+    if not (0 < c < 1):
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    return c
+
+
+def _nonneg_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    return int(value)
+
+
+def _scores(name: str, x: object, *, min_len: int = 1) -> np.ndarray:
+    a = np.asarray(x, dtype=float)
+    if a.ndim != 1 or a.size < min_len:
+        raise ValueError(f"{name} must be a 1-d array of at least {min_len} scores")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be finite")
+    return a
+
+
+def _mu(mu: object) -> float:
+    if isinstance(mu, bool) or not isinstance(mu, numbers.Real) or not (mu >= 0 and math.isfinite(mu)):
+        raise ValueError(f"mu must be a finite number >= 0, got {mu!r}")
+    return float(mu)
+
+
+# ------------------------------------------------------------- Gaussian DP curve
+
+
+def gaussian_delta(mu: float, eps: float) -> float:
+    """delta(eps) of a mu-GDP mechanism (Dong, Roth, Su 2019, Corollary 2.13):
+
+        delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2).
+
+    The second term is computed as exp(eps + log Phi(.)) so it stays accurate for
+    large eps. mu = 0 gives delta = 0 for every eps >= 0.
+    """
+    mu = _mu(mu)
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not eps >= 0:
+        raise ValueError(f"eps must be a number >= 0, got {eps!r}")
+    eps = float(eps)
+    if mu == 0:
+        return 0.0
+    if math.isinf(eps):
+        return 0.0
+    a = special.ndtr(-eps / mu + mu / 2)
+    b = math.exp(eps + special.log_ndtr(-eps / mu - mu / 2))
+    return float(max(a - b, 0.0))
+
+
+def gaussian_epsilon(mu: float, delta: float) -> float:
+    """The epsilon at which a mu-GDP mechanism is (epsilon, delta)-DP.
+
+    Solves ``gaussian_delta(mu, eps) = delta`` for eps with brentq (delta(eps) is
+    strictly decreasing in eps); 0 when delta(0) = 2 Phi(mu/2) - 1 <= delta already.
+    """
+    d = _delta(delta, allow_zero=False)
+    mu = _mu(mu)
+    if mu == 0 or gaussian_delta(mu, 0.0) <= d:
+        return 0.0
+    hi = max(1.0, mu * mu)
+    while gaussian_delta(mu, hi) > d:
+        hi *= 2
+    return float(optimize.brentq(lambda e: gaussian_delta(mu, e) - d, 0.0, hi, xtol=1e-12, rtol=1e-12))
+
+
+# ------------------------------------------------ one-shot estimate (Andrew et al.)
+
+
+@dataclass(frozen=True)
+class GaussianEstimate:
+    """One-shot empirical epsilon ESTIMATE (Andrew et al. 2023); not a bound.
+
+    ``mu`` is |mean_in - mean_out| / ``std``; ``epsilon`` = gaussian_epsilon(mu, delta).
+    ``mu_ci`` / ``epsilon_ci`` are percentile-bootstrap intervals at ``ci_level``
+    (None unless a bootstrap was asked for).
+    """
+
+    mu: float
+    epsilon: float
+    delta: float
+    n_in: int
+    n_out: int
+    mean_in: float
+    mean_out: float
+    std: float
+    scale: str
+    mu_ci: tuple[float, float] | None = None
+    epsilon_ci: tuple[float, float] | None = None
+    ci_level: float | None = None
+    method: str = "andrew-2023-one-shot-gaussian"
+
+
+def _mu_hat(x_in: np.ndarray, x_out: np.ndarray, scale: str) -> tuple[np.ndarray, np.ndarray]:
+    """mu estimates along the last axis (works on bootstrap matrices too)."""
+    m_in, m_out = x_in.mean(axis=-1), x_out.mean(axis=-1)
+    if scale == "null":
+        s = x_out.std(axis=-1, ddof=1)
+    else:  # pooled
+        n_in, n_out = x_in.shape[-1], x_out.shape[-1]
+        ss = x_in.var(axis=-1, ddof=1) * (n_in - 1) + x_out.var(axis=-1, ddof=1) * (n_out - 1)
+        s = np.sqrt(ss / (n_in + n_out - 2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mu = np.abs(m_in - m_out) / s
+    return mu, s
+
+
+def estimate_epsilon_gaussian(
+    in_scores: Sequence[float] | np.ndarray,
+    out_scores: Sequence[float] | np.ndarray,
+    delta: float,
+    *,
+    scale: str = "null",
+    n_bootstrap: int = 0,
+    ci_level: float = 0.95,
+    seed: int | None = None,
+) -> GaussianEstimate:
+    """Estimate epsilon from inserted (in) vs held-out (out) canary scores.
+
+    This is an ESTIMATE, not a bound (Andrew et al. 2023, arXiv 2302.03098): the two
+    score samples are modelled as Gaussians with a common spread, the Gaussian-DP
+    parameter is estimated as
+
+        mu_hat = |mean(in) - mean(out)| / std,
+
+    and the estimate is ``gaussian_epsilon(mu_hat, delta)``. It can lie on either side
+    of the true (or the accounted) epsilon.
+
+    ``scale`` chooses ``std``:
+
+    - ``"null"`` (default, as in the paper): the sample std of the OUT scores. The out
+      canaries never touched training, so their scores are the null distribution; for
+      cosine scores of random canary directions it is ~ N(0, 1/d) whatever training
+      did, which makes it the stable reference. The in scores' spread is not used.
+    - ``"pooled"``: the pooled sample std of both samples (the equal-variance
+      two-sample estimate), for scores whose null spread is not a reliable reference.
+
+    ``n_bootstrap > 0`` adds percentile-bootstrap intervals for mu and epsilon
+    (in and out resampled independently, ``seed`` for the generator); this costs one
+    brentq per resample.
+    """
+    x_in = _scores("in_scores", in_scores, min_len=2)
+    x_out = _scores("out_scores", out_scores, min_len=2)
+    d = _delta(delta, allow_zero=False)
+    if scale not in ("null", "pooled"):
+        raise ValueError(f"scale must be 'null' or 'pooled', got {scale!r}")
+    n_boot = _nonneg_int("n_bootstrap", n_bootstrap)
+    level = _confidence(ci_level)
+    mu, s = _mu_hat(x_in, x_out, scale)
+    if not (np.isfinite(mu) and s > 0):
+        raise ValueError("the scores have zero spread; mu is undefined")
+    mu, s = float(mu), float(s)
+    mu_ci = eps_ci = None
+    if n_boot:
+        rng = np.random.default_rng(seed)
+        b_in = x_in[rng.integers(0, x_in.size, size=(n_boot, x_in.size))]
+        b_out = x_out[rng.integers(0, x_out.size, size=(n_boot, x_out.size))]
+        mus, _ = _mu_hat(b_in, b_out, scale)
+        mus = mus[np.isfinite(mus)]
+        q = [(1 - level) / 2, (1 + level) / 2]
+        lo, hi = np.quantile(mus, q)
+        mu_ci = (float(lo), float(hi))
+        # gaussian_epsilon is increasing in mu, so the epsilon quantiles are the images
+        # of the mu quantiles (no need for one brentq per resample).
+        eps_ci = (gaussian_epsilon(float(lo), d), gaussian_epsilon(float(hi), d))
+    return GaussianEstimate(
+        mu=mu,
+        epsilon=gaussian_epsilon(mu, d),
+        delta=d,
+        n_in=int(x_in.size),
+        n_out=int(x_out.size),
+        mean_in=float(x_in.mean()),
+        mean_out=float(x_out.mean()),
+        std=s,
+        scale=scale,
+        mu_ci=mu_ci,
+        epsilon_ci=eps_ci,
+        ci_level=level if n_boot else None,
+    )
+
+
+# --------------------------------------------- one-run lower bound (Steinke et al.)
+
+
+@dataclass(frozen=True)
+class OneRunBound:
+    """A one-run auditing lower bound: P[epsilon_lower > true eps] <= 1 - confidence."""
+
+    epsilon_lower: float
+    guesses: int
+    correct: int
+    m: int
+    k_pos: int
+    k_neg: int
+    delta: float
+    confidence: float
+    method: str
+    grid_size: int = 1
+
+
+def one_run_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
+    """Upper bound on P[W >= v] for W correct guesses out of r, under (eps, delta)-DP.
+
+    Steinke, Nasr, Jagielski 2023, Theorem 5.2: with m canaries each included
+    independently with probability 1/2, r guesses and f(v) = P[Binomial(r, q) >= v],
+    q = e^eps / (1 + e^eps),
+
+        P[W >= v] <= f(v) + 2 m delta max_{i = 1..m} (f(v - i) - f(v)) / i.
+
+    f(v - i) - f(v) = P[v - i <= Binomial(r, q) < v], a partial sum of pmf values; for
+    i >= v it is 1 - f(v), decreasing in i once divided by i, so the max is over
+    i = 1..max(v, 1). With delta = 0 this is the pure-DP binomial tail f(v)
+    (Theorem 5.1). Capped at 1.
+    """
+    m = positive_int("m", m)
+    r = _nonneg_int("r", r)
+    v = _nonneg_int("v", v)
+    if not r <= m:
+        raise ValueError(f"need r <= m, got r={r}, m={m}")
+    if v > r:
+        raise ValueError(f"need v <= r, got v={v}, r={r}")
+    d = _delta(delta)
+    if not (eps >= 0):
+        raise ValueError(f"eps must be >= 0, got {eps!r}")
+    if v == 0:
+        return 1.0
+    q = float(special.expit(eps))
+    tail = float(stats.binom.sf(v - 1, r, q))
+    if d == 0:
+        return min(tail, 1.0)
+    i = np.arange(1, v + 1)
+    partial = np.cumsum(stats.binom.pmf(v - i, r, q))  # P[v - i <= W < v]
+    extra = float(np.max(partial / i))
+    return min(tail + 2 * m * d * extra, 1.0)
+
+
+def _epsilon_lower(m: int, r: int, v: int, delta: float, alpha: float) -> float:
+    """inf{eps >= 0 : p(eps) > alpha}: the lower end of the confidence set for eps.
+
+    If the mechanism is (eps_true, delta)-DP then p(eps_true) is a valid p-value, so
+    eps_true is outside {eps : p(eps) > alpha} with probability <= alpha, and the
+    infimum of that set exceeds eps_true with at most that probability. For delta = 0
+    p(eps) is a binomial tail, increasing in eps, and the crossing is found by
+    brentq. For delta > 0 the delta term need not be monotone in eps: p is evaluated
+    on a grid of step 0.05 from 0 upward, the first grid point with p > alpha is
+    taken, and the crossing is located by bisection inside the preceding step only
+    (so a non-monotone excursion narrower than 0.05 is the only thing that could be
+    missed).
+    """
+    if v == 0 or r == 0:
+        return 0.0
+
+    def p(e: float) -> float:
+        return one_run_p_value(m, r, v, e, delta)
+
+    if p(0.0) > alpha:
+        return 0.0
+    if delta == 0:
+        hi = 1.0
+        while p(hi) <= alpha:
+            hi *= 2
+            if hi > 1e4:  # pragma: no cover - p -> 1 as eps -> inf for v >= 1
+                return math.inf
+        return float(optimize.brentq(lambda e: p(e) - alpha, 0.0, hi, xtol=1e-10))
+    step = 0.05
+    i = np.arange(1, v + 1)
+    start = 0.0
+    while True:  # scan 64 grid points at a time, vectorised
+        grid = start + step * np.arange(1, 65)
+        q = special.expit(grid)
+        tail = stats.binom.sf(v - 1, r, q)
+        partial = np.cumsum(stats.binom.pmf((v - i)[None, :], r, q[:, None]), axis=1)
+        pv = np.minimum(tail + 2 * m * delta * np.max(partial / i, axis=1), 1.0)
+        above = np.nonzero(pv > alpha)[0]
+        if above.size:
+            hi = float(grid[above[0]])
+            lo = hi - step
+            break
+        start = float(grid[-1])
+        if start > 1e4:  # pragma: no cover
+            return math.inf
+    for _ in range(36):
+        mid = 0.5 * (lo + hi)
+        if p(mid) > alpha:
+            hi = mid
+        else:
+            lo = mid
+    return float(lo)
+
+
+def _guesses(scores: np.ndarray, included: np.ndarray, k_pos: int, k_neg: int) -> int:
+    order = np.argsort(-scores, kind="stable")  # highest first; ties by position
+    top = order[:k_pos]
+    bottom = order[scores.size - k_neg:] if k_neg else order[:0]
+    return int(included[top].sum() + (~included[bottom]).sum())
+
+
+def _canaries(scores: object, included: object) -> tuple[np.ndarray, np.ndarray]:
+    s = _scores("scores", scores)
+    inc = np.asarray(included)
+    if inc.shape != s.shape:
+        raise ValueError("included must have one entry per score")
+    if inc.dtype != bool:
+        if not np.all((inc == 0) | (inc == 1)):
+            raise ValueError("included must be boolean (or 0/1)")
+        inc = inc.astype(bool)
+    return s, inc
+
+
+def one_run_lower_bound(
+    scores: Sequence[float] | np.ndarray,
+    included: Sequence[bool] | np.ndarray,
+    k_pos: int,
+    k_neg: int,
+    delta: float = 0.0,
+    confidence: float = 0.95,
+) -> OneRunBound:
+    """High-confidence lower bound on epsilon from one run (Steinke, Nasr, Jagielski 2023).
+
+    ``scores[i]`` is canary i's score (higher = more likely included) and
+    ``included[i]`` whether it was inserted; each canary must have been included
+    independently with probability 1/2 and the scores computed from the trained
+    model only (the bound is over that randomness). The auditor guesses "in" for the
+    ``k_pos`` highest scores and "out" for the ``k_neg`` lowest and abstains on the
+    rest; with r = k_pos + k_neg guesses and v correct ones, the result is the
+    smallest eps at which the p-value ``one_run_p_value(m, r, v, eps, delta)`` exceeds
+    ``1 - confidence`` (see ``_epsilon_lower``). If the mechanism is (eps, delta)-DP,
+    ``epsilon_lower > eps`` happens with probability at most ``1 - confidence``.
+
+    delta = 0: Theorem 5.1 (W is dominated by Binomial(r, e^eps / (1 + e^eps))); the
+    answer equals ``clopper_pearson_epsilon_lower(v, r, confidence)``. delta > 0: the
+    exact p-value bound of Theorem 5.2, with its 2 m delta term (m = len(scores)).
+    k_pos and k_neg must be fixed before looking at the scores; to pick them from the
+    data use ``one_run_lower_bound_grid`` (union bound).
+    """
+    s, inc = _canaries(scores, included)
+    kp, kn = _nonneg_int("k_pos", k_pos), _nonneg_int("k_neg", k_neg)
+    m = s.size
+    if not 1 <= kp + kn <= m:
+        raise ValueError(f"need 1 <= k_pos + k_neg <= number of canaries ({m}), got {kp} + {kn}")
+    d = _delta(delta)
+    c = _confidence(confidence)
+    r = kp + kn
+    v = _guesses(s, inc, kp, kn)
+    eps = _epsilon_lower(m, r, v, d, 1 - c)
+    method = (
+        "steinke-nasr-jagielski-2023 thm 5.1 (pure DP, binomial tail)"
+        if d == 0
+        else "steinke-nasr-jagielski-2023 thm 5.2 (exact p-value with 2 m delta term)"
+    )
+    return OneRunBound(
+        epsilon_lower=eps, guesses=r, correct=v, m=m, k_pos=kp, k_neg=kn,
+        delta=d, confidence=c, method=method,
+    )
+
+
+def one_run_lower_bound_grid(
+    scores: Sequence[float] | np.ndarray,
+    included: Sequence[bool] | np.ndarray,
+    k_grid: Sequence[tuple[int, int]],
+    delta: float = 0.0,
+    confidence: float = 0.95,
+) -> OneRunBound:
+    """The best ``one_run_lower_bound`` over a grid of (k_pos, k_neg), accounted.
+
+    Choosing k after seeing the scores is paid for by a union bound: every grid point
+    is evaluated at confidence 1 - (1 - confidence) / len(k_grid), so the largest of
+    the bounds exceeds the true eps with probability at most 1 - confidence. The
+    returned record carries the overall ``confidence`` and ``grid_size``.
+    """
+    grid = [(int(a), int(b)) for a, b in k_grid]
+    if not grid:
+        raise ValueError("k_grid must not be empty")
+    c = _confidence(confidence)
+    each = 1 - (1 - c) / len(grid)
+    best = max(
+        (one_run_lower_bound(scores, included, a, b, delta, each) for a, b in grid),
+        key=lambda res: res.epsilon_lower,
+    )
+    return OneRunBound(
+        epsilon_lower=best.epsilon_lower, guesses=best.guesses, correct=best.correct,
+        m=best.m, k_pos=best.k_pos, k_neg=best.k_neg, delta=best.delta, confidence=c,
+        method=best.method + f", best of {len(grid)} (k_pos, k_neg) by union bound",
+        grid_size=len(grid),
+    )
+
+
+def clopper_pearson_epsilon_lower(correct: int, guesses: int, confidence: float = 0.95) -> float:
+    """eps from the one-sided Clopper-Pearson lower bound on the guess accuracy.
+
+    p_lo = Beta^{-1}(1 - confidence; correct, guesses - correct + 1) (0 when correct
+    = 0), the smallest accuracy p with P[Binomial(guesses, p) >= correct] >= 1 -
+    confidence; eps = log(p_lo / (1 - p_lo)), 0 when p_lo <= 1/2. As a DP lower bound
+    this is valid for delta = 0 (Steinke et al. Theorem 5.1), where it coincides with
+    ``one_run_lower_bound``; it ignores delta.
+    """
+    n = positive_int("guesses", guesses)
+    k = _nonneg_int("correct", correct)
+    if k > n:
+        raise ValueError(f"need correct <= guesses, got {k} > {n}")
+    c = _confidence(confidence)
+    if k == 0:
+        return 0.0
+    p_lo = float(stats.beta.ppf(1 - c, k, n - k + 1))
+    if p_lo <= 0.5:
+        return 0.0
+    return float(math.log(p_lo) - math.log1p(-p_lo))
