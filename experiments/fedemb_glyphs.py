@@ -315,7 +315,7 @@ LOAD_SAMPLES: list[float] = []  # 1-minute load average after each finished run
 
 
 def save_results(work: Path, results: dict[str, Any]) -> None:
-    from dpemb.training.atomic import atomic_write_text
+    from dpemb.atomic import atomic_write_text
 
     atomic_write_text(work / "results.json", json.dumps(results, indent=1, default=str))
 
@@ -547,7 +547,7 @@ def write_report(results: dict[str, Any], regs: dict[str, Any], work: Path, docs
       "N users; the deployed run has k = N'/N times more clients per round and k times more "
       "noise (z x k), so the noise on the averaged update (z x sensitivity / M) and the "
       "sampling rate are unchanged, and delta = 1/N'. Epsilon at the simulated population "
-      "(delta = 1/N) is listed too; it is astronomically large, because the noise that "
+      "(delta = 1/(10 N), the training default) is listed too; it is astronomically large, because the noise that "
       "training survives with a few thousand users buys no privacy at that size.")
     w("- 'noise/avg' is the noise standard deviation per coordinate of the averaged update, "
       "z x sensitivity / M: what training actually feels. Equal epsilon is NOT equal "
@@ -636,7 +636,7 @@ def write_report(results: dict[str, Any], regs: dict[str, Any], work: Path, docs
         w("")
         # details
         w("<details><summary>every run of this regime (noise, epsilons, diagnostics)</summary>\n")
-        w("| run | z (sim) | noise/avg | eps at N (delta 1/N) | eps 1M | eps 10M | init score | final | "
+        w("| run | z (sim) | noise/avg | eps at N (delta 1/(10N)) | eps 1M | eps 10M | init score | final | "
           "pre-clip norm | loss | s |\n|---|---|---|---|---|---|---|---|---|---|---|")
         for k in sorted(fed):
             v = fed[k]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dpemb.training.atomic import atomic_write_text
+from dpemb.atomic import atomic_write_text
 
 HEADER = """# Results
 
