@@ -40,3 +40,17 @@ def make_tiny_dataset(
 @pytest.fixture
 def tiny_dataset() -> UserDataset:
     return make_tiny_dataset()
+
+
+def spy_standard_normal(monkeypatch, module) -> list[bool]:
+    """Record the ``secure`` flag of every ``standard_normal`` draw made through
+    ``module`` (which imported it), still drawing the real noise."""
+    calls: list[bool] = []
+    real = module.standard_normal
+
+    def spy(like, generator, *, secure=False):
+        calls.append(secure)
+        return real(like, generator, secure=secure)
+
+    monkeypatch.setattr(module, "standard_normal", spy)
+    return calls

@@ -9,7 +9,7 @@ import pytest
 
 import dpemb.privacy.noise as noise_mod
 from dpemb.cli.main import main
-from tests.conftest import make_tiny_dataset
+from tests.conftest import make_tiny_dataset, spy_standard_normal
 
 FED = ["--algorithm", "dp-fedemb", "--rounds", "1", "--clients-per-round", "3", "--users-per-client", "2",
        "--embedding-dim", "16", "--local-batch-size", "4", "--eval-every", "1", "--no-progress"]
@@ -121,14 +121,7 @@ def test_small_cohort_advice_is_printed_before_training(data_dir, tmp_path, caps
 
 
 def test_secure_noise_reaches_the_hardened_sampler_in_a_real_run(data_dir, tmp_path, monkeypatch, capsys):
-    calls = []
-    real = noise_mod.standard_normal
-
-    def spy(like, generator, *, secure=False):
-        calls.append(secure)
-        return real(like, generator, secure=secure)
-
-    monkeypatch.setattr(noise_mod, "standard_normal", spy)
+    calls = spy_standard_normal(monkeypatch, noise_mod)
     out = tmp_path / "run"
     assert main(["train", "--data", data_dir, "--out", str(out), *FED, "--noise-multiplier", "1"]) == 0
     assert calls == [True]  # one round, one draw, through the secure path

@@ -8,6 +8,7 @@ import torch
 from dpemb.privacy.clipping import ClippedSum
 from dpemb.privacy.relations import Relation
 from dpemb.privacy.tree import TreeAggregationNoise, node_variances, prefix_noise_variance
+from tests.conftest import spy_standard_normal
 
 from .test_noise import std_matches
 
@@ -103,14 +104,7 @@ def test_secure_tree_draws_with_the_hardened_sampler_at_the_right_scale(monkeypa
     """secure=True: every node's noise comes from noise.standard_normal(secure=True), std as theory."""
     import dpemb.privacy.tree as tree_mod
 
-    calls = []
-    real = tree_mod.standard_normal
-
-    def spy(like, generator, *, secure=False):
-        calls.append(secure)
-        return real(like, generator, secure=secure)
-
-    monkeypatch.setattr(tree_mod, "standard_normal", spy)
+    calls = spy_standard_normal(monkeypatch, tree_mod)
     z, sens = 0.9, 2.0
     tree = TreeAggregationNoise(z, efficient=True, secure=True)
     assert tree.secure and "secure" in tree.describe()

@@ -11,6 +11,7 @@ from dpemb.transfer.budget import PrivacyConfigError
 from dpemb.transfer.config import TransferConfig
 from dpemb.transfer.features import FeatureSet
 from dpemb.transfer.runner import train_transfer
+from tests.conftest import spy_standard_normal
 
 K, D = 3, 8
 
@@ -44,14 +45,7 @@ def test_delta_of_one_over_n_or_more_is_refused_unless_forced():
 
 @pytest.mark.parametrize("method", ["dp-ls", "dp-sgd", "dp-newton", "dp-fc"])
 def test_secure_noise_reaches_the_hardened_sampler(monkeypatch, method):
-    seen = []
-    real = noise_mod.standard_normal
-
-    def spy(like, generator, *, secure=False):
-        seen.append(secure)
-        return real(like, generator, secure=secure)
-
-    monkeypatch.setattr(noise_mod, "standard_normal", spy)
+    seen = spy_standard_normal(monkeypatch, noise_mod)
     extra = {"steps": 2} if method in ("dp-sgd", "dp-fc") else {}
     run = train_transfer(_features(), TransferConfig(method=method, epsilon=1.0, secure_noise=True, **extra))
     assert seen and all(seen) and len(seen) == run.plan.num_releases
