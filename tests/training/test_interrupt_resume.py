@@ -113,3 +113,12 @@ def test_refusal_names_each_changed_flag_and_performance_flags_may_change(tmp_pa
     rep = fed.train_federated(train, ev, MODEL, cfg, spec2, perf, noise_seed=3, resume=True)
     assert rep["rounds"] == 2
     assert json.loads((tmp_path / "run" / "config.json").read_text())["run"]["progress"] is False
+
+
+def test_resuming_a_finished_run_keeps_one_summary_record(tmp_path):
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=2)
+    fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=3)
+    fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=3, resume=True)
+    recs = [json.loads(l) for l in (tmp_path / "run" / "private" / "diagnostics.jsonl").read_text().splitlines()]
+    assert sum(1 for r in recs if r.get("summary")) == 1
+    assert [r["round"] for r in recs if not r.get("summary")] == [1, 2]

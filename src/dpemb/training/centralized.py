@@ -20,8 +20,8 @@ from dpemb.data.dataset import UserDataset
 from dpemb.data.tensors import numpy_to_tensor, resolve_device
 from dpemb.progress import progress
 from dpemb.training.checkpoint import load_checkpoint, save_checkpoint
-from dpemb.training.interrupt import CheckpointClock, GracefulStop, TrainingInterrupted
-from dpemb.training.resume import check_same_config, interrupted_message, resume_from_checkpoint
+from dpemb.training.interrupt import CheckpointSchedule, GracefulStop
+from dpemb.training.resume import check_same_config, resume_from_checkpoint
 from dpemb.training.config import ModelConfig, OptimConfig, RunConfig, config_json, to_dict
 from dpemb.training.evaluate import evaluate_backbone
 from dpemb.training.modelinit import build_model
@@ -160,8 +160,8 @@ def train_centralized(
     model.train()
     t0, seen = time.perf_counter(), 0
     bar = progress(total=total, initial=step, desc="centralized", enabled=run_cfg.progress, unit="step")
-    clock = CheckpointClock(run_cfg.checkpoint_interval_s)
     with GracefulStop() as stop:  # SIGTERM/SIGINT: finish the step, checkpoint, stop
+        schedule = CheckpointSchedule(run_cfg.checkpoint_every, run_cfg.checkpoint_interval_s, stop)
         while step < total:
             idx = torch.from_numpy(order.next(optim_cfg.batch_size))
             x = images[idx].to(device, non_blocking=True).float().div_(255.0)
@@ -175,19 +175,17 @@ def train_centralized(
             seen += len(idx)
             loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
             bar.set_postfix(loss=f"{loss_ema:.3f}", refresh=False)  # drawn with the next update
-            if step % run_cfg.eval_every == 0 or step == total:
+            is_eval = step % run_cfg.eval_every == 0 or step == total
+            if is_eval:
                 last_eval = evaluate(step, loss_ema)
                 bar.set_postfix(loss=f"{loss_ema:.3f}", r1e3=f"{last_eval['recall_at_far_0.001']:.3f}",
                                 refresh=False)
-            if step % run_cfg.eval_every == 0 or step == total or stop.requested or clock.due() or (
-                run_cfg.checkpoint_every and step % run_cfg.checkpoint_every == 0
-            ):
+            if schedule.due(step, at_eval=is_eval):
                 checkpoint(step, loss_ema)
-                clock.reset()
             bar.update(1)
             if stop.requested:
                 bar.close()
-                raise TrainingInterrupted(interrupted_message(stop, "step", step, run), stop.signum)
+            schedule.raise_if_stopped("step", step, run.checkpoint)
     bar.close()
     elapsed = time.perf_counter() - t0
 

@@ -48,8 +48,8 @@ from dpemb.training.checkpoint import CheckpointError, load_checkpoint, save_che
 from dpemb.training.config import ModelConfig, RunConfig, config_json, describe_differences, to_dict
 from dpemb.progress import progress
 from dpemb.training.errors import TrainingDiverged
-from dpemb.training.interrupt import CheckpointClock, GracefulStop, TrainingInterrupted
-from dpemb.training.resume import check_same_config, interrupted_message, resume_from_checkpoint
+from dpemb.training.interrupt import CheckpointSchedule, GracefulStop
+from dpemb.training.resume import check_same_config, resume_from_checkpoint
 from dpemb.training.evaluate import evaluate_backbone
 from dpemb.training.modelinit import build_model
 from dpemb.training.artifact import Release
@@ -249,8 +249,8 @@ def train_federated(
     stopped_by_budget = False
     t0, seen, start_round, warned_zero_delta = time.perf_counter(), 0, rnd, False
     bar = progress(total=spec.rounds, initial=rnd, desc=fed_cfg.algorithm, unit="round", enabled=run_cfg.progress)
-    clock = CheckpointClock(run_cfg.checkpoint_interval_s)
     with GracefulStop() as stop:  # SIGTERM/SIGINT: finish the round, checkpoint, stop
+        schedule = CheckpointSchedule(run_cfg.checkpoint_every, run_cfg.checkpoint_interval_s, stop)
         while rnd < spec.rounds:
             if epsilon_budget is not None and not spec.nonprivate and \
                     ledger.epsilon_after(ledger.rounds + 1, "rdp") > epsilon_budget:
@@ -291,15 +291,12 @@ def train_federated(
                 rec.update(metrics)
                 bar.set_postfix(r1e3=f"{metrics['recall_at_far_0.001']:.3f}")
             run.append_metrics(rec)
-            if is_eval or stop.requested or clock.due() or (
-                run_cfg.checkpoint_every and rnd % run_cfg.checkpoint_every == 0
-            ):
+            if schedule.due(rnd, at_eval=is_eval):
                 checkpoint()
-                clock.reset()
             bar.update(1)
             if stop.requested:
                 bar.close()
-                raise TrainingInterrupted(interrupted_message(stop, "round", rnd, run), stop.signum)
+            schedule.raise_if_stopped("round", rnd, run.checkpoint)
     bar.close()
     elapsed = time.perf_counter() - t0
     if stopped_by_budget or last_ver is None or run.read_metrics()[-1].get("recall_at_far_0.001") is None:

@@ -3,8 +3,8 @@
 ``GracefulStop`` turns the first SIGTERM or SIGINT into a request that the loop sees
 at the end of the current round or step: it writes a checkpoint and raises
 ``TrainingInterrupted`` (the CLI exits 143 or 130 and says how to resume). A second
-signal stops at once, as usual. ``CheckpointClock`` says when the time interval since
-the last checkpoint has passed.
+signal stops at once, as usual. ``CheckpointSchedule`` says when a loop checkpoints:
+at evaluations, every N steps, on a time interval and on a requested stop.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from pathlib import Path
 from types import FrameType
 
 
@@ -62,16 +63,31 @@ class GracefulStop:
         self._restore()
 
 
-class CheckpointClock:
-    """``due()`` once ``interval_s`` seconds have passed since the last ``reset()``
-    (never when ``interval_s`` is 0)."""
+class CheckpointSchedule:
+    """When a training loop checkpoints: at evaluations, every ``every`` steps or rounds
+    (0: never), once ``interval_s`` seconds have passed since the last checkpoint (0:
+    never), and when a stop was requested. Call ``due`` once per step or round."""
 
-    def __init__(self, interval_s: float) -> None:
+    def __init__(self, every: int, interval_s: float, stop: GracefulStop) -> None:
+        self.every = int(every)
         self.interval_s = float(interval_s)
+        self.stop = stop
         self._last = time.monotonic()
 
-    def due(self) -> bool:
-        return self.interval_s > 0 and time.monotonic() - self._last >= self.interval_s
+    def due(self, n: int, *, at_eval: bool) -> bool:
+        """Whether to checkpoint after step/round ``n``; True restarts the interval."""
+        due = (at_eval or self.stop.requested or (self.every and n % self.every == 0)
+               or (self.interval_s > 0 and time.monotonic() - self._last >= self.interval_s))
+        if due:
+            self._last = time.monotonic()
+        return bool(due)
 
-    def reset(self) -> None:
-        self._last = time.monotonic()
+    def raise_if_stopped(self, unit: str, n: int, checkpoint: Path) -> None:
+        """After the checkpoint of a requested stop: ``TrainingInterrupted`` saying how
+        to resume."""
+        if self.stop.requested:
+            raise TrainingInterrupted(
+                f"stopped by {self.stop.name} after {unit} {n}; a checkpoint was written to {checkpoint}. "
+                "Continue with the same command and --resume.",
+                self.stop.signum,
+            )

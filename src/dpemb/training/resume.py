@@ -8,7 +8,6 @@ from dpemb.training.checkpoint import CheckpointError
 from dpemb.training.config import PERFORMANCE_ONLY, describe_differences
 
 if TYPE_CHECKING:
-    from dpemb.training.interrupt import GracefulStop
     from dpemb.training.rundir import RunDir
 
 #: ``resume`` values: False (start fresh), True (a checkpoint must exist), "auto"
@@ -46,10 +45,3 @@ def check_same_config(run: "RunDir", saved: str | None, current: str) -> None:
             f"{run.checkpoint} was written with other settings: {diff}. Resume with the original flags "
             f"(only {', '.join(PERFORMANCE_ONLY)} may change on resume)."
         )
-
-
-def interrupted_message(stop: "GracefulStop", unit: str, at: int, run: "RunDir") -> str:
-    return (
-        f"stopped by {stop.name} after {unit} {at}; a checkpoint was written to {run.checkpoint}. "
-        "Continue with the same command and --resume."
-    )

@@ -114,36 +114,36 @@ class RunDir:
     def truncate_metrics_after(self, step_key: str, step: int) -> None:
         """On resume: drop records written after the checkpoint's step (they will be
         produced again), so metrics.jsonl stays the same as an uninterrupted run's.
-        The private diagnostics are truncated the same way."""
+        The private diagnostics are truncated the same way, and lose their end-of-run
+        ``summary`` record, which the resumed run writes again."""
         for path, private in ((self.metrics, False), (self.diagnostics, True)):
-            if not path.exists():
-                continue
-            keep = []
-            for line in path.read_text().splitlines():
-                if not line.strip():
-                    continue
-                rec = json.loads(line)
-                if rec.get(step_key, 0) <= step:
-                    keep.append(line)
-            atomic_write_text(path, "".join(l + "\n" for l in keep), private=private)
+            if path.exists():
+                keep = [r for r in _read_jsonl(path) if r.get(step_key, 0) <= step and not r.get("summary")]
+                atomic_write_text(path, "".join(_jsonl_line(r) for r in keep), private=private)
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        if not self.metrics.exists():
-            return []
-        return [json.loads(l) for l in self.metrics.read_text().splitlines() if l.strip()]
+        return _read_jsonl(self.metrics)
 
     def read_diagnostics(self) -> list[dict[str, Any]]:
         """The PRIVATE per-round diagnostics (and the final ``summary`` record)."""
-        if not self.diagnostics.exists():
-            return []
-        return [json.loads(l) for l in self.diagnostics.read_text().splitlines() if l.strip()]
+        return _read_jsonl(self.diagnostics)
 
     def write_report(self, report: dict[str, Any]) -> None:
         atomic_write_json(self.report, report)
 
 
+def _jsonl_line(record: dict[str, Any]) -> str:
+    return json.dumps(record, sort_keys=True, default=_default) + "\n"
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
+
+
 def _append_jsonl(path: Path, record: dict[str, Any], *, mode: int | None = None) -> None:
-    line = json.dumps(record, sort_keys=True, default=_default) + "\n"
+    line = _jsonl_line(record)
     if mode is None:
         f = open(path, "a")  # created 0o666 & ~umask
     else:
