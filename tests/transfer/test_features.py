@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from dpemb.data.dataset import DataError, UserDataset
+from dpemb.data.tensors import resize_square
 from dpemb.transfer.features import (
     FeatureSet,
     extract_features,
     load_backbone,
     load_features,
     load_image_dataset,
-    resize_batch,
     save_features,
 )
 
@@ -88,9 +88,9 @@ def test_extract_features_refuses_a_channel_mismatch():
 
 def test_resize_batch_shapes():
     x = torch.rand(2, 1, 28, 28)
-    assert resize_batch(x, 64).shape == (2, 1, 64, 64)
-    assert resize_batch(x, 14).shape == (2, 1, 14, 14)
-    assert resize_batch(x, 28) is x
+    assert resize_square(x, 64).shape == (2, 1, 64, 64)
+    assert resize_square(x, 14).shape == (2, 1, 14, 14)
+    assert resize_square(x, 28) is x
 
 
 def test_backbone_from_a_release_artifact(tmp_path):

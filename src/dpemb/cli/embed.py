@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     from dpemb.data.tensors import to_float_tensor
     from dpemb.models import embed
     from dpemb.training.artifact import load_artifact
-    from dpemb.cli.model_input import check_input, embed_dataset, resize_note
+    from dpemb.cli.model_input import check_input, resize_note
+    from dpemb.training.evaluate import compute_embeddings
     from dpemb.atomic import atomic_write, atomic_write_text
 
     device = device_from(args)
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         size = check_input(model, card, ds, args.inputs[0], resize=args.resize)
         if size is not None:
             print(resize_note(model, card, ds, args.inputs[0]))
-        emb = embed_dataset(model, ds, batch_size=args.batch_size, device=device, resize_to=size).numpy()
+        emb = compute_embeddings(model, ds, batch_size=args.batch_size, device=device, resize_to=size).numpy()
         names = [f"{ds.user_names[u]}\t{ds.label_names[l]}" for u, l in zip(ds.user_of_example(), ds.labels)]
     else:
         files = _collect(args.inputs)

@@ -102,7 +102,8 @@ def _flat(table: Any, other: dict[str, float]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dpemb.cli.model_input import check_input, embed_dataset, resize_note
+    from dpemb.cli.model_input import check_input, resize_note
+    from dpemb.training.evaluate import compute_embeddings
     from dpemb.metrics import plot_roc
     from dpemb.metrics.far_table import far_table, format_far_tables
     from dpemb.training.artifact import load_artifact
@@ -131,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         if size is not None:
             print(resize_note(model, card, part, args.data) + (f" for {name}" if len(paths) > 1 else ""),
                   file=notes)
-        emb = embed_dataset(model, part, batch_size=args.batch_size, device=device, resize_to=size)
+        emb = compute_embeddings(model, part, batch_size=args.batch_size, device=device, resize_to=size)
         table = far_table(emb, part.labels, bootstrap=args.bootstrap, seed=args.bootstrap_seed,
                           max_pairs=args.max_pairs, device=device)
         tables[name] = table

@@ -1,16 +1,15 @@
 """The model's input geometry against a dataset's images, in one place for `dpemb eval`
 and `dpemb embed`: a mismatch is one line naming both sizes and the fix, or (with
-``--resize``) a bilinear, antialiased resize on the fly that the command announces."""
+``--resize``) a bilinear, antialiased resize on the fly that the command announces
+(``training.evaluate.compute_embeddings(resize_to=...)`` does it)."""
 
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dpemb.data.dataset import DataError, UserDataset
 
-if TYPE_CHECKING:  # torch is imported where it is used: `dpemb --help` stays fast
-    import torch
 
 RESIZE_HELP = ("resize the dataset's images to the model's input size on the fly (bilinear, "
                "antialiased) when they differ; without it a size mismatch is an error")
@@ -57,38 +56,3 @@ def resize_note(model: Any, card: dict[str, Any] | None, ds: UserDataset, data_n
     h, w, c = ds.image_shape
     return (f"note: resizing {data_name}'s {h}x{w}x{c} images to the model's {size}x{size}x{channels} "
             "(bilinear, antialiased)")
-
-
-def resize_images(x: torch.Tensor, size: int) -> torch.Tensor:
-    """Bilinear, antialiased resize of float ``(N, C, H, W)`` to ``(N, C, size, size)``."""
-    import torch
-
-    if tuple(x.shape[-2:]) == (size, size):
-        return x
-    return torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", align_corners=False,
-                                           antialias=True)
-
-
-def embed_dataset(
-    model: Any,
-    ds: UserDataset,
-    *,
-    batch_size: int = 512,
-    device: torch.device | str = "cpu",
-    resize_to: int | None = None,
-) -> torch.Tensor:
-    """L2-normalised embeddings (CPU, dataset order) of every example of ``ds``, its
-    images resized to ``resize_to`` first when given."""
-    import torch
-
-    from dpemb.data.tensors import to_float_tensor
-    from dpemb.models import embed
-
-    out = []
-    with torch.no_grad():
-        for start in range(0, ds.num_examples, batch_size):
-            x = to_float_tensor(ds.images[start : start + batch_size], device=device)
-            if resize_to is not None:
-                x = resize_images(x, resize_to)
-            out.append(embed(model, x, batch_size=batch_size).cpu())
-    return torch.cat(out) if out else torch.zeros(0, model.embedding_dim)

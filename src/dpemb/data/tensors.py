@@ -21,6 +21,16 @@ def to_float_tensor(images: np.ndarray, device: torch.device | str | None = None
     return t.permute(0, 3, 1, 2).float().div_(255.0).contiguous()
 
 
+def resize_square(x: torch.Tensor, size: int) -> torch.Tensor:
+    """Bilinear resize of float ``(N, C, H, W)`` to ``(N, C, size, size)``, antialiased
+    when shrinking; ``x`` itself when it already has that size."""
+    if tuple(x.shape[-2:]) == (size, size):
+        return x
+    shrink = size < max(x.shape[-2:])
+    return torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", align_corners=False,
+                                           antialias=shrink)
+
+
 def numpy_to_tensor(arr: np.ndarray) -> torch.Tensor:
     """``torch.from_numpy`` for any array: a read-only one (a memory-mapped dataset) is
     copied first, since torch cannot share read-only memory and warns about it."""

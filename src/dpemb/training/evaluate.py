@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from dpemb.data.dataset import UserDataset
-from dpemb.data.tensors import to_float_tensor
+from dpemb.data.tensors import resize_square, to_float_tensor
 from dpemb.metrics import (
     VerificationResult,
     in_batch_recall_at_far,
@@ -28,12 +28,16 @@ FARS = (1e-3, 1e-4, 1e-2)
 
 @torch.no_grad()
 def compute_embeddings(
-    model: Backbone, ds: UserDataset, *, batch_size: int = 512, device: torch.device | str = "cpu"
+    model: Backbone, ds: UserDataset, *, batch_size: int = 512, device: torch.device | str = "cpu",
+    resize_to: int | None = None,
 ) -> torch.Tensor:
-    """L2-normalised embeddings of every example of ``ds``, in dataset order (CPU)."""
+    """L2-normalised embeddings of every example of ``ds``, in dataset order (CPU); the
+    images are resized to ``resize_to`` first when given."""
     out = []
     for start in range(0, ds.num_examples, batch_size):
         x = to_float_tensor(ds.images[start : start + batch_size], device=device)
+        if resize_to is not None:
+            x = resize_square(x, resize_to)
         out.append(embed(model, x, batch_size=batch_size).cpu())
     return torch.cat(out) if out else torch.zeros(0, model.embedding_dim)
 

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from dpemb.data.dataset import DataError, UserDataset
-from dpemb.data.tensors import default_device, to_float_tensor
+from dpemb.data.tensors import default_device, resize_square, to_float_tensor
 from dpemb.atomic import atomic_write
 
 #: backbone names ``load_backbone`` accepts (besides a trained model's release artifact)
@@ -238,14 +238,6 @@ def load_backbone(
     return model, desc
 
 
-def resize_batch(x: torch.Tensor, size: int) -> torch.Tensor:
-    """Bilinear resize of ``(N, C, H, W)`` to ``(N, C, size, size)`` (antialiased when shrinking)."""
-    if x.shape[-2:] == (size, size):
-        return x
-    shrink = size < max(x.shape[-2:])
-    return F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=shrink)
-
-
 @torch.inference_mode()
 def extract_features(
     dataset: UserDataset,
@@ -279,7 +271,7 @@ def extract_features(
     bar = tqdm(total=n, desc="features", unit="img", disable=not progress)
     for start in range(0, n, batch_size):
         stop = min(n, start + batch_size)
-        x = resize_batch(to_float_tensor(dataset.images[start:stop], device=device), size)
+        x = resize_square(to_float_tensor(dataset.images[start:stop], device=device), size)
         f = backbone.forward_features(x).float().cpu().numpy()
         if out is None:
             out = np.empty((n, f.shape[1]), dtype=np.float32)
