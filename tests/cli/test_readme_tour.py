@@ -39,7 +39,8 @@ def scores(run: Path) -> tuple[float, float]:
 def test_readme_shows_the_commands_this_test_runs():
     cmds = readme_commands()
     for needed in ("dpemb data make glyphs --out data/glyphs", "dpemb train --data data/glyphs --out runs/central",
-                   "dpemb train --data data/glyphs --out runs/fedemb", "dpemb eval runs/fedemb",
+                   "dpemb train --data data/glyphs --out runs/pre", "dpemb train --data data/glyphs --out runs/fedemb",
+                   "dpemb eval runs/fedemb",
                    "dpemb embed runs/fedemb", "dpemb export", "dpemb account --population 3000"):
         assert any(c.startswith(needed) for c in cmds), needed
 
@@ -57,8 +58,11 @@ def test_readme_tour_at_toy_size(tmp_path, monkeypatch, capsys):
     init, final = scores(Path("runs/central"))
     assert final > init, (init, final)
 
+    pre = args_of(get("dpemb train --data data/glyphs --out runs/pre"), steps="60", eval_every="60")
+    assert dpemb(pre + ["--no-progress"]) == 0
+    # toy size: 60 users leave too few for the default 8 clients of 16 users per round
     dp = args_of(get("dpemb train --data data/glyphs --out runs/fedemb"), rounds="20", eval_every="20",
-                 noise_seed="1") + ["--no-progress"]
+                 noise_seed="1", clients_per_round="4", users_per_client="4") + ["--no-progress"]
     assert dpemb(dp) == 0
     init, final = scores(Path("runs/fedemb"))
     assert final > init, (init, final)

@@ -57,6 +57,7 @@ def exit_code(argv) -> int:
     ["--noise-multiplier", "1"], ["--target-epsilon", "8"], ["--clip-norm", "0.3"], ["--delta", "1e-5"],
     ["--epsilon-budget", "4"], ["--noise-seed", "1"], ["--sampling", "poisson"], ["--secure-noise"],
     ["--no-secure-noise"], ["--non-private"], ["--allow-large-delta"], ["--tree-restarts"],
+    ["--adaptive-clip-quantile", "0.5"], ["--clip-lr", "0.1"], ["--clip-count-stddev", "1"],
 ])
 def test_privacy_flags_with_centralized_are_an_error(data_dir, tmp_path, capsys, flags):
     argv = ["train", "--data", data_dir, "--out", str(tmp_path / "c"), "--algorithm", "centralized", *flags]
@@ -138,3 +139,39 @@ def test_zero_noise_error_names_the_cli_flag_that_works(data_dir, tmp_path, caps
     with pytest.raises(Stop):  # following the hint reaches training
         main(base + ["--non-private"])
     assert captured["spec"].nonprivate
+
+
+def test_adaptive_clipping_flags_build_the_spec_and_refuse_what_cannot_be_private(data_dir, tmp_path, capsys, captured):
+    base = ["train", "--data", data_dir, "--out", str(tmp_path / "a"), *FED]
+    seen = run_stubbed([*base, "--noise-multiplier", "1", "--adaptive-clip-quantile", "0.7",
+                        "--clip-count-stddev", "5"], captured)
+    a = seen["spec"].adaptive_clipping
+    assert (a.target_quantile, a.learning_rate, a.count_stddev) == (0.7, 0.2, 5.0)
+    assert seen["spec"].noise_multiplier == 1.0 and seen["spec"].value_noise_multiplier > 1.0
+    assert "adaptive clipping (target quantile 0.7" in capsys.readouterr().out
+    # --target-epsilon: calibrated on the total z, then split
+    seen = run_stubbed([*base, "--target-epsilon", "8", "--adaptive-clip-quantile", "0.5", "--clip-lr", "0.1",
+                        "--clip-count-stddev", "50"], captured)
+    assert seen["spec"].adaptive_clipping.learning_rate == 0.1
+    capsys.readouterr()
+    # the default count noise (expected clients / 20) is far too small for z = 1 with M = 3
+    assert exit_code([*base, "--noise-multiplier", "1", "--adaptive-clip-quantile", "0.5"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "not below sigma_b / Delta_b" in err and "--clip-count-stddev" in err
+    assert exit_code([*base, "--noise-multiplier", "1", "--clip-lr", "0.1"]) == 2
+    assert "--adaptive-clip-quantile" in capsys.readouterr().err
+    ftrl = ["train", "--data", data_dir, "--out", str(tmp_path / "t"), *FED, "--algorithm", "dp-ftrl-fedemb",
+            "--noise-multiplier", "1", "--adaptive-clip-quantile", "0.5", "--clip-count-stddev", "5"]
+    assert exit_code(ftrl) == 2
+    assert "tree aggregation" in capsys.readouterr().err
+    assert exit_code([*base, "--noise-multiplier", "1", "--adaptive-clip-quantile", "1.5"]) == 2
+
+
+def test_adaptive_clipping_run_reports_the_clip_path(data_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--data", data_dir, "--out", str(out), *FED, "--noise-multiplier", "0.5",
+                 "--adaptive-clip-quantile", "0.5", "--clip-count-stddev", "2", "--noise-seed", "1"]) == 0
+    report = json.loads((out / "report.json").read_text())["privacy"]["adaptive_clipping"]
+    printed = capsys.readouterr().out
+    assert f"adaptive clipping: target quantile 0.5, clip norm 0.3 -> {report['final_clip_norm']:.4f}" in printed
+    assert report["noise_multiplier_total"] == 0.5 and report["count_stddev"] == 2.0

@@ -80,11 +80,12 @@ def test_artifact_holds_no_private_state(tmp_path, algorithm):
     assert not any(k.split(".")[0] in PRIVATE_KEYS for k in keys)
     assert str(NOISE_SEED) not in json.dumps(meta)
     card = json.loads((d / "model_card.json").read_text())
-    assert set(card) == CARD_KEYS | {"rounds"}
+    assert set(card) == CARD_KEYS | {"rounds", "loss"}
     found = set(walk_keys(card)) & PRIVATE_KEYS
     assert not found, found
     text = (d / "model_card.json").read_text()
     assert str(NOISE_SEED) not in text and "generator" not in text
+    assert card["loss"] == {"kind": "softmax", "scale": None, "margin": None}  # what the heads were trained with
     # what the card must say
     assert card["backbone"] == {"name": "lenet", "kwargs": state["backbone_kwargs"]}
     assert card["embedding_dim"] == 16 and card["rounds"] == 2 and card["algorithm"] == algorithm

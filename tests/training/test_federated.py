@@ -10,6 +10,7 @@ import torch
 
 import dpemb.training.federated as fed
 from dpemb.algorithms.config import FederatedConfig
+from dpemb.algorithms.server import server_lr_at
 from dpemb.privacy.accounting import PrivacyLedger, PrivacySpec
 from dpemb.training.checkpoint import CheckpointError, load_checkpoint
 from dpemb.training.config import ModelConfig, RunConfig
@@ -19,7 +20,8 @@ MODEL = ModelConfig(backbone="lenet", embedding_dim=16)
 
 
 PRIVATE_STATS = {"train_loss", "clients", "users", "examples", "preclip_norm_mean", "fraction_clipped",
-                 "nonfinite_deltas", "train_examples", "train_identities", "images_per_second", "rounds_per_second"}
+                 "nonfinite_deltas", "train_examples", "train_identities", "images_per_second", "rounds_per_second",
+                 "unclipped_clients"}
 
 
 def diagnostics(run_dir):
@@ -28,12 +30,14 @@ def diagnostics(run_dir):
     return [r for r in map(json.loads, path.read_text().splitlines()) if not r.get("summary")]
 
 
-def setup(tmp_path, name="run", rounds=4, clip=0.5, z=0.5, algorithm="dp-fedemb", **fed_kw):
+def setup(tmp_path, name="run", rounds=4, clip=0.5, z=0.5, algorithm="dp-fedemb", adaptive=None, secure=False,
+          **fed_kw):
     splits = make_tiny_dataset(num_users=30).split()
     train, ev = splits.train, splits.eval
     spec = PrivacySpec(population=train.num_users, clients_per_round=3, users_per_client=2,
                        noise_multiplier=z, clip_norm=clip, rounds=rounds,
-                       mechanism="tree" if algorithm == "dp-ftrl-fedemb" else "gaussian")
+                       mechanism="tree" if algorithm == "dp-ftrl-fedemb" else "gaussian",
+                       adaptive_clipping=adaptive, secure_noise=secure)
     cfg = FederatedConfig(algorithm=algorithm, local_batch_size=4, **fed_kw)  # >= 2 local steps
     run = RunConfig(out=str(tmp_path / name), eval_every=2, progress=False)
     return train, ev, spec, cfg, run
@@ -184,3 +188,160 @@ def test_nonfinite_model_stops_with_round_cause_and_remedy(tmp_path, monkeypatch
     state = load_checkpoint(tmp_path / "run")  # the round-2 checkpoint is intact and finite
     assert state["round"] == 2
     assert all(torch.isfinite(v).all() for v in state["backbone"].values() if v.is_floating_point())
+
+
+# ---------------------------------------------------------------- adaptive clipping
+def adaptive_cfg(gamma=0.5):
+    from dpemb.privacy.adaptive_clipping import AdaptiveClipping
+
+    return AdaptiveClipping(gamma, learning_rate=0.2, count_stddev=2.0)  # z = 0.5 < sigma_b / Delta_b = 2
+
+
+def test_resume_with_adaptive_clipping_equals_uninterrupted(tmp_path, monkeypatch):
+    import dp_accounting as dpa
+    from dp_accounting.rdp import RdpAccountant
+
+    train, ev, spec, cfg, run_a = setup(tmp_path, "a", adaptive=adaptive_cfg())
+    rep_a = fed.train_federated(train, ev, MODEL, cfg, spec, run_a, noise_seed=7)
+    _, _, _, _, run_b = setup(tmp_path, "b", adaptive=adaptive_cfg())
+    real_step, calls = fed.server_step, {"n": 0}
+
+    def crashing_step(*a, **k):
+        if calls["n"] == 3:  # die in round 3, after the round-2 checkpoint
+            raise RuntimeError("simulated crash")
+        calls["n"] += 1
+        return real_step(*a, **k)
+
+    monkeypatch.setattr(fed, "server_step", crashing_step)
+    with pytest.raises(RuntimeError):
+        fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=7)
+    mid = load_checkpoint(tmp_path / "b")
+    assert mid["round"] == 2 and mid["adaptive_clip"]["round"] == 2
+    monkeypatch.setattr(fed, "server_step", real_step)
+    rep_b = fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=7, resume=True)
+
+    a, b = load_checkpoint(tmp_path / "a"), load_checkpoint(tmp_path / "b")
+    for k in a["backbone"]:
+        assert torch.equal(a["backbone"][k], b["backbone"][k]), k
+    assert a["adaptive_clip"] == b["adaptive_clip"] and a["adaptive_clip"]["round"] == 4
+    recs_a = [json.loads(l) for l in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    recs_b = [json.loads(l) for l in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert recs_a == recs_b
+    clips = [r["clip_norm"] for r in recs_a[1:]]
+    assert clips[0] == 0.5 and len(set(clips)) == 4  # C0 first, then it moves every round
+    ac = rep_a["privacy"]["adaptive_clipping"]
+    assert ac == rep_b["privacy"]["adaptive_clipping"] and ac["final_clip_norm"] == a["adaptive_clip"]["clip_norm"]
+    assert "adaptive clipping: target quantile 0.5, clip norm 0.5 -> " in ac["statement"]
+    card = json.loads((tmp_path / "a" / "model_card.json").read_text())
+    assert card["privacy"]["adaptive_clipping"]["final_clip_norm"] == ac["final_clip_norm"]
+    assert rep_a["privacy"]["spec"]["adaptive_clipping"]["target_quantile"] == 0.5
+    # epsilon: both releases as one Poisson-sampled Gaussian, from what the run used (dp_accounting directly)
+    z_value = a["noise"]["noise_multiplier"]
+    combined = (z_value**-2 + (1.0 / 2.0) ** 2) ** -0.5  # Delta_b = 1 (K = 2), sigma_b = 2
+    acc = RdpAccountant()
+    acc.compose(dpa.PoissonSampledDpEvent(3 * 2 / train.num_users, dpa.GaussianDpEvent(combined)), 4)
+    assert rep_a["privacy"]["epsilon_rdp"] == rep_b["privacy"]["epsilon_rdp"]
+    assert rep_a["privacy"]["epsilon_rdp"] == pytest.approx(acc.get_epsilon(spec.resolved_delta), rel=1e-9)
+    assert combined == pytest.approx(0.5)
+
+
+def test_adaptive_clipping_releases_one_noised_count_per_round(tmp_path, monkeypatch):
+    """dp-fedavg, secure sampler: one count draw per round with std sigma_b on the CENTRED
+    un-noised count; the clips follow the rule from the noised counts; nothing un-noised released."""
+    import math
+
+    import dpemb.privacy.noise as noise_mod
+    from tests.conftest import spy_standard_normal
+
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=3, algorithm="dp-fedavg", adaptive=adaptive_cfg(0.9),
+                                      secure=True)
+    draws = spy_standard_normal(monkeypatch, noise_mod)
+    counts, real = [], noise_mod.GaussianNoise.add_to_count
+
+    def spy(self, count, std):
+        out = real(self, count, std)
+        counts.append((count, std, out))
+        return out
+
+    monkeypatch.setattr(noise_mod.GaussianNoise, "add_to_count", spy)
+    rep = fed.train_federated(train, ev, MODEL, cfg, spec, run)
+    assert draws == [True] * 6  # update noise + count noise, every round, through the secure sampler
+    diag = diagnostics(tmp_path / "run")
+    assert [c[0] for c in counts] == [d["unclipped_clients"] - d["clients"] / 2 for d in diag]
+    assert all(c[1] == 2.0 for c in counts)
+    recs = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    clip = 0.5
+    for rec, (_, _, noised) in zip(recs[1:], counts):
+        assert rec["clip_norm"] == pytest.approx(clip)
+        clip *= math.exp(-0.2 * (noised / spec.expected_reporting_clients + 0.5 - 0.9))
+    assert rep["privacy"]["adaptive_clipping"]["final_clip_norm"] == pytest.approx(clip)
+    released = (tmp_path / "run" / "metrics.jsonl").read_text() + (tmp_path / "run" / "report.json").read_text() \
+        + (tmp_path / "run" / "model_card.json").read_text()
+    assert "unclipped" not in released and "fraction_clipped" not in released
+
+
+def test_non_private_run_adapts_the_clip_without_count_noise(tmp_path):
+    from dataclasses import replace
+
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=2, adaptive=adaptive_cfg())
+    spec = replace(spec, noise_multiplier=0.0, nonprivate=True)
+    rep = fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=1)
+    ac = rep["privacy"]["adaptive_clipping"]
+    assert ac["count_noised"] is False and ac["final_clip_norm"] != 0.5
+    assert "UN-noised" in ac["statement"]
+
+
+@pytest.mark.parametrize("algorithm,server", [
+    ("dp-fedemb", dict(server_optimizer="adam", server_lr=0.05, server_lr_schedule="cosine", server_lr_warmup=1)),
+    ("dp-ftrl-fedemb", dict(server_lr_schedule="cosine", server_lr_warmup=1)),
+])
+def test_resume_with_server_adam_and_cosine_equals_uninterrupted(tmp_path, monkeypatch, algorithm, server):
+    """FedAdam's moments and step count are in the checkpoint, and the schedule is a
+    function of the round: a crash and resume reproduce the uninterrupted run exactly."""
+    train, ev, spec, cfg, run_a = setup(tmp_path, "a", algorithm=algorithm, **server)
+    lrs = []
+    real_step = fed.server_step
+
+    def recording_step(*a, **k):
+        lrs.append(a[1].param_groups[0]["lr"])  # the round's lr, set before the step
+        return real_step(*a, **k)
+
+    monkeypatch.setattr(fed, "server_step", recording_step)
+    rep_a = fed.train_federated(train, ev, MODEL, cfg, spec, run_a, noise_seed=7)
+    assert lrs == [server_lr_at(cfg, r, 4) for r in range(4)]
+    assert lrs[0] == cfg.server_lr / 2 and lrs[1] == cfg.server_lr > lrs[2] > lrs[3] > 0  # warmup, cosine
+    _, _, _, _, run_b = setup(tmp_path, "b", algorithm=algorithm, **server)
+    calls = {"n": 0}
+
+    def crashing_step(*a, **k):
+        if calls["n"] == 3:  # die in round 3, after the round-2 checkpoint
+            raise RuntimeError("simulated crash")
+        calls["n"] += 1
+        return real_step(*a, **k)
+
+    monkeypatch.setattr(fed, "server_step", crashing_step)
+    with pytest.raises(RuntimeError):
+        fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=7)
+    mid = load_checkpoint(tmp_path / "b")
+    assert mid["round"] == 2
+    if cfg.server_optimizer == "adam":
+        assert all(int(s["step"]) == 2 for s in mid["server_optimizer"]["state"].values())
+    monkeypatch.setattr(fed, "server_step", recording_step)
+    lrs.clear()
+    rep_b = fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=7, resume=True)
+    assert lrs == [server_lr_at(cfg, r, 4) for r in (2, 3)]  # the schedule continues where it stopped
+
+    a, b = load_checkpoint(tmp_path / "a"), load_checkpoint(tmp_path / "b")
+    for k in a["backbone"]:
+        assert torch.equal(a["backbone"][k], b["backbone"][k]), k
+    sa, sb = a["server_optimizer"], b["server_optimizer"]
+    assert sa["param_groups"] == sb["param_groups"]
+    for i in sa["state"]:
+        for k in sa["state"][i]:
+            assert torch.equal(torch.as_tensor(sa["state"][i][k]), torch.as_tensor(sb["state"][i][k])), (i, k)
+    assert rep_a["final"] == rep_b["final"]
+    recs_a = [json.loads(l) for l in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    recs_b = [json.loads(l) for l in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert recs_a == recs_b
+    saved = json.loads((tmp_path / "a" / "config.json").read_text())["federated"]
+    assert {k: saved[k] for k in server} == server

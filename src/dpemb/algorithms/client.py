@@ -11,6 +11,12 @@ BACKBONE delta only. The head is discarded.
 DP-FedAvg: the model is backbone + global head; both are trained with the client lr
 and the delta covers both.
 
+The loss on the head is ``cfg.loss`` (``dpemb.models.margin``): softmax cross-entropy
+(the default), CosFace or ArcFace. A cosine head has no direction when zero, so with a
+margin loss ``head_init="zeros"`` means an imprinted fresh head: each row starts at
+the normalised mean embedding of its class in the client's training examples (one
+extra forward pass, no gradient); rows of absent classes stay zero and inert.
+
 Nothing here clips or adds noise: the delta goes to ``dpemb.privacy`` unchanged.
 Expensive objects (the working copy of the model, the head) are built once and
 reused for every client.
@@ -24,11 +30,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
 
 from dpemb.algorithms.config import FederatedConfig
 from dpemb.models import Backbone
+from dpemb.models.margin import head_loss, imprint_
 
 
 @dataclass
@@ -65,7 +71,8 @@ def load_flat_(params: list[torch.nn.Parameter], vec: torch.Tensor) -> None:
 
 def init_head_(weight: torch.Tensor, how: str, generator: torch.Generator) -> torch.Tensor:
     """A fresh head: Glorot-uniform (the reference), or zeros (the first local steps
-    then train the head only, since a zero head passes no gradient to the backbone)."""
+    then train the head only, since a zero head passes no gradient to the backbone;
+    with a margin loss ``ClientTrainer`` then imprints the zero head from the data)."""
     if how == "zeros":
         with torch.no_grad():
             return weight.zero_()
@@ -138,6 +145,9 @@ class ClientTrainer:
         else:
             head_w, class_map = self.head_weight, None
             init_head_(head_w, cfg.head_init, generator)
+        batches = client_batches(example_idx, cfg, rng)
+        if not cfg.aggregates_head and cfg.head_init == "zeros" and cfg.loss.cosine:
+            self.imprint(head_w, images, labels, batches, class_map)
 
         if cfg.aggregates_head:
             opt_backbone = torch.optim.SGD(params, lr=cfg.client_lr, momentum=cfg.client_momentum)
@@ -150,7 +160,6 @@ class ClientTrainer:
                 [head_w], lr=cfg.client_lr * cfg.head_lr_scale, momentum=cfg.client_momentum
             )
 
-        batches = client_batches(example_idx, cfg, rng)
         total_loss, n_seen = torch.zeros((), device=device), 0
         for step, b in enumerate(batches):
             bt = torch.from_numpy(b)
@@ -158,7 +167,7 @@ class ClientTrainer:
             y = labels[bt].to(device)
             if class_map is not None:
                 y = class_map[y]
-            loss = F.cross_entropy(F.linear(self.model(x), head_w), y)
+            loss = head_loss(self.model(x), head_w, y, cfg.loss)
             opt_backbone.zero_grad(set_to_none=True)
             if opt_head is not None:
                 opt_head.zero_grad(set_to_none=True)
@@ -173,3 +182,26 @@ class ClientTrainer:
         with torch.no_grad():
             delta = start - parameters_to_vector(params)
         return ClientResult(delta=delta, loss=total_loss.item() / max(n_seen, 1), steps=len(batches), examples=n_seen)
+
+    @torch.no_grad()
+    def imprint(self, head_w: torch.Tensor, images: torch.Tensor, labels: torch.Tensor,
+                batches: list[np.ndarray], class_map: torch.Tensor | None) -> None:
+        """Imprint the (zero) fresh head from the starting model's embeddings of the
+        examples the client trains on (``dpemb.models.margin.imprint_``)."""
+        if not batches:
+            return
+        idx = np.unique(np.concatenate(batches))
+        device = head_w.device
+        embs, ys = [], []
+        was_training = self.model.training
+        self.model.eval()  # no normalisation statistics move before the first local step
+        try:
+            for i in range(0, len(idx), self.cfg.local_batch_size):
+                bt = torch.from_numpy(idx[i : i + self.cfg.local_batch_size])
+                x = images[bt].to(device, non_blocking=True).float().div_(255.0)
+                y = labels[bt].to(device)
+                embs.append(self.model(x))
+                ys.append(class_map[y] if class_map is not None else y)
+        finally:
+            self.model.train(was_training)
+        imprint_(head_w, torch.cat(embs), torch.cat(ys))

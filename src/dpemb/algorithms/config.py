@@ -7,7 +7,10 @@ clipping, noise, sampling and number of rounds held in ``dpemb.privacy.PrivacySp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from dpemb.algorithms.server import SERVER_LR_SCHEDULES, SERVER_OPTIMIZERS
+from dpemb.models.margin import LossConfig, as_loss_config
 
 FEDERATED_ALGORITHMS = ("dp-fedavg", "dp-fedemb", "dp-ftrl-fedemb")
 
@@ -21,7 +24,7 @@ def _check(cond: bool, msg: str) -> None:
 class FederatedConfig:
     algorithm: str = "dp-fedemb"
     local_epochs: int = 1
-    local_batch_size: int = 32
+    local_batch_size: int = 8
     max_examples_per_client: int | None = None  # Nmax; None: no cap
     client_lr: float = 0.05
     client_momentum: float = 0.0
@@ -29,11 +32,23 @@ class FederatedConfig:
     head_first_steps: int = 0  # first R local steps update only the head, then only the backbone
     local_head: str = "global"  # DP-FedEmb fresh head over "global" (all training ids) or "local" ids
     head_init: str = "zeros"  # DP-FedEmb fresh head: "zeros" (measured better) or "glorot" (the reference)
-    server_lr: float = 1.0
-    server_momentum: float = 0.9
+    server_lr: float = 0.5
+    server_momentum: float = 0.9  # server_optimizer "sgd" only
+    # server optimizer and lr schedule (dpemb.algorithms.server): post-processing of the
+    # noised aggregate, so they do not change the privacy guarantee
+    server_optimizer: str = "sgd"  # "sgd" (momentum server_momentum) or "adam" (FedAdam, Reddi et al. 2021)
+    server_adam_beta1: float = 0.9
+    server_adam_beta2: float = 0.99
+    server_adam_eps: float = 1e-3  # FedAdam's tau
+    server_lr_schedule: str = "constant"  # "constant" or "cosine" (to 0 at the end of the planned rounds)
+    server_lr_warmup: int = 0  # linear warmup over the first W rounds, lr (r+1)/(W+1) (any schedule)
     efficient_tree: bool = True  # DP-FTRL: inverse-variance weighted (Honaker) prefix sums
+    # the clients' loss on their head (DP-FedEmb's fresh head, DP-FedAvg's global head):
+    # softmax, cosface or arcface (dpemb.models.margin); a kind name is accepted
+    loss: LossConfig = field(default_factory=LossConfig)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "loss", as_loss_config(self.loss))
         _check(self.algorithm in FEDERATED_ALGORITHMS, f"algorithm must be one of {FEDERATED_ALGORITHMS}")
         _check(self.local_epochs >= 1, "local_epochs must be >= 1")
         _check(self.local_batch_size >= 1, "local_batch_size must be >= 1")
@@ -49,6 +64,19 @@ class FederatedConfig:
         _check(self.head_init in ("glorot", "zeros"), "head_init must be 'glorot' or 'zeros'")
         _check(self.server_lr > 0, "server_lr must be positive")
         _check(0 <= self.server_momentum < 1, "server_momentum must lie in [0, 1)")
+        _check(self.server_optimizer in SERVER_OPTIMIZERS, f"server_optimizer must be one of {SERVER_OPTIMIZERS}")
+        _check(0 <= self.server_adam_beta1 < 1, "server_adam_beta1 must lie in [0, 1)")
+        _check(0 <= self.server_adam_beta2 < 1, "server_adam_beta2 must lie in [0, 1)")
+        _check(self.server_adam_eps > 0, "server_adam_eps must be positive")
+        _check(self.server_lr_schedule in SERVER_LR_SCHEDULES,
+               f"server_lr_schedule must be one of {SERVER_LR_SCHEDULES}")
+        _check(self.server_lr_warmup >= 0, "server_lr_warmup must be >= 0")
+        _check(
+            self.algorithm != "dp-ftrl-fedemb" or self.server_optimizer == "sgd",
+            "dp-ftrl-fedemb supports server_optimizer 'sgd' only: its model is a linear function of the "
+            "tree's noisy prefix sums, which keeps the noise at the tree's level; Adam on the prefix-sum "
+            "differences would lose that (use dp-fedemb for a FedAdam server)",
+        )
         _check(
             self.algorithm != "dp-fedavg" or (self.local_head == "global" and self.head_first_steps == 0),
             "dp-fedavg trains the global head with the model: --local-head and "

@@ -4,6 +4,8 @@
     deltas --reduce: privacy.clipping.ClipAndSum--> clipped sum + its sensitivity
     clipped sum --privacy.noise (Gaussian or tree)--> noised sum
     noised sum / expected clients (PUBLIC constant) --server optimizer--> new model
+      (SGD + momentum or FedAdam, with a round-indexed lr schedule: dpemb.algorithms.server;
+      post-processing of the noised sum, so no change to the privacy guarantee)
 
 ``map_clients`` and ``reduce_clients`` are separate so that a distributed executor
 can run the map on many processes and merge partial ``ClipAndSum`` accumulators.
@@ -18,6 +20,7 @@ import numpy as np
 import torch
 
 from dpemb.algorithms.client import ClientResult, ClientTrainer
+from dpemb.algorithms.server import set_server_lr
 from dpemb.privacy.client_keys import ClientRandomness
 from dpemb.privacy.clipping import ClipAndSum, ClippedSum
 
@@ -31,6 +34,7 @@ class RoundStats:
     preclip_norm_mean: float = float("nan")
     fraction_clipped: float = float("nan")
     nonfinite: int = 0
+    unclipped: int = 0  # clients with pre-clip norm <= C (adaptive clipping's un-noised count: PRIVATE)
     losses: list[float] = field(default_factory=list)
 
 
@@ -88,6 +92,7 @@ def reduce_clients(
         stats.preclip_norm_mean = float(finite.mean()) if len(finite) else float("nan")
         stats.fraction_clipped = clipped.num_clipped / stats.clients
     stats.nonfinite = clipped.num_nonfinite
+    stats.unclipped = clipped.num_unclipped
     return clipped, stats
 
 
@@ -96,12 +101,19 @@ def server_step(
     optimizer: torch.optim.Optimizer,
     noised_sum: torch.Tensor,
     normaliser: float,
+    lr: float | None = None,
 ) -> None:
     """Apply ``noised_sum / normaliser`` as the gradient of the server optimizer.
 
     ``normaliser`` must be a PUBLIC constant (the expected number of virtual clients),
     never the realised count of this round, which would leak participation.
+    ``lr``: this round's server learning rate (``dpemb.algorithms.server.server_lr_at``,
+    a function of the round number only); None keeps the optimizer's. The optimizer
+    (SGD with momentum or FedAdam) and its schedule are post-processing of the noised
+    sum: they do not change the privacy guarantee.
     """
+    if lr is not None:
+        set_server_lr(optimizer, lr)
     update = noised_sum / float(normaliser)
     offset = 0
     for p in params:

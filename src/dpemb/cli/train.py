@@ -14,12 +14,19 @@ RESUME = {None: False, "yes": True, "auto": "auto"}
 
 ALGORITHMS = ("centralized", "dp-fedavg", "dp-fedemb", "dp-ftrl-fedemb")
 DEFAULT_CLIP_NORM = 0.3
+#: federated defaults, from measurement (docs/RESULTS_FEDEMB.md, "Defaults"): virtual clients
+#: of 16 users give the fresh local head enough identities to contrast
+DEFAULT_CLIENTS_PER_ROUND = 8
+DEFAULT_USERS_PER_CLIENT = 16
 #: the privacy flags (argparse dest -> flag); each defaults to None or False, so any given one shows
 PRIVACY_FLAGS = {
     "clip_norm": "--clip-norm", "noise_multiplier": "--noise-multiplier", "target_epsilon": "--target-epsilon",
     "delta": "--delta", "allow_large_delta": "--allow-large-delta", "sampling": "--sampling",
     "tree_restarts": "--tree-restarts", "epsilon_budget": "--epsilon-budget", "noise_seed": "--noise-seed",
     "secure_noise": "--secure-noise", "non_private": "--non-private",
+    "adaptive_clip_quantile": "--adaptive-clip-quantile", "clip_lr": "--clip-lr",
+    "clip_count_stddev": "--clip-count-stddev",
+    "audit_canaries": "--audit-canaries", "release_audit_run": "--release-audit-run",
 }
 
 
@@ -69,11 +76,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     o.add_argument("--steps", type=int, default=1000)
     o.add_argument("--cosine", action="store_true", help="cosine learning-rate decay to 0")
     f = p.add_argument_group("federated (dp-fedemb, dp-fedavg, dp-ftrl-fedemb)")
-    f.add_argument("--rounds", type=int, default=100)
-    f.add_argument("--clients-per-round", type=int, default=32, help="M, virtual clients per round")
-    f.add_argument("--users-per-client", type=int, default=1, help="K, users per virtual client")
+    f.add_argument("--rounds", type=int, default=200)
+    f.add_argument("--clients-per-round", type=int, default=DEFAULT_CLIENTS_PER_ROUND,
+                   help="M, virtual clients per round (default %(default)s)")
+    f.add_argument("--users-per-client", type=int, default=DEFAULT_USERS_PER_CLIENT,
+                   help="K, users per virtual client (default %(default)s; K > 1 doubles the add/remove "
+                        "sensitivity to 2C)")
     f.add_argument("--local-epochs", type=int, default=1)
-    f.add_argument("--local-batch-size", type=int, default=32)
+    f.add_argument("--local-batch-size", type=int, default=8)
     f.add_argument("--max-examples-per-client", type=int, default=None,
                    help="Nmax: cap on examples a virtual client trains on per round")
     f.add_argument("--client-lr", type=float, default=0.05)
@@ -90,10 +100,34 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "step trains only the head, so clients need >= 2 local steps; it avoided the "
                         "backbone collapse that glorot (the reference's choice) caused in "
                         "docs/RESULTS_FEDEMB.md")
-    f.add_argument("--server-lr", type=float, default=1.0)
-    f.add_argument("--server-momentum", type=float, default=0.9)
+    f.add_argument("--server-lr", type=float, default=0.5)
+    f.add_argument("--server-momentum", type=float, default=0.9, help="--server-optimizer sgd: momentum")
+    f.add_argument("--server-optimizer", choices=("sgd", "adam"), default="sgd",
+                   help="how the server applies the noised average update: sgd (default; with "
+                        "--server-momentum) or adam (FedAdam, Reddi et al. 2021: betas 0.9, 0.99; "
+                        "dp-fedemb and dp-fedavg only). Post-processing: epsilon is unchanged")
+    f.add_argument("--server-adam-eps", type=float, default=1e-3, metavar="TAU",
+                   help="--server-optimizer adam: epsilon (FedAdam's tau; default 1e-3)")
+    f.add_argument("--server-lr-schedule", choices=("constant", "cosine"), default="constant",
+                   help="server lr by round: constant (default) or cosine (decays to 0 at the end of the "
+                        "planned --rounds). Post-processing: epsilon is unchanged")
+    f.add_argument("--server-lr-warmup", type=int, default=0, metavar="R",
+                   help="linear server lr warmup over the first R rounds (default 0; R < --rounds)")
     f.add_argument("--plain-tree", action="store_true",
                    help="dp-ftrl-fedemb: plain tree prefix sums instead of the efficient estimator")
+    lo = p.add_argument_group(
+        "loss (the head's training loss: centralized head, dp-fedemb's fresh client heads, dp-fedavg's "
+        "global head)")
+    lo.add_argument("--loss", choices=("softmax", "cosface", "arcface"), default="softmax",
+                    help="softmax (default): linear logits + cross-entropy. cosface: s x (cos - m) on the "
+                         "target over normalised embedding and class rows. arcface: s x cos(theta + m) on the "
+                         "target (threshold fallback past pi - m). With a margin loss, dp-fedemb's "
+                         "--head-init zeros imprints each fresh head from the client's class means")
+    lo.add_argument("--loss-scale", type=float, default=None, metavar="S",
+                    help="s, the scale of the cosine logits (cosface/arcface; default 30)")
+    lo.add_argument("--loss-margin", type=float, default=None, metavar="M",
+                    help="m (cosface: on the cosine, default 0.35, in [0, 1]; arcface: radians, default "
+                         "0.5, in [0, pi/2])")
     q = p.add_argument_group(
         "privacy (federated algorithms; any of these with --algorithm centralized is an error, as "
         "centralized training is not private)")
@@ -116,12 +150,32 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "fixed = M*K users without replacement (replace-one relation, RDP only)")
     q.add_argument("--tree-restarts", action="store_true",
                    help="dp-ftrl-fedemb: restart the tree every epoch")
+    q.add_argument("--adaptive-clip-quantile", type=float, default=None, metavar="GAMMA",
+                   help="adaptive clipping (Andrew et al. 2021; dp-fedemb, dp-fedavg): move the clip norm "
+                        "toward this quantile of the client update norms, starting from --clip-norm. The "
+                        "noise multiplier stays the TOTAL one (epsilon unchanged): part of it noises the "
+                        "count of clients below the clip, the rest the update (docs/PRIVACY.md)")
+    q.add_argument("--clip-lr", type=float, default=None, metavar="ETA",
+                   help="adaptive clipping: geometric learning rate of the clip norm (default 0.2)")
+    q.add_argument("--clip-count-stddev", type=float, default=None, metavar="SIGMA_B",
+                   help="adaptive clipping: noise std on the count of clients below the clip (default: "
+                        "expected clients per round / 20); must exceed z x its sensitivity (1/2 for K = 1, else 1)")
     q.add_argument("--epsilon-budget", type=float, default=None,
                    help="stop before a round would take RDP epsilon above this")
     q.add_argument("--noise-seed", type=int, default=None,
                    help="seed noise and sampling for a reproducible experiment (default: the OS's "
                         "secure source); a seeded run uses the plain noise sampler and says SEEDED")
     add_secure_noise_flag(q, "--noise-seed")
+    q.add_argument("--audit-canaries", type=int, default=None, metavar="N",
+                   help="AUDIT run (docs/AUDIT.md): add N canary users (>= 20; about 1000 for a useful "
+                        "bound), each a fixed random update direction inserted with probability 1/2 and "
+                        "sampled like any user, and report the empirical epsilon (one-shot estimate) and a "
+                        "95%% lower bound beside the reported one. The accountant counts the canaries as "
+                        "users. The model is marked not for release: train the production model as a "
+                        "separate run. Gaussian noise with Poisson sampling and a fixed clip only")
+    q.add_argument("--release-audit-run", action="store_true",
+                   help="with --audit-canaries: mark the audit run as released instead of not for release "
+                        "(its epsilon covers the real and the canary users)")
     q.add_argument("--non-private", action="store_true",
                    help="explicitly run without noise (z = 0); every output says 'not private'")
     r = p.add_argument_group("run")
@@ -158,7 +212,8 @@ def configs(args: argparse.Namespace) -> tuple[ModelConfig, OptimConfig, RunConf
         device_from(args)  # an unknown or missing device is a usage error, before any work
         return (
             ModelConfig(args.backbone, args.embedding_dim, args.width, args.init, args.trainable),
-            OptimConfig(args.lr, args.momentum, args.weight_decay, args.batch_size, args.steps, args.cosine),
+            OptimConfig(args.lr, args.momentum, args.weight_decay, args.batch_size, args.steps, args.cosine,
+                        loss=loss_config(args)),
             RunConfig(out=args.out, seed=args.seed, eval_every=args.eval_every, threads=args.threads,
                       eval_max_pairs=args.eval_max_pairs, progress=not args.no_progress,
                       checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
@@ -166,6 +221,15 @@ def configs(args: argparse.Namespace) -> tuple[ModelConfig, OptimConfig, RunConf
         )
     except ValueError as e:
         raise UsageError(str(e)) from e
+
+
+def loss_config(args: argparse.Namespace):
+    """--loss, --loss-scale, --loss-margin as a LossConfig (ValueError when invalid)."""
+    from dpemb.models.margin import LossConfig
+
+    if args.loss == "softmax" and (args.loss_scale is not None or args.loss_margin is not None):
+        raise ValueError("--loss-scale and --loss-margin apply to --loss cosface or arcface only")
+    return LossConfig(args.loss, args.loss_scale, args.loss_margin)
 
 
 def check_privacy_flags(args: argparse.Namespace) -> None:
@@ -186,8 +250,16 @@ def check_privacy_flags(args: argparse.Namespace) -> None:
             "--secure-noise cannot be combined with --noise-seed: the secure sampler is keyed afresh from the OS on "
             "every draw. A seeded run is a reproducible experiment (plain sampler, reported as SEEDED)"
         )
+    if args.release_audit_run and args.audit_canaries is None:
+        raise UsageError("--release-audit-run applies to an audit run: give --audit-canaries N too")
+    if args.audit_canaries is not None and args.non_private:
+        raise UsageError("--audit-canaries with --non-private: an audit compares with the reported epsilon, "
+                         "and a non-private run has none")
     if args.secure_noise and args.non_private:
         raise UsageError("--secure-noise with --non-private: a non-private run adds no noise to harden")
+    if args.adaptive_clip_quantile is None and (args.clip_lr is not None or args.clip_count_stddev is not None):
+        raise UsageError("--clip-lr and --clip-count-stddev apply to adaptive clipping: give "
+                         "--adaptive-clip-quantile GAMMA too (or drop them for a fixed --clip-norm)")
 
 
 def secure_noise(args: argparse.Namespace) -> bool:
@@ -243,15 +315,33 @@ def run(args: argparse.Namespace) -> int:
         from dpemb.training.federated import train_federated
 
         caveats = init_caveats(args)  # refuse a non-private init before anything else
-        fed_cfg, spec = federated_configs(args, train.num_users)
+        canaries = args.audit_canaries or 0  # audit run: the canaries are users of the population
+        fed_cfg, spec = federated_configs(args, train.num_users + canaries)
+        if canaries:
+            print_audit_setup(args, spec, train.num_users)
         print_privacy_advice(args, spec)
         for c in caveats if args.target_epsilon is not None else []:
             print(f"  [the calibrated epsilon {c}]")
         report = train_federated(train, held_out, model_cfg, fed_cfg, spec, run_cfg,
                                  noise_seed=args.noise_seed, epsilon_budget=args.epsilon_budget,
-                                 resume=RESUME[args.resume], provenance=provenance(args))
+                                 resume=RESUME[args.resume], provenance=provenance(args),
+                                 audit_canaries=canaries, audit_release=args.release_audit_run)
     print_summary(report)
     return 0
+
+
+def print_audit_setup(args: argparse.Namespace, spec, real_users: int) -> None:
+    """Refuse an audit the canaries do not support (UsageError); say what the run is."""
+    from dpemb.training.audit_run import AuditError, check_audit
+
+    try:
+        check_audit(args.audit_canaries, spec, resume=RESUME[args.resume])
+    except AuditError as e:
+        raise UsageError(str(e)) from e
+    print(f"audit run: {args.audit_canaries} canary users join the {real_users} real users; the accountant "
+          f"counts {spec.population} users (sampling rate q = {spec.sampling_rate:.4g}). "
+          + ("Released by choice (--release-audit-run)." if args.release_audit_run else
+             "Not for release: train the production model as a separate run without --audit-canaries."))
 
 
 def provenance(args: argparse.Namespace):
@@ -294,7 +384,9 @@ def federated_configs(args: argparse.Namespace, num_users: int):
             client_lr=args.client_lr, client_momentum=args.client_momentum,
             head_lr_scale=args.head_lr_scale, head_first_steps=args.head_first_steps,
             local_head=args.local_head, head_init=args.head_init, server_lr=args.server_lr, server_momentum=args.server_momentum,
-            efficient_tree=not args.plain_tree,
+            server_optimizer=args.server_optimizer, server_adam_eps=args.server_adam_eps,
+            server_lr_schedule=args.server_lr_schedule, server_lr_warmup=args.server_lr_warmup,
+            efficient_tree=not args.plain_tree, loss=loss_config(args),
         )
         spec = PrivacySpec(
             population=num_users, clients_per_round=args.clients_per_round,
@@ -307,12 +399,23 @@ def federated_configs(args: argparse.Namespace, num_users: int):
             nonprivate=args.non_private, tree_restarts=args.tree_restarts,
             allow_large_delta=args.allow_large_delta, secure_noise=secure_noise(args),
         )
+        from dpemb.algorithms.server import check_server_schedule
+
+        check_server_schedule(fed_cfg, spec.rounds)  # --server-lr-warmup < --rounds
         if args.target_epsilon is not None:
             z = calibrate_noise_multiplier(spec, args.target_epsilon, "rdp")
             spec = replace(spec, noise_multiplier=z)
             print(f"calibrated noise multiplier z = {z:.4f} for "
                   + describe_epsilon(args.target_epsilon, accountant="rdp", delta=spec.resolved_delta,
                                      unit=spec.unit, relation=spec.relation))
+        if args.adaptive_clip_quantile is not None:  # after calibration: epsilon depends on the total z only
+            from dpemb.privacy.adaptive_clipping import DEFAULT_LEARNING_RATE, AdaptiveClipping
+            from dpemb.privacy.statements import describe_adaptive_clipping
+
+            spec = replace(spec, adaptive_clipping=AdaptiveClipping(
+                args.adaptive_clip_quantile, DEFAULT_LEARNING_RATE if args.clip_lr is None else args.clip_lr,
+                args.clip_count_stddev))
+            print(describe_adaptive_clipping(spec))
     except ValueError as e:
         raise UsageError(str(e)) from e
     return fed_cfg, spec
@@ -338,6 +441,15 @@ def print_summary(report: dict) -> None:
         spec = priv.get("spec") or {}
         print(priv.get("noise_sampler")
               or describe_sampler(bool(spec.get("secure_noise")), bool(priv.get("noise_seeded"))))
+    if isinstance(priv, dict) and isinstance(priv.get("adaptive_clipping"), dict):
+        a = priv["adaptive_clipping"]
+        print(f"adaptive clipping: target quantile {a['target_quantile']:g}, clip norm "
+              f"{a['initial_clip_norm']:.4g} -> {fmt(a.get('final_clip_norm'))}"
+              + ("" if a.get("count_noised", True) else " (count not noised: non-private run)"))
+    audit = priv.get("audit") if isinstance(priv, dict) else None
+    if isinstance(audit, dict):
+        print(f"audit: {audit['statement']}")
+        print(audit["release"])
     if report.get("stopped_by_epsilon_budget"):
         print(f"stopped after {report['rounds']} rounds: the next round would exceed --epsilon-budget")
     keys = ["recall_at_far_0.001", "recall_at_far_0.0001", "recall_at_far_0.01",

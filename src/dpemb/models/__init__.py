@@ -1,5 +1,5 @@
-"""dpemb.models: backbones, embedding layer, classification head, pretrained weights,
-and which parameters train.
+"""dpemb.models: backbones, embedding layer, classification head and its loss (softmax,
+CosFace, ArcFace), pretrained weights, and which parameters train.
 
 Every model takes float32 ``(N, C, H, W)`` in [0, 1] (C = 1 or 3) and normalises its
 own input. See docs/MODELS.md.
@@ -22,6 +22,7 @@ _WHERE = {
     "load_imagenet_mobilenet_v2": "pretrained", "BACKBONES": "names", "build_backbone": "registry",
     "TRAINABLE_CHOICES": "trainable", "batchnorm_stats_frozen": "trainable",
     "freeze_batchnorm_stats": "trainable", "set_trainable": "trainable",
+    "LOSSES": "margin", "LossConfig": "margin", "head_loss": "margin", "imprint_": "margin",
 }
 __all__ = sorted(_WHERE)
 

@@ -75,15 +75,19 @@ def calibrate_noise_multiplier(spec: PrivacySpec, target_epsilon: float, account
     """Smallest noise multiplier (relative to the sensitivity) giving epsilon <= target.
 
     All other fields of ``spec`` (population, M, K, rounds, delta, sampling, mechanism,
-    relation) are kept; ``spec.noise_multiplier`` is ignored.
+    relation) are kept; ``spec.noise_multiplier`` is ignored. With adaptive clipping z is
+    the TOTAL multiplier (epsilon depends on it alone); whether the split leaves the update
+    a finite z_value is checked when the caller builds the spec with the returned z.
     """
     target = positive_finite("target epsilon", target_epsilon)
     _check_accountant(accountant)
     if spec.nonprivate:
         raise CalibrationError("a non-private spec has no noise to calibrate")
 
+    base = replace(spec, adaptive_clipping=None)  # no split check while searching
+
     def eps(z: float) -> float:
-        return epsilon_for(replace(spec, noise_multiplier=z), accountant)
+        return epsilon_for(replace(base, noise_multiplier=z), accountant)
 
     return _smallest_noise(eps, target, f"epsilon {target:g} ({accountant.upper()})")
 
@@ -147,6 +151,7 @@ def extrapolate(spec: PrivacySpec, population: int, accountant: str = "rdp") -> 
         noise_multiplier=0.0 if spec.nonprivate else spec.noise_multiplier * factor,
         delta=delta,
         allow_large_delta=True,  # a what-if under the paper's convention, labelled by delta_note
+        adaptive_clipping=None,  # epsilon depends on the total z only (its count noise would scale too)
     )
     eps = math.inf if spec.nonprivate else epsilon_for(new, accountant)
     return Extrapolation(

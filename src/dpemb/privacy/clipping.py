@@ -36,12 +36,18 @@ class ClippedSum:
     relation: Relation
     count: int = 0  # contributions summed
     preclip_norms: tuple[float, ...] = ()
-    num_clipped: int = 0
+    num_clipped: int = 0  # finite pre-clip norm > clip norm
     num_nonfinite: int = 0  # contributions with a non-finite entry, replaced by zeros
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sensitivity", positive_finite("sensitivity", self.sensitivity))
         object.__setattr__(self, "relation", parse_relation(self.relation))
+
+    @property
+    def num_unclipped(self) -> int:
+        """Contributions with a finite pre-clip norm <= the clip norm (the bits of adaptive
+        clipping, ``adaptive_clipping``). PRIVATE: un-noised; release only a noised count."""
+        return self.count - self.num_clipped - self.num_nonfinite
 
 
 def _global_norm(tensors: Sequence[torch.Tensor]) -> float:

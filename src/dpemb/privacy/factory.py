@@ -1,9 +1,10 @@
 """Privacy objects built from one ``PrivacySpec``, so noise, sampling and accounting agree.
 
 ``make_noise`` returns the mechanism the spec is accounted for (Gaussian, or tree
-aggregation restarted every epoch when ``spec.tree_restarts``); ``make_sampler`` the
-matching user sampler; ``make_accumulator`` a clip-and-sum with the spec's clip norm,
-sensitivity and relation.
+aggregation restarted every epoch when ``spec.tree_restarts``; with adaptive clipping
+the Gaussian's multiplier is ``spec.value_noise_multiplier``, the value part of the
+split); ``make_sampler`` the matching user sampler; ``make_accumulator`` a clip-and-sum
+with the spec's clip norm (or the current adaptive one), sensitivity and relation.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def make_noise(
             spec.noise_multiplier, efficient=efficient, seed=seed, allow_nonprivate=spec.nonprivate,
             restart_every=spec.rounds_per_epoch if spec.tree_restarts else None, secure=secure,
         )
-    return GaussianNoise(spec.noise_multiplier, seed=seed, allow_nonprivate=spec.nonprivate, secure=secure)
+    return GaussianNoise(spec.value_noise_multiplier, seed=seed, allow_nonprivate=spec.nonprivate, secure=secure)
 
 
 def make_sampler(spec: PrivacySpec, *, seed: int | None = None) -> VirtualClientSampler:
@@ -44,6 +45,11 @@ def make_sampler(spec: PrivacySpec, *, seed: int | None = None) -> VirtualClient
     )
 
 
-def make_accumulator(spec: PrivacySpec, template: Sequence[torch.Tensor]) -> ClipAndSum:
-    """A clip-and-sum with the spec's clip norm, sensitivity and relation."""
-    return ClipAndSum(template, spec.clip_norm, spec.sensitivity, spec.relation)
+def make_accumulator(
+    spec: PrivacySpec, template: Sequence[torch.Tensor], clip_norm: float | None = None
+) -> ClipAndSum:
+    """A clip-and-sum with the spec's clip norm (or ``clip_norm``, the round's adaptive
+    clip), the sensitivity that follows from it, K and the relation."""
+    if clip_norm is None:
+        return ClipAndSum(template, spec.clip_norm, spec.sensitivity, spec.relation)
+    return ClipAndSum.for_users(template, clip_norm, spec.users_per_client, spec.relation)

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from dpemb.privacy._checks import positive_finite
 from dpemb.privacy.clipping import ClippedSum
 
 SECURE_DRAWS = 2
@@ -172,6 +173,18 @@ class GaussianNoise:
         with torch.no_grad():
             noise = standard_normal(clipped.value, self._generator, secure=self.secure)
             return [v + std * n for v, n in zip(clipped.value, noise)]
+
+    def add_to_count(self, count: float, std: float) -> float:
+        """``count`` + N(0, std^2): ONE draw from this mechanism's sampler (secure or seeded
+        as for the sum), for a released count, a SUM of per-client values such as the
+        centred bits of adaptive clipping (``adaptive_clipping``). ``std`` is absolute (the
+        caller derived it from the count's sensitivity). Non-private: ``count`` unchanged."""
+        if not self.private:
+            return float(count)
+        std = positive_finite("count noise std", std)
+        with torch.no_grad():
+            noise = standard_normal([torch.zeros((), dtype=torch.float64)], self._generator, secure=self.secure)
+        return float(count) + std * float(noise[0])
 
     def state_dict(self) -> dict[str, Any]:
         return {

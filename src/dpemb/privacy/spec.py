@@ -17,6 +17,14 @@ Consistent combinations (anything else is a ValueError):
 - gaussian + epoch: replace-special; one Gaussian per epoch touched.
 - tree + epoch: replace-special; tree aggregation (zCDP / single-epoch tree events).
 
+Adaptive clipping (``adaptive_clipping``, an ``AdaptiveClipping`` or None for a fixed
+clip): ``clip_norm`` is then the INITIAL clip, ``noise_multiplier`` stays the TOTAL z
+that every epsilon is computed from, and the update noise uses ``value_noise_multiplier``
+(z_value, with 1/z^2 = 1/z_value^2 + (Delta_b/sigma_b)^2: ``adaptive_clipping``); a z that leaves no budget for the update is
+refused, as is adaptive clipping with tree aggregation. Its default count noise std
+follows from M, K, N and the sampling (``count_stddev``), so it is re-derived after
+``dataclasses.replace``.
+
 ``sampling`` and ``relation`` default to the first consistent choice for the
 mechanism (gaussian: poisson / add-remove; tree: epoch / replace-special) and are
 stored resolved; to change the sampling or mechanism of an existing spec with
@@ -34,6 +42,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dpemb.privacy._checks import positive_finite, positive_int
+from dpemb.privacy.adaptive_clipping import (
+    DEFAULT_COUNT_STDDEV_DIVISOR,
+    AdaptiveClipping,
+    count_sensitivity,
+    expected_reporting_clients,
+    split_noise_multiplier,
+)
 from dpemb.privacy.delta import check_delta, default_delta
 from dpemb.privacy.relations import Relation, parse_relation, user_sensitivity
 
@@ -72,6 +87,7 @@ class PrivacySpec:
     tree_restarts: bool = False  # tree only: restart the tree every epoch
     allow_large_delta: bool = False  # accept a given delta >= 1/population (forced; see delta.py)
     secure_noise: bool = False  # hardened noise sampler (noise.py); changes no epsilon
+    adaptive_clipping: AdaptiveClipping | None = None  # None: fixed clip (adaptive_clipping.py)
 
     def __post_init__(self) -> None:
         try:
@@ -152,6 +168,20 @@ class PrivacySpec:
             raise PrivacySpecError(f"tree_restarts must be True or False, got {self.tree_restarts!r}")
         if self.tree_restarts and self.mechanism != "tree":
             raise PrivacySpecError("tree_restarts applies only to mechanism='tree'")
+        adaptive = self.adaptive_clipping
+        if isinstance(adaptive, dict):  # from to_dict() / a checkpoint
+            adaptive = AdaptiveClipping(**adaptive)
+            self._set("adaptive_clipping", adaptive)
+        if adaptive is not None:
+            if not isinstance(adaptive, AdaptiveClipping):
+                raise PrivacySpecError(f"adaptive_clipping must be an AdaptiveClipping or None, got {adaptive!r}")
+            if self.mechanism != "gaussian":
+                raise PrivacySpecError(
+                    "adaptive clipping cannot be combined with tree aggregation (dp-ftrl-fedemb), as in TFF: "
+                    "the tree's prefix sums assume one fixed clip norm; use a fixed --clip-norm, or dp-fedemb"
+                )
+            if not self.nonprivate:
+                split_noise_multiplier(self.noise_multiplier, self.count_stddev, self.count_sensitivity)
 
     # ------------------------------------------------------------------ derived values
     @property
@@ -175,9 +205,36 @@ class PrivacySpec:
         return math.ceil(self.population / (self.clients_per_round * self.users_per_client))
 
     @property
+    def expected_reporting_clients(self) -> float:
+        """The public expected number of non-empty virtual clients per round."""
+        return expected_reporting_clients(self.clients_per_round, self.users_per_client, self.population,
+                                          self.sampling)
+
+    @property
+    def count_sensitivity(self) -> float:
+        """Delta_b of adaptive clipping's centred count (1/2 for K = 1 add/remove, else 1)."""
+        return count_sensitivity(self.users_per_client, self.relation)
+
+    @property
+    def count_stddev(self) -> float | None:
+        """sigma_b, adaptive clipping's count noise (given, or expected clients / 20); None without."""
+        if self.adaptive_clipping is None:
+            return None
+        if self.adaptive_clipping.count_stddev is not None:
+            return self.adaptive_clipping.count_stddev
+        return self.expected_reporting_clients / DEFAULT_COUNT_STDDEV_DIVISOR
+
+    @property
+    def value_noise_multiplier(self) -> float:
+        """The update noise's multiplier: z, or z_value of the split with adaptive clipping."""
+        if self.adaptive_clipping is None or self.nonprivate:
+            return self.noise_multiplier
+        return split_noise_multiplier(self.noise_multiplier, self.count_stddev, self.count_sensitivity)[0]
+
+    @property
     def noise_std(self) -> float:
-        """Noise standard deviation on the clipped sum: z x sensitivity."""
-        return self.noise_multiplier * self.sensitivity
+        """Noise standard deviation on the clipped sum: z (z_value if adaptive) x sensitivity (at C0)."""
+        return self.value_noise_multiplier * self.sensitivity
 
     @property
     def noise_on_average(self) -> float:
@@ -187,6 +244,8 @@ class PrivacySpec:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["relation"] = self.relation.value if self.relation is not None else None
+        if self.adaptive_clipping is None:
+            del d["adaptive_clipping"]  # fixed-clip specs hash as before adaptive clipping existed
         return d
 
     def fingerprint(self) -> str:

@@ -42,6 +42,8 @@ def describe_mechanism(spec: PrivacySpec) -> str:
     if spec.mechanism == "tree":
         noise = (f"tree aggregation (DP-FTRL), node noise std = {spec.noise_multiplier:g} x sensitivity"
                  + (", restarted every epoch" if spec.tree_restarts else ""))
+    elif spec.adaptive_clipping is not None:
+        noise = f"Gaussian noise, total noise multiplier z = {spec.noise_multiplier:g}"
     else:
         noise = f"Gaussian noise std = {spec.noise_multiplier:g} x sensitivity"
     sampling = {
@@ -55,4 +57,23 @@ def describe_mechanism(spec: PrivacySpec) -> str:
         f"{noise}{' (secure sampler)' if spec.secure_noise else ''}; {sampling}; {spec.clients_per_round:,} "
         f"virtual clients of K = {spec.users_per_client} {spec.unit}s per round; sensitivity {sens} = "
         f"{spec.sensitivity:g} under {describe_relation(spec.relation, spec.unit)}"
+        + (f"; {describe_adaptive_clipping(spec)}" if spec.adaptive_clipping is not None else "")
+    )
+
+
+def describe_adaptive_clipping(spec: PrivacySpec) -> str:
+    """The split of z between the update and the clip's count, and why one event covers both."""
+    a = spec.adaptive_clipping
+    if a is None:
+        return "fixed clip norm"
+    head = (f"adaptive clipping (target quantile {a.target_quantile:g}, clip lr {a.learning_rate:g}, "
+            f"initial C = {spec.clip_norm:g})")
+    if spec.nonprivate:
+        return head + " from the UN-noised count (not private)"
+    return (
+        f"{head}: update noise {spec.value_noise_multiplier:.4g} x sensitivity(C_t), count noise std "
+        f"sigma_b = {spec.count_stddev:.4g} on the centred count (sensitivity {spec.count_sensitivity:g}); "
+        f"the pair is one Gaussian with total z = {spec.noise_multiplier:g} "
+        f"(1/z^2 = 1/{spec.value_noise_multiplier:.4g}^2 + ({spec.count_sensitivity:g}/{spec.count_stddev:.4g})^2), "
+        "so epsilon covers both releases"
     )

@@ -4,7 +4,8 @@ An artifact is a directory (a run directory is one) holding two files::
 
     model.safetensors   the backbone's state dict, nothing else
     model_card.json     backbone name and kwargs, embedding size, trainable set,
-                        algorithm, rounds or steps, provenance (dataset, split trained
+                        algorithm, the training loss (when the run gave it), rounds
+                        or steps, provenance (dataset, split trained
                         on, whether privately, the initialisation's provenance) and
                         every privacy statement (epsilon per accountant with delta,
                         unit and relation; extrapolations labelled as such; "not
@@ -44,7 +45,8 @@ EXTRAPOLATED_LABEL = ("extrapolated: not the population trained on (the paper's 
 SEEDED_NOTE = "noise and sampling were seeded: a reproducible experiment, not a release"
 
 # the privacy keys a card may hold (anything else a report adds stays out of the card)
-_PRIVACY_KEYS = ("spec", "noise_seeded", "noise_sampler", "rounds_composed", "statement", "initialisation")
+_PRIVACY_KEYS = ("spec", "noise_seeded", "noise_sampler", "rounds_composed", "statement", "initialisation",
+                 "adaptive_clipping", "audit")
 _EXTRAPOLATION_KEYS = ("population", "factor", "noise_multiplier", "clients_per_round", "epsilon_rdp", "delta_note",
                        "delta", "statement")
 
@@ -104,9 +106,11 @@ def make_card(
     progress: dict[str, int],
     provenance: dict[str, Any],
     privacy: Any,
+    loss: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The model card (JSON-ready). ``privacy`` is a report's privacy entry;
-    ``progress`` is ``{"rounds": n}`` or ``{"steps": n}``."""
+    ``progress`` is ``{"rounds": n}`` or ``{"steps": n}``; ``loss`` the training loss
+    (``{"kind", "scale", "margin"}``, omitted when None)."""
     section = privacy_section(privacy)
     return {
         "format": CARD_FORMAT,
@@ -116,6 +120,7 @@ def make_card(
         "embedding_dim": int(embedding_dim),
         "trainable": trainable,
         "algorithm": algorithm,
+        **({"loss": dict(loss)} if loss is not None else {}),
         **{k: int(v) for k, v in progress.items()},
         "provenance": {**provenance, "privacy": compact_privacy(section)},
         "privacy": section,
@@ -150,11 +155,14 @@ class Release:
         provenance: Provenance | None,
         source: dict[str, Any] | None,
         private_training: bool,
+        loss: Any = None,
     ):
+        """``loss``: the ``LossConfig`` trained with (recorded in the card), or None."""
         prov = provenance or Provenance()
         self.directory = Path(directory)
         self.algorithm = algorithm
         self.trainable = trainable
+        self.loss = None if loss is None else {k: getattr(loss, k) for k in ("kind", "scale", "margin")}
         self.backbone_name = meta["backbone_name"]
         self.backbone_kwargs = dict(meta["backbone_kwargs"])
         self.caveats = list(meta.get("init_caveats", []))
@@ -174,7 +182,7 @@ class Release:
         return make_card(
             backbone_name=self.backbone_name, backbone_kwargs=self.backbone_kwargs,
             embedding_dim=int(backbone.embedding_dim), trainable=self.trainable, algorithm=self.algorithm,
-            progress=progress, provenance=self.provenance, privacy=self.privacy(privacy),
+            progress=progress, provenance=self.provenance, privacy=self.privacy(privacy), loss=self.loss,
         )
 
     def write(self, backbone: Backbone, privacy: Any, **progress: int) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Centralized (non-private) training: the paper's centralized baseline.
 
 Read top to bottom: build the model, then loop over SGD steps on shuffled batches of
-all training examples with a softmax head over the training identities; evaluate on
+all training examples with a head over the training identities (Glorot-initialised;
+softmax cross-entropy, or CosFace / ArcFace with ``optim_cfg.loss``); evaluate on
 held-out identities every ``eval_every`` steps; checkpoint atomically; write a report.
 
 This run is NOT private. Its report says so wherever epsilon would be.
@@ -15,8 +16,8 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from dpemb.data.dataset import UserDataset
+from dpemb.models.margin import head_loss
 from dpemb.data.tensors import numpy_to_tensor, resolve_device
 from dpemb.progress import progress
 from dpemb.training.checkpoint import load_checkpoint, save_checkpoint
@@ -90,7 +91,8 @@ def train_centralized(
     torch.manual_seed(run_cfg.seed)
     model, ckpt_meta = build_model(model_cfg, train.image_shape, device=device)
     release = Release(run.path, algorithm="centralized", trainable=model_cfg.trainable, meta=ckpt_meta,
-                      provenance=provenance, source=train.source, private_training=False)
+                      provenance=provenance, source=train.source, private_training=False,
+                      loss=optim_cfg.loss)
     head = torch.nn.Linear(model.embedding_dim, train.num_classes, bias=False).to(device)
     torch.nn.init.xavier_uniform_(head.weight)
     params = [p for p in model.parameters() if p.requires_grad] + list(head.parameters())
@@ -166,7 +168,7 @@ def train_centralized(
             idx = torch.from_numpy(order.next(optim_cfg.batch_size))
             x = images[idx].to(device, non_blocking=True).float().div_(255.0)
             y = labels[idx].to(device)
-            loss = F.cross_entropy(head(model(x)), y)
+            loss = head_loss(model(x), head.weight, y, optim_cfg.loss)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -200,6 +202,7 @@ def train_centralized(
     plot_training(records, run.path / "training.png", x="step")
     report = {
         "algorithm": "centralized",
+        "loss": to_dict(optim_cfg.loss),
         "privacy": NOT_PRIVATE,
         "provenance": release.provenance,
         "steps": step,

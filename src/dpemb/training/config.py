@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dpemb.models import BACKBONES
+from dpemb.models.margin import LossConfig, as_loss_config
 
 TRAINABLE = ("all", "norm-only")
 
@@ -44,7 +45,8 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    """Centralized (non-private) SGD with momentum."""
+    """Centralized (non-private) SGD with momentum, and the loss on the head (softmax,
+    cosface or arcface: ``dpemb.models.margin``; a kind name is accepted)."""
 
     lr: float = 0.05
     momentum: float = 0.9
@@ -52,8 +54,10 @@ class OptimConfig:
     batch_size: int = 128
     steps: int = 1000
     cosine: bool = False
+    loss: LossConfig = field(default_factory=LossConfig)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "loss", as_loss_config(self.loss))
         _check(self.lr > 0, "lr must be positive")
         _check(0 <= self.momentum < 1, "momentum must lie in [0, 1)")
         _check(self.weight_decay >= 0, "weight_decay must be >= 0")
@@ -97,6 +101,19 @@ class RunConfig:
 #: model nor what the run reports)
 PERFORMANCE_ONLY = ("checkpoint_every", "checkpoint_interval_s", "threads", "eval_batch_size", "progress", "device")
 
+#: settings added after runs were written (dotted path -> the value a run without the
+#: key had): a saved config lacking one equals a current config holding this value, so
+#: such runs still resume
+ADDED_SETTINGS: dict[str, Any] = {
+    f"{section}.loss.{k}": v for section in ("optim", "federated")
+    for k, v in (("kind", "softmax"), ("scale", None), ("margin", None))
+} | {"privacy.adaptive_clipping": None} | {
+    # the server optimizer and lr schedule (dpemb.algorithms.server): SGD at a constant lr before
+    "federated.server_optimizer": "sgd", "federated.server_adam_beta1": 0.9,
+    "federated.server_adam_beta2": 0.99, "federated.server_adam_eps": 1e-3,
+    "federated.server_lr_schedule": "constant", "federated.server_lr_warmup": 0,
+}
+
 
 def config_differences(saved: str, current: str) -> list[str]:
     """The settings (dotted paths such as ``federated.client_lr``) whose values differ
@@ -112,6 +129,9 @@ def config_differences(saved: str, current: str) -> list[str]:
         return {prefix[:-1]: obj}
 
     a, b = flat(json.loads(saved)), flat(json.loads(current))
+    for k, v in ADDED_SETTINGS.items():  # a run written before the setting existed
+        if k not in a and k in b and b[k] == v:
+            a[k] = v
     return sorted(k for k in a.keys() | b.keys() if k not in ignore and a.get(k, "<unset>") != b.get(k, "<unset>"))
 
 
@@ -144,5 +164,5 @@ def config_json(**parts: Any) -> str:
     return json.dumps({k: to_dict(v) for k, v in parts.items()}, indent=2, sort_keys=True)
 
 
-__all__ = ["ModelConfig", "OptimConfig", "RunConfig", "PERFORMANCE_ONLY", "config_differences",
-           "describe_differences", "to_dict", "config_json"]
+__all__ = ["ModelConfig", "OptimConfig", "RunConfig", "LossConfig", "PERFORMANCE_ONLY", "ADDED_SETTINGS",
+           "config_differences", "describe_differences", "to_dict", "config_json"]

@@ -5,6 +5,8 @@ Read top to bottom. Each round:
   2. every virtual client trains locally               (algorithms.client)
   3. clip each delta and sum                           (privacy.clipping)
   4. add Gaussian (or tree) noise to the SUM           (privacy.noise / privacy.tree)
+     (adaptive clipping: also release the noised count of clients at or below the clip,
+     and move the clip for the next round; privacy.adaptive_clipping)
   5. divide by the expected number of clients (public) and take a server step
   6. advance the privacy ledger                        (privacy accounting)
 Evaluation on held-out identities every ``eval_every`` rounds; an atomic checkpoint
@@ -30,6 +32,7 @@ from torch.nn.utils import parameters_to_vector
 from dpemb.algorithms.client import ClientTrainer, glorot_
 from dpemb.algorithms.config import FederatedConfig
 from dpemb.algorithms.round import RoundStats, map_clients, reduce_clients, server_step
+from dpemb.algorithms.server import check_server_schedule, make_server_optimizer, server_lr_at, set_server_lr
 from dpemb.data.dataset import UserDataset
 from dpemb.data.tensors import numpy_to_tensor, resolve_device
 from dpemb.metrics import plot_roc
@@ -41,9 +44,11 @@ from dpemb.privacy.accounting import (
     extrapolate,
     supported_accountants,
 )
+from dpemb.privacy.adaptive_clipping import AdaptiveClipState, release_count
 from dpemb.privacy.client_keys import ClientRandomness, client_keys
 from dpemb.privacy.factory import make_accumulator, make_noise, make_sampler
 from dpemb.privacy.noise import describe_sampler
+from dpemb.privacy.statements import describe_adaptive_clipping
 from dpemb.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from dpemb.training.config import ModelConfig, RunConfig, config_json, describe_differences, to_dict
 from dpemb.progress import progress
@@ -53,6 +58,7 @@ from dpemb.training.resume import check_same_config, resume_from_checkpoint
 from dpemb.training.evaluate import evaluate_backbone
 from dpemb.training.modelinit import build_model
 from dpemb.training.artifact import Release
+from dpemb.training.audit_run import AuditRun
 from dpemb.training.provenance import Provenance
 from dpemb.training.plots import plot_training
 from dpemb.training.rundir import RunDir
@@ -90,17 +96,17 @@ def diagnostics(stats: RoundStats) -> dict[str, Any]:
     return {
         "train_loss": stats.loss, "clients": stats.clients, "users": stats.users, "examples": stats.examples,
         "preclip_norm_mean": stats.preclip_norm_mean, "fraction_clipped": stats.fraction_clipped,
-        "nonfinite_deltas": stats.nonfinite,
+        "nonfinite_deltas": stats.nonfinite, "unclipped_clients": stats.unclipped,
     }
 
 
 def divergence_message(spec: PrivacySpec, cfg: FederatedConfig, rnd: int, run: RunDir) -> str:
     """Which round, the likely cause and what to do, from public quantities only."""
-    per_coord = spec.noise_multiplier * spec.sensitivity / spec.clients_per_round
+    per_coord = spec.value_noise_multiplier * spec.sensitivity / spec.clients_per_round
     return (
         f"training diverged at round {rnd}: the model has non-finite weights after the server step, so "
         f"training stopped (the last checkpoint in {run.path} is intact). The likely cause is the noise on "
-        f"the average update: z x sensitivity / M = {spec.noise_multiplier:.3g} x {spec.sensitivity:.3g} / "
+        f"the average update: z x sensitivity / M = {spec.value_noise_multiplier:.3g} x {spec.sensitivity:.3g} / "
         f"{spec.clients_per_round} = {per_coord:.2e} per coordinate, applied with server lr "
         f"{cfg.server_lr:g}. What to do: more clients per round (--clients-per-round; at a fixed epsilon "
         "the noise on the average falls with M), a larger population or a larger --target-epsilon, a lower "
@@ -130,6 +136,8 @@ def train_federated(
     epsilon_budget: float | None = None,
     resume: bool = False,
     provenance: Provenance | None = None,
+    audit_canaries: int = 0,
+    audit_release: bool = False,
 ) -> dict[str, Any]:
     """Train with user-level DP; returns the report (also ``<out>/report.json``).
 
@@ -140,13 +148,18 @@ def train_federated(
 
     ``noise_seed`` None draws the noise and sampling seeds from the OS's secure
     source; give one only for a reproducible experiment (the report says so).
+
+    ``audit_canaries`` n > 0: an AUDIT run with n canary users, users N..N+n-1 of
+    ``spec.population`` = N + n (``dpemb.training.audit_run``); the report's privacy
+    section gets the audit, marked not for release unless ``audit_release``.
     """
     # (PrivacySpec itself refuses M*K > N: fewer users than one round needs.)
-    if spec.population != train.num_users:
+    if spec.population != train.num_users + audit_canaries:
         raise ValueError(
             f"spec.population ({spec.population}) must equal the number of training users "
-            f"({train.num_users}): the sampling rate depends on it"
+            f"({train.num_users}) plus audit canaries ({audit_canaries}): the sampling rate depends on it"
         )
+    check_server_schedule(fed_cfg, spec.rounds)  # the warmup must end before the last round
     if run_cfg.threads:
         torch.set_num_threads(run_cfg.threads)
     device = resolve_device(run_cfg.device)
@@ -155,6 +168,7 @@ def train_federated(
     config = config_json(
         algorithm=fed_cfg.algorithm, model=model_cfg, federated=fed_cfg, privacy=spec, run=run_cfg,
         epsilon_budget=epsilon_budget, noise_seeded=seeded,
+        **({"audit_canaries": audit_canaries} if audit_canaries else {}),
     )
 
     # --- server model (and, for DP-FedAvg, the global head that is aggregated too)
@@ -164,14 +178,16 @@ def train_federated(
                                    private_run=not spec.nonprivate,
                                    allow_nonprivate_init=provenance.allow_nonprivate_init)
     release = Release(run.path, algorithm=fed_cfg.algorithm, trainable=model_cfg.trainable, meta=ckpt_meta,
-                      provenance=provenance, source=train.source, private_training=not spec.nonprivate)
+                      provenance=provenance, source=train.source, private_training=not spec.nonprivate,
+                      loss=fed_cfg.loss)
     server_params = [p for p in model.parameters() if p.requires_grad]
     global_head = None
     if fed_cfg.aggregates_head:
         global_head = torch.nn.Parameter(torch.empty(train.num_classes, model.embedding_dim, device=device))
         glorot_(global_head, torch.Generator().manual_seed(run_cfg.seed))
         server_params = server_params + [global_head]
-    server_opt = torch.optim.SGD(server_params, lr=fed_cfg.server_lr, momentum=fed_cfg.server_momentum)
+    # SGD + momentum or FedAdam; lr schedule by round (post-processing: algorithms.server)
+    server_opt = make_server_optimizer(server_params, fed_cfg)
     trainer = ClientTrainer(model, train.num_classes, fed_cfg)
 
     # --- privacy machinery
@@ -182,11 +198,16 @@ def train_federated(
     randomness = ClientRandomness(seed=noise_seed + 2 if seeded else None)
     noise = make_noise(spec, seed=noise_seed, efficient=fed_cfg.efficient_tree)
     ledger = PrivacyLedger(spec)
+    # adaptive clipping: the current clip norm (a function of released counts only)
+    clip_state = AdaptiveClipState(spec.adaptive_clipping, spec.clip_norm) if spec.adaptive_clipping else None
     pld_every_round = spec.nonprivate or "rdp" not in supported_accountants(spec) or (
         epsilon_for(spec, "rdp") <= PLD_EVERY_ROUND_MAX_RDP_EPSILON
     )
     num_params = sum(p.numel() for p in server_params)
     template = [torch.zeros(num_params, device=device)]
+    # audit run: canary users clipped and noised with the real clients (training.audit_run)
+    audit = AuditRun(audit_canaries, spec, train.num_users, server_params, resume=resume, release=audit_release,
+                     seed=noise_seed + 3 if seeded else None) if audit_canaries else None
     prev_prefix = torch.zeros(num_params, device=device)  # DP-FTRL: previous noisy prefix sum
 
     # --- data: the training split in memory as uint8
@@ -213,6 +234,8 @@ def train_federated(
         noise.load_state_dict(state["noise"])
         ledger.load_state_dict(state["ledger"])
         randomness.load_state_dict(state["client_randomness"])
+        if clip_state is not None:
+            clip_state.load_state_dict(state["adaptive_clip"])
         prev_prefix = state["prev_prefix"].to(device)
         rnd = int(state["round"])
         run.truncate_metrics_after("round", rnd)
@@ -228,7 +251,7 @@ def train_federated(
         return metrics, ver
 
     def checkpoint() -> None:
-        card = release.write(model, privacy_report(spec, ledger, seeded), rounds=rnd)  # released
+        card = release.write(model, privacy_report(spec, ledger, seeded, clip_state), rounds=rnd)  # released
         save_checkpoint(run.checkpoint, {  # private (0600)
             "provenance": card["provenance"], "model_card": card,
             "kind": fed_cfg.algorithm, **ckpt_meta,
@@ -237,6 +260,7 @@ def train_federated(
             "server_optimizer": server_opt.state_dict(),
             "sampler": sampler.state_dict(), "noise": noise.state_dict(), "ledger": ledger.state_dict(),
             "client_randomness": randomness.state_dict(),
+            "adaptive_clip": clip_state.state_dict() if clip_state is not None else None,
             "prev_prefix": prev_prefix.cpu(), "round": rnd, "config": config,
             "privacy_fingerprint": spec.fingerprint(), "privacy_spec": to_dict(spec),
             "model_config": to_dict(model_cfg),
@@ -259,18 +283,26 @@ def train_federated(
             # 1-2. sample virtual clients; map: local training from the current model
             start = parameters_to_vector(server_params).detach()
             slots = sampler.sample_round()
+            if audit is not None:  # canary users leave the real clients' slots
+                slots = audit.real_slots(slots)
             keys = client_keys(slots, spec.users_per_client)
             results = map_clients(trainer, start, slots, keys, images, labels, train.offsets, randomness, rnd)
             # 3. reduce: clip every delta and sum (the sum carries its sensitivity)
-            acc = make_accumulator(spec, template)
+            clip_used = clip_state.clip_norm if clip_state is not None else None
+            acc = make_accumulator(spec, template, clip_used)
             clipped, stats = reduce_clients(results, acc)
+            if audit is not None:  # the canary clients, through the same clip-and-sum
+                clipped = audit.contribute(acc)
             # 4. noise on the sum
             if spec.mechanism == "tree":
                 prefix = noise.noisy_prefix_sum(clipped)[0]
                 noised, prev_prefix = prefix - prev_prefix, prefix
             else:
                 noised = noise.add(clipped)[0]
+            if clip_state is not None:  # one noised count per round; the next round's clip
+                clip_state.update(release_count(clipped, noise, spec.count_stddev), spec.expected_reporting_clients)
             # 5. divide by the PUBLIC expected number of clients; server optimizer step
+            set_server_lr(server_opt, server_lr_at(fed_cfg, rnd, spec.rounds))  # public: the round number
             server_step(server_params, server_opt, noised, sampler.expected_clients)
             # 6. account
             ledger.step()
@@ -286,6 +318,8 @@ def train_federated(
             # released: the round, its epsilon and evaluation on users never trained on
             is_eval = rnd % run_cfg.eval_every == 0 or rnd == spec.rounds
             rec: dict[str, Any] = {"round": rnd, **epsilons(ledger, spec, with_pld=pld_every_round or is_eval)}
+            if clip_used is not None:
+                rec["clip_norm"] = clip_used  # the round's clip: a function of earlier noised counts
             if is_eval:
                 metrics, last_ver = evaluate()
                 rec.update(metrics)
@@ -310,9 +344,10 @@ def train_federated(
     plot_training(records, run.path / "training.png", x="round")
     report = {
         "algorithm": fed_cfg.algorithm,
+        "loss": to_dict(fed_cfg.loss),
         "rounds": rnd,
         "stopped_by_epsilon_budget": stopped_by_budget,
-        "privacy": release.privacy(privacy_report(spec, ledger, seeded)),
+        "privacy": release.privacy(privacy_report(spec, ledger, seeded, clip_state)),
         "provenance": release.provenance,
         # N is the population the accountant's sampling rate uses, treated as public
         "train_users": train.num_users, "eval_split": run_cfg.eval_split, "eval_identities": eval_ds.num_classes,
@@ -327,14 +362,38 @@ def train_federated(
         "images_per_second": seen / elapsed if elapsed > 0 and seen else None,
         "rounds_per_second": (rnd - start_round) / elapsed if elapsed > 0 and rnd > start_round else None,
     })
+    if audit is not None:  # released: the audit summary only (canaries: private/)
+        report["privacy"]["audit"] = audit.finish(server_params, report["privacy"], run.make_private_dir())
     run.write_report(report)
     release.write(model, report["privacy"], rounds=rnd)  # the final release artifact
     return report
 
 
-def privacy_report(spec: PrivacySpec, ledger: PrivacyLedger, seeded: bool) -> dict[str, Any]:
+def adaptive_clipping_report(spec: PrivacySpec, clip_state: AdaptiveClipState | None) -> dict[str, Any]:
+    """Adaptive clipping's knobs, the split of z and the clip norms (all public)."""
+    a = spec.adaptive_clipping
+    final = clip_state.clip_norm if clip_state is not None else None
+    out: dict[str, Any] = {
+        "target_quantile": a.target_quantile, "clip_learning_rate": a.learning_rate,
+        "initial_clip_norm": spec.clip_norm, "final_clip_norm": final,
+        "count_stddev": spec.count_stddev, "count_sensitivity": spec.count_sensitivity,
+        "expected_reporting_clients": spec.expected_reporting_clients,
+        "noise_multiplier_total": spec.noise_multiplier, "noise_multiplier_value": spec.value_noise_multiplier,
+        "count_noised": not spec.nonprivate,
+    }
+    out["statement"] = (
+        f"adaptive clipping: target quantile {a.target_quantile:g}, clip norm {spec.clip_norm:.4g}"
+        + (f" -> {final:.4g}" if final is not None else "") + "; " + describe_adaptive_clipping(spec)
+    )
+    return out
+
+
+def privacy_report(spec: PrivacySpec, ledger: PrivacyLedger, seeded: bool,
+                   clip_state: AdaptiveClipState | None = None) -> dict[str, Any]:
     """Every epsilon with its accountant, delta, unit and neighbouring relation."""
     out: dict[str, Any] = {"spec": to_dict(spec), "noise_seeded": seeded, "rounds_composed": ledger.rounds}
+    if spec.adaptive_clipping is not None:
+        out["adaptive_clipping"] = adaptive_clipping_report(spec, clip_state)
     if spec.nonprivate:
         out["statement"] = "not private (noise multiplier 0, explicitly requested)"
         return out

@@ -1,0 +1,202 @@
+"""White-box canary users for a user-level privacy audit of federated training.
+
+An audit run (issue #14) trains ONCE with ``n`` canary users added to the population
+and turns their scores into an empirical epsilon (``dpemb.privacy.audit``). This module
+is the canaries themselves: who they are, when they take part, what update they send
+and how they are scored. Nothing here adds noise or clips: a canary's update goes
+through the run's own clip-and-sum (``ClipAndSum.add``) and noise, so the audit tests
+the mechanism that real clients go through.
+
+Design (each choice is what the estimators assume):
+
+- Canary i is a fixed random unit direction u_i in the space of the aggregated
+  parameters (the flat vector the server clips, noises and applies), drawn from the
+  canary key alone, a secret of the run kept apart from the noise, sampling and client
+  streams. Its update has norm ``norm_factor`` x C (default 10 C): clipping leaves it at
+  exactly C, and a missing or loose clip shows.
+- Inclusion: each canary is inserted independently with probability 1/2 (Steinke,
+  Nasr, Jagielski 2023 need independent fair coins; the one-shot estimate of Andrew et
+  al. 2023 uses the inserted ones as "in" and the others as "out").
+- Participation: the canaries are users ``first_user .. first_user + n - 1`` of the
+  population the run's own sampler draws from, so an inserted canary takes part in a
+  round exactly when the sampler picks it: Poisson with the per-user rate q that the
+  accountant assumes. (Every round would be outside the accounted mechanism: the
+  guarantee holds for users sampled at rate q, and auditing it needs canaries that are.)
+  A canary is its own virtual client; it needs no data and no local training.
+- Worst case for the neighbouring relation. When one user moves the clipped sum by at
+  most C (K = 1, add/remove or replace-by-null), an inserted canary sampled in a round
+  adds a client sending +u_i (clipped to C u_i); otherwise it adds nothing. When a user
+  moves it by up to 2C (K > 1: the user's presence changes its client's update from v to
+  v', both of norm <= C), a canary alone could not show the factor 2; so every canary,
+  inserted or not, has a HOST client in every round (it stands for the other users of
+  the canary's virtual client) that sends -C u_i, turned into +C u_i in the rounds where
+  the inserted canary is sampled. Removing the canary then moves the sum by exactly 2C
+  in those rounds, the sensitivity the noise is calibrated to; the hosts do not depend
+  on any canary's inclusion, so they change no canary's privacy.
+- Score (white box): the cosine between u_i and the aggregated model's total move
+  ``initial - final`` (clients send ``start - end``, which the server subtracts, so an
+  inserted canary pushes the model along -u_i). The score is post-processing of the
+  released models, so the lower bound it gives is valid for the released models.
+
+The directions, the inclusion bits and the key are PRIVATE (``state`` goes to the
+run's private directory); only the audit's summary is released.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from dpemb.privacy._checks import positive_finite, positive_int
+from dpemb.privacy.clipping import ClipAndSum, ClippedSum
+from dpemb.privacy.relations import Relation, user_sensitivity
+
+DEFAULT_NORM_FACTOR = 10.0
+#: cache the n x d direction matrix (float32) up to this many entries; above it every
+#: direction is regenerated from its key when needed (memory O(d))
+CACHE_ENTRIES = 1 << 25
+_STREAM_INCLUSION = 0
+_STREAM_DIRECTION = 1
+_STREAM_BOOTSTRAP = 2
+
+
+def needs_host(users_per_client: int, relation: Relation | str) -> bool:
+    """True when one user can move the clipped sum by 2C (the canary needs a host client)."""
+    return user_sensitivity(1.0, users_per_client, relation) > 1.0
+
+
+class CanaryClients:
+    """``n`` canary users: keyed directions, fair-coin inclusion, Poisson participation.
+
+    ``dim`` is the length of the aggregated parameter vector; ``first_user`` the
+    population index of canary 0 (the number of real users); ``host`` whether every
+    canary has a host client (see the module docstring; ``needs_host``). ``seed`` None
+    draws the canary key from the OS's secure source.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        dim: int,
+        *,
+        first_user: int,
+        host: bool,
+        seed: int | None = None,
+        norm_factor: float = DEFAULT_NORM_FACTOR,
+    ) -> None:
+        self.n = positive_int("number of canaries", n)
+        self.dim = positive_int("dimension", dim)
+        if isinstance(first_user, bool) or not isinstance(first_user, (int, np.integer)) or first_user < 0:
+            raise ValueError(f"first_user must be an integer >= 0, got {first_user!r}")
+        self.first_user = int(first_user)
+        self.host = bool(host)
+        self.norm_factor = positive_finite("canary norm factor", norm_factor)
+        if self.norm_factor < 1:
+            raise ValueError(f"canary norm factor must be >= 1 (norm >= C), got {norm_factor!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        self.seeded = seed is not None
+        self._key = int(seed) if seed is not None else secrets.randbits(128)
+        self.included = self._rng(_STREAM_INCLUSION).random(self.n) < 0.5
+        self._cache: torch.Tensor | None = None
+        if self.n * self.dim <= CACHE_ENTRIES:
+            self._cache = torch.stack([self._direction(i) for i in range(self.n)])
+        self.rounds = 0
+        self.participations = np.zeros(self.n, dtype=np.int64)  # rounds each inserted canary was in
+
+    # ------------------------------------------------------------------ randomness
+    def _sequence(self, *key: int) -> np.random.SeedSequence:
+        return np.random.SeedSequence(self._key, spawn_key=tuple(int(k) for k in key))
+
+    def _rng(self, *key: int) -> np.random.Generator:
+        return np.random.Generator(np.random.PCG64(self._sequence(*key)))
+
+    def _direction(self, i: int) -> torch.Tensor:
+        seed = int(self._sequence(_STREAM_DIRECTION, i).generate_state(1, np.uint64)[0] >> np.uint64(1))
+        v = torch.randn(self.dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        return (v / torch.linalg.vector_norm(v)).to(torch.float32)
+
+    def direction(self, i: int) -> torch.Tensor:
+        """u_i: a unit vector (float32, CPU), the same every time it is asked for."""
+        if not 0 <= i < self.n:
+            raise IndexError(f"canary {i} out of range 0..{self.n - 1}")
+        return self._cache[i] if self._cache is not None else self._direction(i)
+
+    def bootstrap_seed(self) -> int:
+        """A seed for the estimate's bootstrap, from the canary key (reproducible per run)."""
+        return int(self._sequence(_STREAM_BOOTSTRAP).generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+    # ------------------------------------------------------------------ a round
+    def split_round(self, slots: Sequence[np.ndarray], users_per_client: int) -> tuple[list[np.ndarray], np.ndarray]:
+        """(the real users' clients, the canaries the sampler picked this round).
+
+        ``slots`` is what the sampler returned for a population that includes the
+        canaries. Canary users are taken out of every slot; with K > 1 the slots keep
+        their positions (the client keys are slot indices), with K = 1 a canary's
+        singleton client is dropped (the keys are user indices)."""
+        picked: list[np.ndarray] = []
+        real: list[np.ndarray] = []
+        for users in slots:
+            users = np.asarray(users, dtype=np.int64)
+            is_canary = users >= self.first_user
+            picked.append(users[is_canary] - self.first_user)
+            kept = users[~is_canary]
+            if users_per_client > 1 or len(kept):
+                real.append(kept)
+        ids = np.concatenate(picked) if picked else np.zeros(0, dtype=np.int64)
+        if len(ids) and ids.max() >= self.n:
+            raise ValueError(f"the sampler picked user {ids.max() + self.first_user}, beyond the last canary")
+        return real, np.sort(ids)
+
+    def round_updates(self, picked: np.ndarray, clip_norm: float) -> Iterator[torch.Tensor]:
+        """The canary clients' updates of one round (before clipping), norm ``norm_factor`` x C.
+
+        Without hosts: +u_i for every inserted canary the sampler picked. With hosts: one
+        client per canary, +u_i if inserted and picked, -u_i otherwise."""
+        a = self.norm_factor * positive_finite("clip norm", clip_norm)
+        in_round = np.zeros(self.n, dtype=bool)
+        in_round[np.asarray(picked, dtype=np.int64)] = True
+        present = in_round & self.included
+        self.participations += present
+        self.rounds += 1
+        for i in range(self.n):
+            if present[i]:
+                yield a * self.direction(i)
+            elif self.host:
+                yield -a * self.direction(i)
+
+    def contribute(self, accumulator: ClipAndSum, picked: np.ndarray) -> ClippedSum:
+        """Add this round's canary clients to ``accumulator`` (the run's clip-and-sum, real
+        clients already in it) and return the clipped sum with them."""
+        for update in self.round_updates(picked, accumulator.clip_norm):
+            accumulator.add([update])
+        return accumulator.result()
+
+    # ------------------------------------------------------------------ scores
+    def scores(self, move: torch.Tensor) -> np.ndarray:
+        """cos(u_i, move) for every canary; ``move`` = initial - final aggregated parameters."""
+        move = move.detach().reshape(-1).to(device="cpu", dtype=torch.float64)
+        if move.numel() != self.dim:
+            raise ValueError(f"move has {move.numel()} entries, the canaries {self.dim}")
+        norm = float(torch.linalg.vector_norm(move))
+        if not (math.isfinite(norm) and norm > 0):
+            raise ValueError("the model did not move (or moved to non-finite values): no score")
+        if self._cache is not None:
+            dots = (self._cache.to(torch.float64) @ move).numpy()
+        else:
+            dots = np.array([float(self._direction(i).to(torch.float64) @ move) for i in range(self.n)])
+        return dots / norm
+
+    # ------------------------------------------------------------------ private state
+    def state(self) -> dict[str, Any]:
+        """Everything that identifies the canaries (PRIVATE: key and inclusion bits)."""
+        return {
+            "n": self.n, "dim": self.dim, "first_user": self.first_user, "host": self.host,
+            "norm_factor": self.norm_factor, "key": str(self._key), "seeded": self.seeded,
+            "included": self.included.astype(int).tolist(), "rounds": self.rounds,
+            "participations": self.participations.tolist(),
+        }
