@@ -174,12 +174,12 @@ def make_spec(n_users: int, fed: dict[str, Any], rounds: int) -> Any:
                        noise_multiplier=1.0, clip_norm=CLIP, rounds=rounds, mechanism=mech)
 
 
-def calibrate(spec: Any, eps: float) -> float:
-    """Simulation noise multiplier z such that the run extrapolated to CAL_POP users
-    (z and M scaled by k) has epsilon ``eps`` (RDP)."""
+def calibrate(spec: Any, eps: float, population: int = CAL_POP) -> float:
+    """Simulation noise multiplier z such that the run extrapolated to ``population``
+    users (default CAL_POP; z and M scaled by k) has epsilon ``eps`` (RDP)."""
     from dpemb.privacy.accounting import calibrate_noise_multiplier, extrapolate
 
-    ex = extrapolate(spec, CAL_POP)
+    ex = extrapolate(spec, population)
     z_big = calibrate_noise_multiplier(ex.spec, eps, "rdp")
     return z_big / ex.factor
 
@@ -204,7 +204,12 @@ def privacy_numbers(spec: Any) -> dict[str, Any]:
 
 
 def run_job(job: dict[str, Any], work: str, threads: int) -> dict[str, Any]:
-    """Run one training job in a worker process; returns its result record."""
+    """Run one training job in a worker process; returns its result record.
+
+    Optional job fields (absent in this experiment's own jobs, whose defaults they keep):
+    ``z`` (an explicit simulation noise multiplier instead of calibrating ``eps``),
+    ``population`` (the extrapolated population ``eps`` is calibrated at; CAL_POP) and
+    ``noise_seed`` (noise, sampling and client randomness; 1234)."""
     import torch
 
     torch.set_num_threads(threads)
@@ -242,14 +247,17 @@ def run_job(job: dict[str, Any], work: str, threads: int) -> dict[str, Any]:
         tr = UserDataset.load(data / "train", mmap=False)
         fed = job["fed"]
         spec = make_spec(tr.num_users, fed, job["rounds"])
-        if job["eps"] is None:
+        if job.get("z") is not None:
+            spec = replace(spec, noise_multiplier=job["z"])
+        elif job["eps"] is None:
             spec = replace(spec, noise_multiplier=0.0, nonprivate=True)
         else:
-            spec = replace(spec, noise_multiplier=calibrate(spec, job["eps"]))
+            spec = replace(spec, noise_multiplier=calibrate(spec, job["eps"], job.get("population", CAL_POP)))
         fkw = {k: v for k, v in fed.items() if k not in ("M", "K")}
         fcfg = FederatedConfig(**fkw)
         rep = train_federated(tr, ev, mcfg, fcfg, spec,
-                              RunConfig(eval_every=job["rounds"], **rcfg_kw), noise_seed=1234,
+                              RunConfig(eval_every=job["rounds"], **rcfg_kw),
+                              noise_seed=job.get("noise_seed", 1234),
                               provenance=Provenance(str(data), "private"))
         rows, ips = _run_rows(out, rep)
         losses = [r["train_loss"] for r in rows if r.get("train_loss") is not None]
@@ -261,6 +269,7 @@ def run_job(job: dict[str, Any], work: str, threads: int) -> dict[str, Any]:
                    head_params=tr.num_classes * EMB,
                    **privacy_numbers(spec))
     rec["seconds"] = time.time() - t0
+    rec["started_at"], rec["finished_at"] = t0, time.time()
     return rec
 
 
@@ -279,8 +288,9 @@ def _run_rows(out: Path, rep: dict[str, Any]) -> tuple[list[dict[str, Any]], flo
 
 
 def run_all(jobs: list[dict[str, Any]], results: dict[str, Any], work: Path, nproc: int,
-            deadline: float) -> None:
-    """Run the jobs not yet in ``results`` on ``nproc`` processes; save after each."""
+            deadline: float, results_file: str = "results.json") -> None:
+    """Run the jobs not yet in ``results`` on ``nproc`` processes; save after each
+    (to ``<work>/<results_file>``)."""
     todo = [j for j in jobs if j["key"] not in results]
     if not todo:
         return
@@ -305,7 +315,7 @@ def run_all(jobs: list[dict[str, Any]], results: dict[str, Any], work: Path, npr
                     print(f"  FAILED {j['key']}:\n{traceback.format_exc()}", flush=True)
                     continue
                 results[j["key"]] = rec
-                save_results(work, results)
+                save_results(work, results, results_file)
                 LOAD_SAMPLES.append(round(os.getloadavg()[0], 2))
                 print(f"  done {j['key']}: R@1e-3 {rec['final']:.3f} on {j.get('eval_split', 'test')} "
                       f"({rec['seconds']:.0f} s)", flush=True)
@@ -314,10 +324,10 @@ def run_all(jobs: list[dict[str, Any]], results: dict[str, Any], work: Path, npr
 LOAD_SAMPLES: list[float] = []  # 1-minute load average after each finished run
 
 
-def save_results(work: Path, results: dict[str, Any]) -> None:
+def save_results(work: Path, results: dict[str, Any], results_file: str = "results.json") -> None:
     from dpemb.atomic import atomic_write_text
 
-    atomic_write_text(work / "results.json", json.dumps(results, indent=1, default=str))
+    atomic_write_text(work / results_file, json.dumps(results, indent=1, default=str))
 
 
 # ----------------------------------------------------------------------------- the plan

@@ -1,0 +1,705 @@
+#!/usr/bin/env python
+"""DP-FedEmb at scale (issue #11): the extrapolation premise, the headline table and
+the population figure, on the face-like glyph regime of ``fedemb_glyphs.py``.
+
+    .venv/bin/python experiments/fedemb_scale.py                 # full: docs/RESULTS_SCALE.md
+    .venv/bin/python experiments/fedemb_scale.py --quick         # smoke test (a few minutes)
+    .venv/bin/python experiments/fedemb_scale.py --part premise  # one part only
+    .venv/bin/python experiments/fedemb_scale.py --report-only   # rewrite the page from results
+
+Reuses the data, the public pretraining run (``face/pretrain/w0.25``) and the
+centralized-from-pretraining run of ``fedemb_glyphs.py`` in its work folder
+(``runs/fedemb_glyphs``; ``results.json`` there is only read). This script's runs go to
+``runs/fedemb_glyphs/runs/scale/...`` and its results to ``scale_results.json`` next
+to it; a re-run reuses them, so an interrupted or budget-limited run resumes. ``--quick``
+builds its own small data in ``runs/fedemb_scale_quick`` and writes its page under /tmp.
+
+Parts:
+1. premise: the paper's extrapolation assumes the utility of a run is unchanged when
+   clients per round M and the noise multiplier z grow together by k, because the
+   noise on the averaged update stays the same. Here N is fixed, so the sampling rate
+   M K / N grows with k too: what is tested is that the average of k times more clients
+   with k times more noise trains as well. Runs at k = 1, 2, 4, 8 with M = 8k and
+   z = z0 k (z0: the simulation z for epsilon 8 at N' = 100k, where noise costs utility),
+   and without noise at the
+   smallest and largest k.
+2. headline: DP-FedEmb and DP-FedAvg with the noise calibrated for N' in {100k, 1M, 10M}
+   and epsilon in {8, 2, 1, 0.5}, without noise, centralized training from the same
+   public start and the public start alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))  # the worker processes inherit it
+fg = importlib.import_module("fedemb_glyphs")  # the experiment this one extends
+
+REGIME = "face"
+POPS = (100_000, 1_000_000, 10_000_000)
+POP_10K = 10_000
+EPSILONS = (8.0, 2.0, 1.0, 0.5)
+FIG_EPS = (1.0, 2.0)
+PREMISE_KS = (1, 2, 4, 8)
+PREMISE_EPS, PREMISE_POP = 8.0, 100_000  # where noise costs utility (2.2e-3 on the average)
+M0 = 8
+# DP-FedEmb's knobs (MEASURED.md "Users per virtual client decide DP-FedEmb's utility"
+# and fedemb_glyphs' validation tuning: zero head, local batch 8, server lr 0.5)
+KNOBS = {"local_batch_size": 8, "client_lr": 0.05, "server_lr": 0.5, "server_momentum": 0.9,
+         "head_init": "zeros", "head_lr_scale": 1.0}
+NOISE_SEED0, SEED_STRIDE = 1234, 1000  # seed s: noise/sampling/client randomness 1234 + 1000 s
+# cost of a federated run on 1 thread: overhead + c x rounds x M x K (probe on the full data,
+# K = 16, M = 8, 2 vs 20 rounds: 11.6 s and 19.9 s, load ~2 on 2 cores)
+US_PER_USER_ROUND = 3.6e-3  # s per (user x round)
+RUN_OVERHEAD_S = 11.0  # data loading and two evaluations on 2,000 test images
+ALGOS = ("dp-fedemb", "dp-fedavg")
+RESULTS_FILE, TIMING_FILE = "scale_results.json", "scale_timing.json"
+REAL_DOC = ROOT / "docs" / "RESULTS_SCALE.md"
+QUICK_DOC = Path("/tmp/dpemb_scale_quick/RESULTS_SCALE.md")
+
+
+# ----------------------------------------------------------------------------- settings
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Everything the plan depends on, from the command line (quick or full)."""
+    q = args.quick
+    reg = fg.regimes(q)[REGIME]
+    return {
+        "quick": q, "reg": reg, "K": args.K, "rounds": args.rounds or (6 if q else 150),
+        "premise_seeds": args.seeds or (1 if q else 2), "headline_seeds": args.seeds or (1 if q else 3),
+        "ks": (1, 2) if q else PREMISE_KS, "pops": (PREMISE_POP,) if q else POPS,
+        "eps": (PREMISE_EPS,) if q else EPSILONS, "with_10k": args.with_10k,
+        "parts": ("premise", "headline") if args.part == "all" else (args.part,),
+    }
+
+
+def _pop(n: int) -> str:
+    """100000 -> '100k', 1000000 -> '1M'."""
+    return f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}k"
+
+
+# ----------------------------------------------------------------------------- jobs
+
+
+def fed_run(st: dict[str, Any], algo: str, seed: int, *, M: int = M0, eps: float | None = None,
+            pop: int | None = None, z: float | None = None, tag: str = "") -> dict[str, Any]:
+    """A federated job in fedemb_glyphs' job format (run by ``fg.run_job``).
+
+    ``eps`` + ``pop``: z calibrated so that the run extrapolated to ``pop`` has epsilon
+    ``eps``; ``z``: an explicit noise multiplier (``tag`` names it in the key); neither:
+    no noise. Identical configurations get identical keys (so they run once)."""
+    fed = {**fg.BASE_FED, **KNOBS, "algorithm": algo, "M": M, "K": st["K"],
+           "max_examples_per_client": None}
+    noise = "np" if eps is None and z is None else (tag if z is not None else f"e{eps:g}@{_pop(pop)}")
+    key = f"scale/{algo}/K{st['K']}/M{M}/r{st['rounds']}/{noise}/s{seed}"
+    job = {"key": key, "kind": "fed", "regime": REGIME, "width": fg.WIDTH_MAIN,
+           "init": fg.pre_key(REGIME, fg.WIDTH_MAIN), "rounds": st["rounds"], "eps": eps, "fed": fed,
+           "knobs": KNOBS, "eval_split": "test", "seed": seed,
+           "noise_seed": NOISE_SEED0 + SEED_STRIDE * seed}
+    if z is not None:
+        job["z"] = z
+    if pop is not None:
+        job["population"] = pop
+    return job
+
+
+def pretrain_job(st: dict[str, Any]) -> dict[str, Any]:
+    """fedemb_glyphs' public pretraining job (the start of every run here)."""
+    return {"key": fg.pre_key(REGIME, fg.WIDTH_MAIN), "kind": "pretrain", "regime": REGIME,
+            "width": fg.WIDTH_MAIN, "steps": st["reg"]["pretrain_steps"]}
+
+
+def central_job(st: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Centralized non-private training from the public start; seed 0 is fedemb_glyphs' own
+    ``face/central-pre`` job (reused), others differ in data order and head initialisation."""
+    key = f"scale/central-pre/w{fg.WIDTH_MAIN:g}/s{seed}" if seed else f"{REGIME}/central-pre/w{fg.WIDTH_MAIN:g}"
+    return {"key": key, "kind": "central", "regime": REGIME, "width": fg.WIDTH_MAIN,
+            "steps": st["reg"]["central_steps"], "init": fg.pre_key(REGIME, fg.WIDTH_MAIN), "seed": seed}
+
+
+def z0_for(st: dict[str, Any], n_train: int) -> float:
+    """The simulation z of DP-FedEmb (M = 8) for PREMISE_EPS extrapolated to PREMISE_POP users."""
+    spec = fg.make_spec(n_train, {"algorithm": "dp-fedemb", "M": M0, "K": st["K"]}, st["rounds"])
+    return fg.calibrate(spec, PREMISE_EPS, PREMISE_POP)
+
+
+def premise_jobs(st: dict[str, Any], z0: float, seed: int) -> list[dict[str, Any]]:
+    """Noisy runs at every k (M = 8k, z = z0 k), then no-noise runs at the smallest and largest k."""
+    jobs = []
+    for k in st["ks"]:
+        if k == 1:  # the same configuration as the headline run at PREMISE_EPS, PREMISE_POP
+            jobs.append(fed_run(st, "dp-fedemb", seed, eps=PREMISE_EPS, pop=PREMISE_POP))
+        else:
+            jobs.append(fed_run(st, "dp-fedemb", seed, M=M0 * k, z=z0 * k,
+                                tag=f"e{PREMISE_EPS:g}@{_pop(PREMISE_POP)}x{k}"))
+    for k in (st["ks"][0], st["ks"][-1]):
+        jobs.append(fed_run(st, "dp-fedemb", seed, M=M0 * k))
+    return jobs
+
+
+def headline_jobs(st: dict[str, Any], algo: str, seed: int, pops: tuple[int, ...] | None = None,
+                  eps: tuple[float, ...] | None = None, with_np: bool = True) -> list[dict[str, Any]]:
+    """One algorithm at every (population, epsilon) and without noise."""
+    jobs = [fed_run(st, algo, seed, eps=e, pop=n) for n in (pops or st["pops"]) for e in (eps or st["eps"])]
+    return jobs + ([fed_run(st, algo, seed)] if with_np else [])
+
+
+def plan(st: dict[str, Any], z0: float) -> dict[str, list[dict[str, Any]]]:
+    """Jobs per part, each list in priority order (most important first)."""
+    parts: dict[str, list[dict[str, Any]]] = {"premise": [], "headline": []}
+    for s in range(st["premise_seeds"]):
+        parts["premise"] += premise_jobs(st, z0, s)
+    for s in range(st["headline_seeds"]):
+        for a in ALGOS:
+            parts["headline"] += headline_jobs(st, a, s)
+        parts["headline"].append(central_job(st, s))
+    if st["with_10k"]:
+        for s in range(st["headline_seeds"]):
+            for a in ALGOS:
+                parts["headline"] += headline_jobs(st, a, s, (POP_10K,), FIG_EPS, with_np=False)
+    return parts
+
+
+def ordered(st: dict[str, Any], parts: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One queue, deduplicated: per seed the premise first, then the headline (DP-FedEmb,
+    DP-FedAvg, centralized), so a partial run already fills whole table columns; the
+    10k runs last."""
+    def seed_of(j: dict[str, Any]) -> int:
+        return j.get("seed", 0)
+
+    queue = []
+    for s in range(max(st["premise_seeds"], st["headline_seeds"])):
+        for name in ("premise", "headline"):
+            if name in st["parts"]:
+                queue += [j for j in parts[name] if seed_of(j) == s and j.get("population") != POP_10K]
+    if "headline" in st["parts"]:
+        queue += [j for j in parts["headline"] if j.get("population") == POP_10K]
+    seen: set[str] = set()
+    return [j for j in queue if not (j["key"] in seen or seen.add(j["key"]))]
+
+
+# ----------------------------------------------------------------------------- runtime
+
+
+def run_cost(job: dict[str, Any], c: float, ref: dict[str, float]) -> float:
+    """Rough seconds for one job on one thread: user-rounds x c for federated jobs, the
+    reference run's time (scaled by steps) for centralized ones."""
+    if job["kind"] == "fed":
+        return RUN_OVERHEAD_S + c * job["rounds"] * job["fed"]["M"] * job["fed"]["K"]
+    return ref.get(job["kind"], 50.0) * job["steps"] / ref.get(job["kind"] + "_steps", 1000)
+
+
+def cost_model(done: dict[str, Any]) -> tuple[float, dict[str, float], str]:
+    """Seconds per user-round from this script's finished federated runs (the probe's 3.6 ms
+    if none), reference times of centralized / pretraining runs, and where c came from."""
+    per = [(v["seconds"] - RUN_OVERHEAD_S) / (j["rounds"] * j["fed"]["M"] * j["fed"]["K"])
+           for k, v in done.items()
+           if k.startswith("scale/") and (j := v["job"])["kind"] == "fed" and v.get("seconds")]
+    ref: dict[str, float] = {}
+    for v in done.values():
+        j = v["job"]
+        if j["kind"] in ("central", "pretrain") and v.get("seconds"):
+            ref[j["kind"]], ref[j["kind"] + "_steps"] = v["seconds"], j["steps"]
+    if per:
+        return max(1e-4, float(np.median(per))), ref, f"{len(per)} finished runs"
+    return US_PER_USER_ROUND, ref, "a probe run"
+
+
+def estimate(todo: list[dict[str, Any]], done: dict[str, Any], nproc: int) -> str:
+    """A printable runtime estimate: jobs, process-minutes, wall minutes on ``nproc``."""
+    c, ref, src = cost_model(done)
+    costs = sorted((run_cost(j, c, ref) for j in todo), reverse=True)
+    lanes = [0.0] * max(1, nproc)
+    for t in costs:  # longest first onto the least loaded process
+        lanes[lanes.index(min(lanes))] += t
+    return (f"{len(todo)} runs to do, about {sum(costs) / 60:.0f} process-minutes -> about "
+            f"{max(lanes) / 60:.0f} min wall on {nproc} processes ({c * 1e3:.1f} ms per user-round "
+            f"from {src}; more if the cores are shared)")
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def stats(recs: list[dict[str, Any] | None]) -> tuple[float, float, int]:
+    """(mean, sample std, n) of the finished runs' final Recall@FAR=1e-3 (nan if none)."""
+    xs = [r["final"] for r in recs if r is not None]
+    if not xs:
+        return math.nan, math.nan, 0
+    return float(np.mean(xs)), (float(np.std(xs, ddof=1)) if len(xs) > 1 else math.nan), len(xs)
+
+
+def cell(m: float, s: float, n: int, planned: int) -> str:
+    """'0.812 ± 0.004', with '[n=1]' when fewer seeds finished than planned."""
+    if n == 0:
+        return "n/a (not run)"
+    txt = f"{m:.3f}" + (f" ± {s:.3f}" if n > 1 else "")
+    return txt + (f" [n={n}]" if n < planned else "")
+
+
+def gap(m: float, ref: float) -> str:
+    """Percent difference to the centralized reference, e.g. '-3.9%'."""
+    return "" if math.isnan(m) or math.isnan(ref) or ref == 0 else f" ({100 * (m / ref - 1):+.1f}%)"
+
+
+class Lookup:
+    """Finished runs: this script's results first, then fedemb_glyphs' (read only)."""
+
+    def __init__(self, mine: dict[str, Any], base: dict[str, Any]):
+        self.mine, self.base = mine, base
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.mine.get(key) or self.base.get(key)
+
+    def seeds(self, make: Any, n: int) -> list[dict[str, Any] | None]:
+        """The records of ``make(seed)`` for seeds 0..n-1 (None where not run)."""
+        return [self.get(make(s)["key"]) for s in range(n)]
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def load_json(p: Path) -> dict[str, Any]:
+    """The JSON object in ``p``, or {} if the file does not exist."""
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+def work_dir(args: argparse.Namespace) -> Path:
+    """The quick mode's own folder, else --work (fedemb_glyphs' folder by default)."""
+    return ROOT / "runs" / "fedemb_scale_quick" if args.quick else Path(args.work)
+
+
+def doc_path(args: argparse.Namespace) -> Path:
+    """--doc, else the real page (full) or a /tmp page (quick, which never writes the real one)."""
+    p = Path(args.doc) if args.doc else (QUICK_DOC if args.quick else REAL_DOC)
+    if args.quick and p.resolve() == REAL_DOC.resolve():
+        sys.exit(f"--quick never writes {REAL_DOC}; pass another --doc")
+    return p
+
+
+def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: dict[str, Any],
+            base: dict[str, Any]) -> dict[str, Any]:
+    """Data, pretraining, then the planned runs in priority order; returns the timing record."""
+    t0 = time.time()
+    deadline = t0 + 60 * args.budget_min if args.budget_min else math.inf
+    info = fg.build_data(work, REGIME, st["reg"], args.font_dir)
+    print(f"data: train {info['train']}, test {info['eval']} ({time.time() - t0:.0f} s)", flush=True)
+    if fg.pre_key(REGIME, fg.WIDTH_MAIN) not in base:
+        print("public pretraining", flush=True)
+        fg.run_all([pretrain_job(st)], results, work, args.jobs, deadline, RESULTS_FILE)
+    queue = ordered(st, plan(st, z0_for(st, info["train"]["users"])))
+    todo = [j for j in queue if j["key"] not in results and j["key"] not in base]
+    print(f"plan: {len(queue)} runs ({len(queue) - len(todo)} finished already); "
+          + estimate(todo, {**base, **results}, args.jobs), flush=True)
+    fg.run_all(todo, results, work, args.jobs, deadline, RESULTS_FILE)
+    return {"wall_s": time.time() - t0, "started": t0, "finished_at": time.time(),
+            "finished": time.strftime("%Y-%m-%d %H:%M"), "parts": list(st["parts"]),
+            "runs_done": sum(1 for j in todo if j["key"] in results), "runs_planned": len(todo)}
+
+
+def main() -> int:
+    """Command line entry point."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--part", choices=("premise", "headline", "all"), default="all")
+    ap.add_argument("--work", default=str(ROOT / "runs" / "fedemb_glyphs"),
+                    help="fedemb_glyphs' work folder (data, pretraining; ignored with --quick)")
+    ap.add_argument("--doc", help=f"results page (default {REAL_DOC.relative_to(ROOT)}; --quick: {QUICK_DOC})")
+    ap.add_argument("--K", type=int, default=16, help="users per virtual client")
+    ap.add_argument("--rounds", type=int, help="rounds per run (default 150; --quick 6)")
+    ap.add_argument("--seeds", type=int, help="seeds for every part (default: premise 2, headline 3; --quick 1)")
+    ap.add_argument("--with-10k", action="store_true", help="add N' = 10k (eps 1 and 2) to the population figure")
+    ap.add_argument("--jobs", type=int, default=2, help="parallel training processes")
+    ap.add_argument("--budget-min", type=float, help="start no run after this many minutes")
+    ap.add_argument("--quick", action="store_true", help="tiny smoke-test version")
+    ap.add_argument("--report-only", action="store_true", help="only rewrite the page from the results")
+    ap.add_argument("--font-dir", action="append", default=[], help="extra font files/directories")
+    args = ap.parse_args()
+    st, work, doc = settings(args), work_dir(args), doc_path(args)
+    work.mkdir(parents=True, exist_ok=True)
+    results = load_json(work / RESULTS_FILE)
+    base = load_json(work / "results.json")  # fedemb_glyphs' runs, never written here
+    timing = load_json(work / TIMING_FILE) or {"invocations": []}
+    if not args.report_only:
+        timing["invocations"].append(execute(args, st, work, results, base))
+        from dpemb.atomic import atomic_write_json
+
+        atomic_write_json(work / TIMING_FILE, timing)
+    info = load_json(work / "data" / REGIME / "info.json")
+    if not info:
+        sys.exit(f"no data in {work}: run without --report-only first")
+    write_report(st, Lookup(results, base), info, timing, doc, work, args)
+    print(f"wrote {doc}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def command(args: argparse.Namespace) -> str:
+    """The command line that reproduces the page."""
+    flags = [f"--{k.replace('_', '-')} {v}" for k, v in (("K", args.K), ("rounds", args.rounds),
+                                                       ("seeds", args.seeds)) if v not in (None, 16)]
+    flags += ["--quick"] * args.quick + ["--with-10k"] * args.with_10k
+    flags += [f"--part {args.part}"] * (args.part != "all")
+    return " ".join([".venv/bin/python experiments/fedemb_scale.py", *flags])
+
+
+def part_wall(lk: Lookup, jobs: list[dict[str, Any]], since: float) -> float:
+    """Seconds during which at least one of ``jobs`` (finished at or after ``since``) ran."""
+    iv = sorted((r["started_at"], r["finished_at"]) for j in jobs
+                if (r := lk.get(j["key"])) and r.get("finished_at", 0) >= since)
+    total, end = 0.0, -math.inf
+    for a, b in iv:
+        total += max(0.0, b - max(a, end))
+        end = max(end, b)
+    return total
+
+
+def protocol(st: dict[str, Any], info: dict[str, Any], lk: Lookup, z0: float) -> list[str]:
+    """The protocol section: data, knobs, seeds, epsilon convention."""
+    from dpemb.privacy.accounting import describe_mechanism, extrapolate
+
+    n = info["train"]["users"]
+    spec = replace(fg.make_spec(n, {"algorithm": "dp-fedemb", "M": M0, "K": st["K"]}, st["rounds"]),
+                   noise_multiplier=z0)
+    ex = extrapolate(spec, PREMISE_POP)
+    pre = lk.get(fg.pre_key(REGIME, fg.WIDTH_MAIN))
+    g = st["reg"]["glyph"]
+    return [
+        "## Protocol\n",
+        (f"- **Data**: the face-like regime of `experiments/fedemb_glyphs.py` (glyph identities "
+        f"owned by one user each, {g['images_per_identity']} images per identity, occlusion "
+        f"{g['occlusion']}): {n:,} private training users, {info['public']['users']:,} public users "
+        f"(pretraining), test split {info['eval']['users']} users / {info['eval']['examples']} images "
+        f"of identities never trained on. The validation split is used nowhere here."),
+        "- **Utility**: Recall@FAR=1e-3 (exact, all pairs) on the TEST split, at the last round.",
+        f"- **Start**: width-{fg.WIDTH_MAIN:g} LeNet, embedding {fg.EMB}, from the public pretraining "
+        f"({st['reg']['pretrain_steps']} steps; public-only score {pre['final']:.3f})."
+        if pre else "- **Start**: public pretraining (not run yet).",
+        (f"- **Knobs** (not tuned here): K = {st['K']} users per virtual client, M = {M0} clients per "
+        f"round, {st['rounds']} rounds, local batch {KNOBS['local_batch_size']}, one local epoch, client "
+        f"lr {KNOBS['client_lr']}, server lr {KNOBS['server_lr']} momentum {KNOBS['server_momentum']}, "
+        f"clip C = {fg.CLIP}, DP-FedEmb head: zeros, head lr scale {KNOBS['head_lr_scale']:g}; "
+        "DP-FedAvg the same knobs with its global (aggregated, clipped and noised) head. They come "
+        "from the measurement in docs/DEFAULTS.md (\"Users per virtual client decide DP-FedEmb's utility\": "
+        "K = 16-32 closes most of the gap to centralized) and fedemb_glyphs' tuning (zero head, "
+        "local batch 8, server lr 0.5, chosen there on its validation split); nothing was "
+        "selected on this page's runs."),
+        (f"- **Seeds**: seed s sets the noise, client-sampling and client-randomness seed "
+        f"{NOISE_SEED0} + {SEED_STRIDE} s and the run seed s (DP-FedAvg's head initialisation; "
+        f"centralized: data order and head). Seeds: premise {st['premise_seeds']}, headline "
+        f"{st['headline_seeds']}; tables show mean ± sample std."),
+        (f"- **Privacy**: {describe_mechanism(spec).rstrip('.')}. RDP accountant, user-level, "
+        "add/remove-one-user relation. Epsilon is the paper's extrapolated one "
+        "(`dpemb.privacy.accounting.extrapolate`): the simulated run (N users, M clients, z) is "
+        "reported as a run over N' users with M' = round(kM) clients per round and z' = z M'/M, "
+        "k = N'/N, so the noise on the averaged update (z x 2C / M) is the same, and delta = 1/N' "
+        "(1e-5 at 100k, 1e-6 at 1M, 1e-7 at 10M). The simulation z is calibrated "
+        "(`calibrate_noise_multiplier`, RDP) so that the extrapolated run has the target "
+        f"epsilon. Example: epsilon {PREMISE_EPS:g} at {_pop(PREMISE_POP)}: z = {z0:.5f} in simulation, M' = "
+        f"{ex.clients_per_round:,}, z' = {ex.noise_multiplier:.3f}, epsilon {ex.epsilon:.3f} at "
+        f"delta {ex.delta:.0e}. At the simulated N = {n:,} the same runs have no meaningful guarantee."),
+        "",
+    ]
+
+
+def premise_section(st: dict[str, Any], lk: Lookup, z0: float, img: Path) -> tuple[list[str], dict]:
+    """The premise table and plot; returns its lines and the numbers the findings use."""
+    S = st["premise_seeds"]
+    noisy, clean = {}, {}
+    rows = ["## Part 1: the extrapolation premise\n",
+            (f"DP-FedEmb with M = {M0}k clients per round and z = z0 k (z0 = {z0:.5f}: epsilon "
+            f"{PREMISE_EPS:g} at N' = {_pop(PREMISE_POP)} for k = 1), so the noise on the averaged "
+            "update is the same at every k; the no-noise runs separate the effect of averaging more "
+            "clients (less sampling variance, a higher sampling rate M K / N) from the noise. "
+             f"k = 1 is the headline's DP-FedEmb run at ε {PREMISE_EPS:g}, {_pop(PREMISE_POP)} "
+             "(and its no-noise run).\n"),
+            "| k | M | z | noise on average | R@1e-3 with noise | R@1e-3 no noise | s per run (noise / no noise) |",
+            "|---|---|---|---|---|---|---|"]
+    sens = fg.make_spec(10**6, {"algorithm": "dp-fedemb", "M": M0, "K": st["K"]}, 1).sensitivity
+    for i, k in enumerate(st["ks"]):
+        rn = lk.seeds(lambda s, i=i: premise_jobs(st, z0, s)[i], S)
+        noisy[k] = stats(rn)
+        rc = lk.seeds(lambda s, k=k: fed_run(st, "dp-fedemb", s, M=M0 * k), S) \
+            if k in (st["ks"][0], st["ks"][-1]) else []
+        clean[k] = stats(rc) if rc else None
+        secs = [_secs(rn), _secs(rc) if rc else "-"]
+        rows.append(f"| {k} | {M0 * k} | {z0 * k:.5f} | {z0 * sens / M0:.2e} | {cell(*noisy[k], S)} | "
+                    f"{cell(*clean[k], S) if clean[k] else '-'} | {' / '.join(secs)} |")
+    _plot_premise(st, noisy, clean, img / "scale_premise.png")
+    rows += ["", f"![premise]({img.name}/scale_premise.png)", ""]
+    return rows, {"noisy": noisy, "clean": clean}
+
+
+def _secs(recs: list[dict[str, Any] | None]) -> str:
+    """Mean wall seconds of the finished runs, or 'n/a'."""
+    xs = [r["seconds"] for r in recs if r and r.get("seconds")]
+    return f"{np.mean(xs):.0f}" if xs else "n/a"
+
+
+def _plt() -> Any:
+    """matplotlib.pyplot with the file-only backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path) -> None:
+    """Write a figure atomically as PNG."""
+    from dpemb.atomic import atomic_write
+
+    atomic_write(path, lambda p: fig.savefig(p, dpi=110, format="png"))
+
+
+def _errorbar(ax: Any, xs: list[float], st3: list[tuple[float, float, int]], **kw: Any) -> None:
+    """Plot mean ± std where a point has runs (std 0 where one seed)."""
+    pts = [(x, m, 0.0 if math.isnan(s) else s) for x, (m, s, n) in zip(xs, st3, strict=False) if n]
+    if pts:
+        ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
+                    marker="o", capsize=3, **kw)
+
+
+def _plot_premise(st: dict[str, Any], noisy: dict, clean: dict, path: Path) -> None:
+    """Utility versus k, with noise and without."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ks = list(st["ks"])
+    _errorbar(ax, ks, [noisy[k] for k in ks], label=f"z = z0 k (eps {PREMISE_EPS:g} at {_pop(PREMISE_POP)} for k = 1)")
+    ck = [k for k in ks if clean.get(k)]
+    _errorbar(ax, ck, [clean[k] for k in ck], ls="--", label="no noise")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_xlabel(f"k (M = {M0}k clients per round, noise multiplier z0 k)")
+    ax.set_ylabel("Recall@FAR=1e-3 (test)")
+    ax.set_title(f"Extrapolation premise, DP-FedEmb K = {st['K']}, {st['rounds']} rounds")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+
+
+ALGO = {"dp-fedemb": "DP-FedEmb", "dp-fedavg": "DP-FedAvg"}
+
+
+def headline_section(st: dict[str, Any], lk: Lookup, img: Path) -> tuple[list[str], dict]:
+    """The headline table and the population plot; returns lines and numbers."""
+    S = st["headline_seeds"]
+    cen = stats(lk.seeds(lambda s: central_job(st, s), S))
+    pre = lk.get(fg.pre_key(REGIME, fg.WIDTH_MAIN))
+    grid: dict[tuple[str, int, float | None], tuple[float, float, int]] = {}
+    pops = ((POP_10K,) if st["with_10k"] else ()) + tuple(st["pops"])
+    for a in ALGOS:
+        grid[(a, 0, None)] = stats(lk.seeds(lambda s, a=a: fed_run(st, a, s), S))
+        for n in pops:
+            for e in (FIG_EPS if n == POP_10K else st["eps"]):
+                grid[(a, n, e)] = stats(lk.seeds(lambda s, a=a, n=n, e=e: fed_run(st, a, s, eps=e, pop=n), S))
+    L = ["## Part 2: headline\n",
+         ("Recall@FAR=1e-3 on the test split, mean ± std over seeds, in brackets the difference to "
+         f"centralized training from the same public start ({cell(*cen, S)}); epsilon of the run "
+         "extrapolated to N' (delta = 1/N'). The no-noise column is the same runs for every N'.\n"),
+         "| algorithm | N' | " + " | ".join(f"ε {e:g}" for e in st["eps"]) + " | no noise |",
+         "|---|---|" + "---|" * (len(st["eps"]) + 1)]
+    for a in ALGOS:
+        for n in st["pops"]:
+            cells = [cell(*grid[(a, n, e)], S) + gap(grid[(a, n, e)][0], cen[0]) for e in st["eps"]]
+            npc = cell(*grid[(a, 0, None)], S) + gap(grid[(a, 0, None)][0], cen[0])
+            L.append(f"| {ALGO[a]} | {_pop(n)} | " + " | ".join(cells) + f" | {npc} |")
+    blank = " |" * len(st["eps"])
+    L.append(f"| centralized, non-private, from the public start | - |{blank} {cell(*cen, S)} |")
+    pre_txt = f"{pre['final']:.3f}" if pre else "n/a (not run)"
+    L.append(f"| public pretraining only | - |{blank} {pre_txt} |")
+    _plot_population(st, grid, pops, cen, pre, img / "scale_population.png")
+    L += ["", f"![population]({img.name}/scale_population.png)", ""]
+    return L, {"grid": grid, "cen": cen, "pre": pre["final"] if pre else math.nan, "pops": pops}
+
+
+def _plot_population(st: dict[str, Any], grid: dict, pops: tuple[int, ...], cen: tuple,
+                     pre: dict[str, Any] | None, path: Path) -> None:
+    """Utility at epsilon 1 and 2 versus the extrapolated population."""
+    plt = _plt()
+    eps = [e for e in FIG_EPS if any((a, n, e) in grid for a in ALGOS for n in pops)]
+    fig, axes = plt.subplots(1, max(1, len(eps)), figsize=(5.5 * max(1, len(eps)), 4), squeeze=False)
+    for ax, e in zip(axes[0], eps, strict=False):
+        for a in ALGOS:
+            ns = [n for n in pops if (a, n, e) in grid]
+            _errorbar(ax, ns, [grid[(a, n, e)] for n in ns], label=ALGO[a])
+        if cen[2]:
+            ax.axhline(cen[0], color="k", lw=1, label="centralized (non-private)")
+        if pre:
+            ax.axhline(pre["final"], color="gray", ls=":", lw=1, label="public pretraining only")
+        ax.set_xscale("log")
+        ax.set_xlabel("population N' (extrapolated; delta = 1/N')")
+        ax.set_ylabel("Recall@FAR=1e-3 (test)")
+        ax.set_title(f"epsilon {e:g} (RDP, user-level)")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+
+
+def privacy_table(st: dict[str, Any], lk: Lookup, n_train: int) -> list[str]:
+    """Per (N', epsilon): the simulation z (recorded by the runs, else calibrated), the noise
+    on the average and the extrapolated run that has the target epsilon."""
+    from dpemb.privacy.accounting import extrapolate
+
+    spec = fg.make_spec(n_train, {"algorithm": "dp-fedemb", "M": M0, "K": st["K"]}, st["rounds"])
+    L = [("<details><summary>noise per (N', epsilon) (same for both algorithms: same M, K, "
+         "rounds)</summary>\n"), "| N' | ε | z (simulation) | noise on average | M' | z' | ε check | δ |",
+         "|---|---|---|---|---|---|---|---|"]
+    pops = ((POP_10K,) if st["with_10k"] else ()) + tuple(st["pops"])
+    for n in pops:
+        for e in (FIG_EPS if n == POP_10K else st["eps"]):
+            r = lk.get(fed_run(st, "dp-fedemb", 0, eps=e, pop=n)["key"])
+            z = r["z"] if r else fg.calibrate(spec, e, n)
+            ex = extrapolate(replace(spec, noise_multiplier=z), n)
+            L.append(f"| {_pop(n)} | {e:g} | {z:.5f} | {z * spec.sensitivity / M0:.2e} | "
+                     f"{ex.clients_per_round:,} | {ex.noise_multiplier:.3f} | {ex.epsilon:.3f} | {ex.delta:.0e} |")
+    return L + ["\n</details>\n"]
+
+
+def timing_section(st: dict[str, Any], lk: Lookup, timing: dict[str, Any], parts: dict) -> list[str]:
+    """Wall time of every invocation and per part (time during which a part's run was running)."""
+    inv = timing.get("invocations", [])
+    if not inv:
+        return ["## Wall time\n", "Not recorded (only --report-only so far).\n"]
+    total = sum(i["wall_s"] for i in inv)
+    L = ["## Wall time\n", (f"{len(inv)} invocation(s), {total / 60:.1f} min in all on 2 cores "
+         "(shared with other work), data and pretraining included:\n"),
+         "| finished | parts | runs done / to do | wall min | premise runs busy min | headline runs busy min |",
+         "|---|---|---|---|---|---|"]
+    for i in inv:
+        pw = {p: part_wall(lk, parts[p], i["started"]) / 60 for p in parts}
+        L.append(f"| {i['finished']} | {', '.join(i['parts'])} | {i['runs_done']} / {i['runs_planned']} | "
+                 f"{i['wall_s'] / 60:.1f} | {pw['premise']:.1f} | {pw['headline']:.1f} |")
+    return L + ["", ("'busy' = time during which at least one run of that part was in progress (the "
+                "parts share runs and run interleaved, so the two need not add up)."), ""]
+
+
+def findings(st: dict[str, Any], prem: dict, head: dict) -> list[str]:
+    """The FINDINGS paragraph, generated from the numbers."""
+    L = ["## Findings (generated from the numbers above)\n"]
+    L.append(_premise_finding(st, prem))
+    L.append(_headline_finding(st, head))
+    L.append(_compare_finding(st, head))
+    L.append(_population_finding(st, head))
+    return L + [""]
+
+
+def _premise_finding(st: dict[str, Any], prem: dict) -> str:
+    """Does utility stay within seed spread from k = 1 to the largest k?"""
+    k1, kx = st["ks"][0], st["ks"][-1]
+    (m1, s1, n1), (mx, sx, nx) = prem["noisy"][k1], prem["noisy"][kx]
+    if not (n1 and nx):
+        return f"- **Premise**: not measured yet (k = {k1} or k = {kx} missing)."
+    d = mx - m1
+    txt = f"- **Premise**: k = {kx} minus k = {k1} with noise: {d:+.3f}"
+    c1, cx = prem["clean"].get(k1), prem["clean"].get(kx)
+    if n1 > 1 and nx > 1:
+        pooled = math.sqrt((s1 ** 2 + sx ** 2) / 2)
+        verdict = "holds within seed spread" if abs(d) <= 2 * pooled else "does NOT hold within seed spread"
+        txt += (f", pooled seed std {pooled:.3f} (|difference| = {abs(d) / max(pooled, 1e-9):.1f} pooled "
+                f"std; criterion 2): the premise {verdict}.")
+    else:
+        txt += " (one seed: no seed spread to compare with)."
+    if c1 and cx and c1[2] and cx[2]:
+        txt += (f" Without noise k = {kx} minus k = {k1}: {cx[0] - c1[0]:+.3f} (the effect of averaging "
+                f"more clients alone); the noise costs {c1[0] - m1:+.3f} at k = {k1} and "
+                f"{cx[0] - mx:+.3f} at k = {kx}.")
+    return txt
+
+
+def _headline_finding(st: dict[str, Any], head: dict) -> str:
+    """Which cells reach 0.95x centralized."""
+    ref = head["cen"][0]
+    if math.isnan(ref):
+        return "- **Versus centralized**: centralized reference not run yet."
+    ok = [f"{ALGO[a]} {_pop(n)} ε {e:g} ({m / ref:.2f}x)" for (a, n, e), (m, _, k) in head["grid"].items()
+          if e is not None and k and m >= 0.95 * ref]
+    done = sum(1 for (a, n, e), v in head["grid"].items() if e is not None and v[2])
+    return (f"- **Versus centralized** ({ref:.3f}; public start alone {head['pre']:.3f}): "
+            f"{len(ok)} of {done} measured DP cells reach ≥ 0.95x centralized"
+            + (": " + "; ".join(ok) + "." if ok else "."))
+
+
+def _compare_finding(st: dict[str, Any], head: dict) -> str:
+    """DP-FedEmb versus DP-FedAvg cell by cell (difference beyond 2 pooled std, or 0.02 with one seed)."""
+    g, wins = head["grid"], {"DP-FedEmb": [], "DP-FedAvg": [], "tie": []}
+    for (a, n, e), (m, s, k) in g.items():
+        if a != "dp-fedemb" or not k or not g.get(("dp-fedavg", n, e), (0, 0, 0))[2]:
+            continue
+        m2, s2, _ = g[("dp-fedavg", n, e)]
+        thr = 0.02 if math.isnan(s) or math.isnan(s2) else 2 * math.sqrt((s ** 2 + s2 ** 2) / 2)
+        who = "tie" if abs(m - m2) <= thr else ("DP-FedEmb" if m > m2 else "DP-FedAvg")
+        wins[who].append(f"{'no noise' if e is None else _pop(n) + ' ε ' + format(e, 'g')} ({m - m2:+.3f})")
+    if not any(wins.values()):
+        return "- **DP-FedEmb vs DP-FedAvg**: no cell has both yet."
+    return ("- **DP-FedEmb vs DP-FedAvg** (ahead when the difference exceeds 2 pooled seed std, "
+            "0.02 with one seed): " + "; ".join(f"{w}{'' if w == 'tie' else ' ahead'} in {len(v)}"
+                                                 + (f" [{', '.join(v)}]" if v else "")
+                                                 for w, v in wins.items()) + ".")
+
+
+def _population_finding(st: dict[str, Any], head: dict) -> str:
+    """Utility at epsilon 1 and 2 as the population grows."""
+    parts = []
+    for a in ALGOS:
+        for e in FIG_EPS:
+            pts = [(n, head["grid"][(a, n, e)][0]) for n in head["pops"]
+                   if (a, n, e) in head["grid"] and head["grid"][(a, n, e)][2]]
+            if len(pts) > 1:
+                parts.append(f"{ALGO[a]} ε {e:g}: " + " -> ".join(f"{m:.3f} ({_pop(n)})" for n, m in pts))
+    return ("- **Population** (same runs' utility as N' grows, noise shrinking): " + "; ".join(parts) + "."
+            if parts else "- **Population**: fewer than two populations measured yet.")
+
+
+def reused(lk: Lookup, st: dict[str, Any], wk: Path) -> str:
+    """' (... are fedemb_glyphs' runs in ...)' for the runs taken from its results.json."""
+    names = {fg.pre_key(REGIME, fg.WIDTH_MAIN): "the public pretraining",
+             central_job(st, 0)["key"]: "centralized seed 0"}
+    got = [v for k, v in names.items() if k in lk.base and k not in lk.mine]
+    return f" ({' and '.join(got)}: fedemb_glyphs' runs in `{wk}/results.json`)" if got else ""
+
+
+def write_report(st: dict[str, Any], lk: Lookup, info: dict[str, Any], timing: dict[str, Any],
+                 doc: Path, work: Path, args: argparse.Namespace) -> None:
+    """Write the results page (atomically) and its two PNGs next to it in img/."""
+    from dpemb.atomic import atomic_write_text
+
+    img = doc.parent / "img"
+    img.mkdir(parents=True, exist_ok=True)
+    z0 = z0_for(st, info["train"]["users"])
+    parts = plan(st, z0)
+    wk = work.relative_to(ROOT) if work.is_relative_to(ROOT) else work
+    L = ["# DP-FedEmb at scale: extrapolation premise and headline (face-like glyphs)\n",
+         (f"Produced by `{command(args)}` from the repository root (issue #11). Runs are cached "
+         f"in `{wk}/{RESULTS_FILE}`{reused(lk, st, wk)}; a re-run resumes. Cells of runs that "
+         "have not finished read 'n/a (not run)'; '[n=1]' marks fewer seeds than planned.\n")]
+    L += protocol(st, info, lk, z0)
+    prem = premise_section(st, lk, z0, img)
+    head = headline_section(st, lk, img)
+    L += prem[0] + head[0] + privacy_table(st, lk, info["train"]["users"])
+    L += timing_section(st, lk, timing, parts) + findings(st, prem[1], head[1])
+    atomic_write_text(doc, "\n".join(L) + "\n")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
