@@ -43,25 +43,31 @@ def setup(tmp_path, name="run", rounds=4, clip=0.5, z=0.5, algorithm="dp-fedemb"
     return train, ev, spec, cfg, run
 
 
-@pytest.mark.parametrize("algorithm", ["dp-fedemb", "dp-fedavg", "dp-ftrl-fedemb"])
-def test_resume_equals_uninterrupted(tmp_path, monkeypatch, algorithm):
-    train, ev, spec, cfg, run_a = setup(tmp_path, "a", algorithm=algorithm)
-    rep_a = fed.train_federated(train, ev, MODEL, cfg, spec, run_a, noise_seed=7)
-
-    _, _, _, _, run_b = setup(tmp_path, "b", algorithm=algorithm)
-    real_step, calls = fed.server_step, {"n": 0}
+def crash_in_round_3(monkeypatch, train, ev, cfg, spec, run, step=None) -> dict:
+    """Run until the server step of round 3 raises (after the round-2 checkpoint), restore
+    ``step`` (default: the real server step) and return the private checkpoint left behind."""
+    real_step, calls = step or fed.server_step, {"n": 0}
 
     def crashing_step(*a, **k):
-        if calls["n"] == 3:  # die in round 3, after the round-2 checkpoint
+        if calls["n"] == 3:
             raise RuntimeError("simulated crash")
         calls["n"] += 1
         return real_step(*a, **k)
 
     monkeypatch.setattr(fed, "server_step", crashing_step)
     with pytest.raises(RuntimeError):
-        fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=7)
-    assert load_checkpoint(tmp_path / "b")["round"] == 2
+        fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=7)
     monkeypatch.setattr(fed, "server_step", real_step)
+    return load_checkpoint(run.out)
+
+
+@pytest.mark.parametrize("algorithm", ["dp-fedemb", "dp-fedavg", "dp-ftrl-fedemb"])
+def test_resume_equals_uninterrupted(tmp_path, monkeypatch, algorithm):
+    train, ev, spec, cfg, run_a = setup(tmp_path, "a", algorithm=algorithm)
+    rep_a = fed.train_federated(train, ev, MODEL, cfg, spec, run_a, noise_seed=7)
+
+    _, _, _, _, run_b = setup(tmp_path, "b", algorithm=algorithm)
+    assert crash_in_round_3(monkeypatch, train, ev, cfg, spec, run_b)["round"] == 2
     rep_b = fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=7, resume=True)
 
     a, b = load_checkpoint(tmp_path / "a"), load_checkpoint(tmp_path / "b")
@@ -204,20 +210,8 @@ def test_resume_with_adaptive_clipping_equals_uninterrupted(tmp_path, monkeypatc
     train, ev, spec, cfg, run_a = setup(tmp_path, "a", adaptive=adaptive_cfg())
     rep_a = fed.train_federated(train, ev, MODEL, cfg, spec, run_a, noise_seed=7)
     _, _, _, _, run_b = setup(tmp_path, "b", adaptive=adaptive_cfg())
-    real_step, calls = fed.server_step, {"n": 0}
-
-    def crashing_step(*a, **k):
-        if calls["n"] == 3:  # die in round 3, after the round-2 checkpoint
-            raise RuntimeError("simulated crash")
-        calls["n"] += 1
-        return real_step(*a, **k)
-
-    monkeypatch.setattr(fed, "server_step", crashing_step)
-    with pytest.raises(RuntimeError):
-        fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=7)
-    mid = load_checkpoint(tmp_path / "b")
+    mid = crash_in_round_3(monkeypatch, train, ev, cfg, spec, run_b)
     assert mid["round"] == 2 and mid["adaptive_clip"]["round"] == 2
-    monkeypatch.setattr(fed, "server_step", real_step)
     rep_b = fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=7, resume=True)
 
     a, b = load_checkpoint(tmp_path / "a"), load_checkpoint(tmp_path / "b")
@@ -311,18 +305,7 @@ def test_resume_with_server_adam_and_cosine_equals_uninterrupted(tmp_path, monke
     assert lrs == [server_lr_at(cfg, r, 4) for r in range(4)]
     assert lrs[0] == cfg.server_lr / 2 and lrs[1] == cfg.server_lr > lrs[2] > lrs[3] > 0  # warmup, cosine
     _, _, _, _, run_b = setup(tmp_path, "b", algorithm=algorithm, **server)
-    calls = {"n": 0}
-
-    def crashing_step(*a, **k):
-        if calls["n"] == 3:  # die in round 3, after the round-2 checkpoint
-            raise RuntimeError("simulated crash")
-        calls["n"] += 1
-        return real_step(*a, **k)
-
-    monkeypatch.setattr(fed, "server_step", crashing_step)
-    with pytest.raises(RuntimeError):
-        fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=7)
-    mid = load_checkpoint(tmp_path / "b")
+    mid = crash_in_round_3(monkeypatch, train, ev, cfg, spec, run_b, step=real_step)
     assert mid["round"] == 2
     if cfg.server_optimizer == "adam":
         assert all(int(s["step"]) == 2 for s in mid["server_optimizer"]["state"].values())
