@@ -697,8 +697,24 @@ def write_report(st: dict[str, Any], lk: Lookup, info: dict[str, Any], timing: d
     prem = premise_section(st, lk, z0, img)
     head = headline_section(st, lk, img)
     L += prem[0] + head[0] + privacy_table(st, lk, info["train"]["users"])
-    L += timing_section(st, lk, timing, parts) + findings(st, prem[1], head[1])
+    found = findings(st, prem[1], head[1])
+    L += timing_section(st, lk, timing, parts) + found
     atomic_write_text(doc, "\n".join(L) + "\n")
+    if doc.resolve() == REAL_DOC.resolve():  # the real page: its headline too
+        from results_page import update_section
+
+        update_section(ROOT / "docs", "scale", "\n".join(summary(args, head[0], found)))
+
+
+def summary(args: argparse.Namespace, head: list[str], found: list[str]) -> list[str]:
+    """The docs/RESULTS.md section: the headline table and the generated findings."""
+    table = [ln for ln in head if ln.startswith("|")]
+    return ["## DP-FedEmb at scale: populations 100k-10M, the extrapolation premise\n",
+            (f"`{command(args)}`. Recall@FAR=1e-3 on the TEST split (mean ± std over seeds, in brackets "
+             "the difference to centralized training from the same public start); epsilon by the paper's "
+             "extrapolation (RDP, user-level, add/remove, delta = 1/N'). The premise test, the population "
+             "figure, the protocol and the run times: [RESULTS_SCALE.md](RESULTS_SCALE.md).\n"),
+            *table, "", "![population](img/scale_population.png)", "", *found[1:]]
 
 
 if __name__ == "__main__":
