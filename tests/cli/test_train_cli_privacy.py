@@ -175,3 +175,18 @@ def test_adaptive_clipping_run_reports_the_clip_path(data_dir, tmp_path, capsys)
     printed = capsys.readouterr().out
     assert f"adaptive clipping: target quantile 0.5, clip norm 0.3 -> {report['final_clip_norm']:.4f}" in printed
     assert report["noise_multiplier_total"] == 0.5 and report["count_stddev"] == 2.0
+
+
+def test_default_cohort_larger_than_the_population_is_a_usage_error_with_a_fit(tmp_path, capsys):
+    """The defaults ask for 8 x 16 = 128 users per round; a smaller training split gets a
+    usage error naming the defaults and a --users-per-client that fits, before any work."""
+    from tests.conftest import make_tiny_dataset
+
+    data = tmp_path / "ds"
+    make_tiny_dataset(num_users=30).save(data)
+    out = tmp_path / "run"
+    assert exit_code(["train", "--data", str(data), "--out", str(out), "--algorithm", "dp-fedemb",
+                      "--non-private", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "need 128 users" in err and "--users-per-client 16" in err and "try --users-per-client 1" in err
+    assert not (out / "private").exists()

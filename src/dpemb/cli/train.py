@@ -366,6 +366,19 @@ def init_caveats(args: argparse.Namespace) -> list[str]:
         raise UsageError(str(e)) from e
 
 
+def check_cohort(clients_per_round: int, users_per_client: int, num_users: int) -> None:
+    """A round must not ask for more users than the population holds (M K <= N): a usage
+    error that names the defaults and suggests a K that fits."""
+    m, k = clients_per_round, users_per_client
+    if m >= 1 and k >= 1 and num_users >= 1 and m * k > num_users:
+        fit = max(1, num_users // (2 * m))
+        raise UsageError(
+            f"{m} virtual clients of {k} users per round need {m * k} users, but the training split has "
+            f"{num_users}. The defaults (--clients-per-round {DEFAULT_CLIENTS_PER_ROUND} --users-per-client "
+            f"{DEFAULT_USERS_PER_CLIENT}) suit populations of a few hundred users or more; here try "
+            f"--users-per-client {fit} (about half the users per round), or fewer --clients-per-round")
+
+
 def federated_configs(args: argparse.Namespace, num_users: int):
     from dataclasses import replace
 
@@ -377,6 +390,7 @@ def federated_configs(args: argparse.Namespace, num_users: int):
         raise UsageError(
             "give exactly one of --noise-multiplier, --target-epsilon or --non-private"
         )
+    check_cohort(args.clients_per_round, args.users_per_client, num_users)
     try:
         fed_cfg = FederatedConfig(
             algorithm=args.algorithm, local_epochs=args.local_epochs,
