@@ -253,6 +253,12 @@ def run_job(job: dict[str, Any], work: str, threads: int) -> dict[str, Any]:
             spec = replace(spec, noise_multiplier=0.0, nonprivate=True)
         else:
             spec = replace(spec, noise_multiplier=calibrate(spec, job["eps"], job.get("population", CAL_POP)))
+        if job.get("clip") is not None:  # epsilon does not depend on C
+            spec = replace(spec, clip_norm=job["clip"])
+        if job.get("adaptive_quantile") is not None:  # after calibration: epsilon depends on the total z only
+            from dpemb.privacy.adaptive_clipping import AdaptiveClipping
+
+            spec = replace(spec, adaptive_clipping=AdaptiveClipping(job["adaptive_quantile"]))
         fkw = {k: v for k, v in fed.items() if k not in ("M", "K")}
         fcfg = FederatedConfig(**fkw)
         rep = train_federated(tr, ev, mcfg, fcfg, spec,
@@ -267,6 +273,7 @@ def run_job(job: dict[str, Any], work: str, threads: int) -> dict[str, Any]:
                    final_loss=float(np.mean(losses[-10:])) if losses else None,
                    preclip_norm=float(np.mean(norms[-10:])) if norms else None,
                    head_params=tr.num_classes * EMB,
+                   final_clip_norm=(rep["privacy"].get("adaptive_clipping") or {}).get("final_clip_norm"),
                    **privacy_numbers(spec))
     rec["seconds"] = time.time() - t0
     rec["started_at"], rec["finished_at"] = t0, time.time()

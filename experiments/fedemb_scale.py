@@ -55,6 +55,18 @@ FIG_EPS = (1.0, 2.0)
 PREMISE_KS = (1, 2, 4, 8)
 PREMISE_EPS, PREMISE_POP = 8.0, 100_000  # where noise costs utility (2.2e-3 on the average)
 M0 = 8
+# part 3: levers for the 100k moonshot, at one (epsilon, N') where noise costs utility. Each
+# lever: (name, label, job fields, FederatedConfig knobs). The baseline is the headline run.
+LEVER_EPS, LEVER_POP = 2.0, 100_000
+LEVERS = (
+    ("clip0.1", "clip norm 0.1", {"clip": 0.1}, {}),
+    ("clip0.05", "clip norm 0.05", {"clip": 0.05}, {}),
+    ("clip0.1-cosine", "clip norm 0.1, cosine server lr", {"clip": 0.1}, {"server_lr_schedule": "cosine"}),
+    ("adaptive-q0.5", "adaptive clip, target quantile 0.5", {"adaptive_quantile": 0.5}, {}),
+    ("adaptive-q0.1", "adaptive clip, target quantile 0.1", {"adaptive_quantile": 0.1}, {}),
+    ("arcface", "ArcFace loss (s 30, m 0.5)", {}, {"loss": "arcface"}),
+    ("cosface", "CosFace loss (s 30, m 0.35)", {}, {"loss": "cosface"}),
+)
 # DP-FedEmb's knobs (MEASURED.md "Users per virtual client decide DP-FedEmb's utility"
 # and fedemb_glyphs' validation tuning: zero head, local batch 8, server lr 0.5)
 KNOBS = {"local_batch_size": 8, "client_lr": 0.05, "server_lr": 0.5, "server_momentum": 0.9,
@@ -82,7 +94,8 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "premise_seeds": args.seeds or (1 if q else 2), "headline_seeds": args.seeds or (1 if q else 3),
         "ks": (1, 2) if q else PREMISE_KS, "pops": (PREMISE_POP,) if q else POPS,
         "eps": (PREMISE_EPS,) if q else EPSILONS, "with_10k": args.with_10k,
-        "parts": ("premise", "headline") if args.part == "all" else (args.part,),
+        "lever_seeds": args.seeds or 1, "levers": LEVERS[:2] if q else LEVERS,
+        "parts": ("premise", "headline", "levers") if args.part == "all" else (args.part,),
     }
 
 
@@ -95,7 +108,8 @@ def _pop(n: int) -> str:
 
 
 def fed_run(st: dict[str, Any], algo: str, seed: int, *, M: int = M0, eps: float | None = None,
-            pop: int | None = None, z: float | None = None, tag: str = "") -> dict[str, Any]:
+            pop: int | None = None, z: float | None = None, tag: str = "",
+            lever: tuple[str, str, dict[str, Any], dict[str, Any]] | None = None) -> dict[str, Any]:
     """A federated job in fedemb_glyphs' job format (run by ``fg.run_job``).
 
     ``eps`` + ``pop``: z calibrated so that the run extrapolated to ``pop`` has epsilon
@@ -104,6 +118,9 @@ def fed_run(st: dict[str, Any], algo: str, seed: int, *, M: int = M0, eps: float
     fed = {**fg.BASE_FED, **KNOBS, "algorithm": algo, "M": M, "K": st["K"],
            "max_examples_per_client": None}
     noise = "np" if eps is None and z is None else (tag if z is not None else f"e{eps:g}@{_pop(pop)}")
+    if lever is not None:  # one of LEVERS: job fields (clip, adaptive clipping) and client/server knobs
+        noise += f"/{lever[0]}"
+        fed = {**fed, **lever[3]}
     key = f"scale/{algo}/K{st['K']}/M{M}/r{st['rounds']}/{noise}/s{seed}"
     job = {"key": key, "kind": "fed", "regime": REGIME, "width": fg.WIDTH_MAIN,
            "init": fg.pre_key(REGIME, fg.WIDTH_MAIN), "rounds": st["rounds"], "eps": eps, "fed": fed,
@@ -113,7 +130,15 @@ def fed_run(st: dict[str, Any], algo: str, seed: int, *, M: int = M0, eps: float
         job["z"] = z
     if pop is not None:
         job["population"] = pop
+    if lever is not None:
+        job.update(lever[2])
     return job
+
+
+def lever_jobs(st: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+    """DP-FedEmb at (LEVER_EPS, LEVER_POP): the baseline (a headline run) and every lever."""
+    return [fed_run(st, "dp-fedemb", seed, eps=LEVER_EPS, pop=LEVER_POP)] + [
+        fed_run(st, "dp-fedemb", seed, eps=LEVER_EPS, pop=LEVER_POP, lever=lv) for lv in st["levers"]]
 
 
 def pretrain_job(st: dict[str, Any]) -> dict[str, Any]:
@@ -159,7 +184,9 @@ def headline_jobs(st: dict[str, Any], algo: str, seed: int, pops: tuple[int, ...
 
 def plan(st: dict[str, Any], z0: float) -> dict[str, list[dict[str, Any]]]:
     """Jobs per part, each list in priority order (most important first)."""
-    parts: dict[str, list[dict[str, Any]]] = {"premise": [], "headline": []}
+    parts: dict[str, list[dict[str, Any]]] = {"premise": [], "headline": [], "levers": []}
+    for s in range(st["lever_seeds"]):
+        parts["levers"] += lever_jobs(st, s)
     for s in range(st["premise_seeds"]):
         parts["premise"] += premise_jobs(st, z0, s)
     for s in range(st["headline_seeds"]):
@@ -187,6 +214,8 @@ def ordered(st: dict[str, Any], parts: dict[str, list[dict[str, Any]]]) -> list[
                 queue += [j for j in parts[name] if seed_of(j) == s and j.get("population") != POP_10K]
     if "headline" in st["parts"]:
         queue += [j for j in parts["headline"] if j.get("population") == POP_10K]
+    if "levers" in st["parts"]:
+        queue += parts["levers"]
     seen: set[str] = set()
     return [j for j in queue if not (j["key"] in seen or seen.add(j["key"]))]
 
@@ -312,7 +341,7 @@ def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: d
 def main() -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", choices=("premise", "headline", "all"), default="all")
+    ap.add_argument("--part", choices=("premise", "headline", "levers", "all"), default="all")
     ap.add_argument("--work", default=str(ROOT / "runs" / "fedemb_glyphs"),
                     help="fedemb_glyphs' work folder (data, pretraining; ignored with --quick)")
     ap.add_argument("--doc", help=f"results page (default {REAL_DOC.relative_to(ROOT)}; --quick: {QUICK_DOC})")
@@ -530,6 +559,38 @@ def headline_section(st: dict[str, Any], lk: Lookup, img: Path) -> tuple[list[st
     return L, {"grid": grid, "cen": cen, "pre": pre["final"] if pre else math.nan, "pops": pops}
 
 
+def lever_section(st: dict[str, Any], lk: Lookup) -> tuple[list[str], list[str]]:
+    """Part 3: each lever against the baseline at (LEVER_EPS, LEVER_POP); returns its lines
+    and its line for the findings."""
+    S = st["lever_seeds"]
+    base = stats(lk.seeds(lambda s: fed_run(st, "dp-fedemb", s, eps=LEVER_EPS, pop=LEVER_POP), S))
+    L = [f"## Part 3: levers at ε {LEVER_EPS:g}, N' = {_pop(LEVER_POP)}\n",
+         ("DP-FedEmb with the knobs above and ONE change each, at the same epsilon (the noise multiplier "
+          "is the same in every row: clipping, adaptive clipping with its count noise taken out of the same "
+          "total z, the server schedule and the loss do not change epsilon). Recall@FAR=1e-3 on the test "
+          "split, and the difference to the baseline.\n"),
+         "| lever | R@1e-3 | vs baseline | final clip norm | s per run |", "|---|---|---|---|---|",
+         f"| baseline (clip norm {fg.CLIP}, constant server lr, softmax) | {cell(*base, S)} | - | - | "
+         f"{_secs(lk.seeds(lambda s: fed_run(st, 'dp-fedemb', s, eps=LEVER_EPS, pop=LEVER_POP), S))} |"]
+    measured: list[tuple[float, str]] = []
+    for lv in st["levers"]:
+        recs = lk.seeds(lambda s, lv=lv: fed_run(st, "dp-fedemb", s, eps=LEVER_EPS, pop=LEVER_POP, lever=lv), S)
+        m = stats(recs)
+        clips = [r.get("final_clip_norm") for r in recs if r and r.get("final_clip_norm") is not None]
+        clip = f"{np.mean(clips):.3g}" if clips else "-"
+        diff = f"{m[0] - base[0]:+.3f}" if m[2] and base[2] else "n/a"
+        L.append(f"| {lv[1]} | {cell(*m, S)} | {diff} | {clip} | {_secs(recs)} |")
+        if m[2] and base[2]:
+            measured.append((m[0] - base[0], lv[1]))
+    found = []
+    if measured:
+        d, name = max(measured)
+        found = [f"- **Levers** at ε {LEVER_EPS:g}, N' = {_pop(LEVER_POP)} (baseline {base[0]:.3f}): "
+                 f"{len(measured)} measured; the best is {name} ({d:+.3f}); "
+                 f"{sum(x > 0 for x, _ in measured)} improve on the baseline."]
+    return L + [""], found
+
+
 def _plot_population(st: dict[str, Any], grid: dict, pops: tuple[int, ...], cen: tuple,
                      pre: dict[str, Any] | None, path: Path) -> None:
     """Utility at epsilon 1 and 2 versus the extrapolated population."""
@@ -594,14 +655,14 @@ def timing_section(st: dict[str, Any], lk: Lookup, timing: dict[str, Any], parts
                 "parts share runs and run interleaved, so the two need not add up)."), ""]
 
 
-def findings(st: dict[str, Any], prem: dict, head: dict) -> list[str]:
+def findings(st: dict[str, Any], prem: dict, head: dict, levers: list[str]) -> list[str]:
     """The FINDINGS paragraph, generated from the numbers."""
     L = ["## Findings (generated from the numbers above)\n"]
     L.append(_premise_finding(st, prem))
     L.append(_headline_finding(st, head))
     L.append(_compare_finding(st, head))
     L.append(_population_finding(st, head))
-    return L + [""]
+    return L + levers + [""]
 
 
 def _premise_finding(st: dict[str, Any], prem: dict) -> str:
@@ -696,8 +757,9 @@ def write_report(st: dict[str, Any], lk: Lookup, info: dict[str, Any], timing: d
     L += protocol(st, info, lk, z0)
     prem = premise_section(st, lk, z0, img)
     head = headline_section(st, lk, img)
-    L += prem[0] + head[0] + privacy_table(st, lk, info["train"]["users"])
-    found = findings(st, prem[1], head[1])
+    lev = lever_section(st, lk)
+    L += prem[0] + head[0] + lev[0] + privacy_table(st, lk, info["train"]["users"])
+    found = findings(st, prem[1], head[1], lev[1])
     L += timing_section(st, lk, timing, parts) + found
     atomic_write_text(doc, "\n".join(L) + "\n")
     if doc.resolve() == REAL_DOC.resolve():  # the real page: its headline too
