@@ -235,7 +235,8 @@ def run_job(job: dict[str, Any], work: str, threads: int) -> dict[str, Any]:
         tr = UserDataset.load(data / ("public" if job["kind"] == "pretrain" else "train"), mmap=False)
         steps = job["steps"]
         rep = train_centralized(tr, ev, mcfg, OptimConfig(lr=0.05, momentum=0.9, batch_size=128,
-                                                          steps=steps, cosine=True),
+                                                          steps=steps, cosine=True,
+                                                          loss=job.get("loss", "softmax")),
                                 RunConfig(eval_every=steps, **rcfg_kw),
                                 provenance=Provenance(str(data), "public" if job["kind"] == "pretrain" else "private"))
         rec.update(final=rep["final"][METRIC], initial=(rep.get("initial") or {}).get(METRIC),

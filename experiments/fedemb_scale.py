@@ -95,7 +95,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "ks": (1, 2) if q else PREMISE_KS, "pops": (PREMISE_POP,) if q else POPS,
         "eps": (PREMISE_EPS,) if q else EPSILONS, "with_10k": args.with_10k,
         "lever_seeds": args.seeds or 1, "levers": LEVERS[:2] if q else LEVERS,
-        "parts": ("premise", "headline", "levers") if args.part == "all" else (args.part,),
+        "parts": ("premise", "headline", "levers", "moonshot") if args.part == "all" else (args.part,),
     }
 
 
@@ -135,6 +135,16 @@ def fed_run(st: dict[str, Any], algo: str, seed: int, *, M: int = M0, eps: float
     return job
 
 
+MOONSHOT_LEVER = next(lv for lv in LEVERS if lv[0] == "arcface")
+
+
+def moonshot_jobs(st: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+    """The best lever of part 3 (ArcFace) at every epsilon at 100k users, and centralized
+    training with the same loss (the fair reference)."""
+    return [central_job(st, seed, "arcface")] + [
+        fed_run(st, "dp-fedemb", seed, eps=e, pop=LEVER_POP, lever=MOONSHOT_LEVER) for e in st["eps"]]
+
+
 def lever_jobs(st: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     """DP-FedEmb at (LEVER_EPS, LEVER_POP): the baseline (a headline run) and every lever."""
     return [fed_run(st, "dp-fedemb", seed, eps=LEVER_EPS, pop=LEVER_POP)] + [
@@ -147,12 +157,16 @@ def pretrain_job(st: dict[str, Any]) -> dict[str, Any]:
             "width": fg.WIDTH_MAIN, "steps": st["reg"]["pretrain_steps"]}
 
 
-def central_job(st: dict[str, Any], seed: int) -> dict[str, Any]:
+def central_job(st: dict[str, Any], seed: int, loss: str = "softmax") -> dict[str, Any]:
     """Centralized non-private training from the public start; seed 0 is fedemb_glyphs' own
-    ``face/central-pre`` job (reused), others differ in data order and head initialisation."""
+    ``face/central-pre`` job (reused), others differ in data order and head initialisation.
+    ``loss``: the head's loss (the reference for a loss lever)."""
     key = f"scale/central-pre/w{fg.WIDTH_MAIN:g}/s{seed}" if seed else f"{REGIME}/central-pre/w{fg.WIDTH_MAIN:g}"
-    return {"key": key, "kind": "central", "regime": REGIME, "width": fg.WIDTH_MAIN,
-            "steps": st["reg"]["central_steps"], "init": fg.pre_key(REGIME, fg.WIDTH_MAIN), "seed": seed}
+    if loss != "softmax":
+        key = f"scale/central-pre/w{fg.WIDTH_MAIN:g}/{loss}/s{seed}"
+    job = {"key": key, "kind": "central", "regime": REGIME, "width": fg.WIDTH_MAIN,
+           "steps": st["reg"]["central_steps"], "init": fg.pre_key(REGIME, fg.WIDTH_MAIN), "seed": seed}
+    return job | ({"loss": loss} if loss != "softmax" else {})
 
 
 def z0_for(st: dict[str, Any], n_train: int) -> float:
@@ -184,7 +198,9 @@ def headline_jobs(st: dict[str, Any], algo: str, seed: int, pops: tuple[int, ...
 
 def plan(st: dict[str, Any], z0: float) -> dict[str, list[dict[str, Any]]]:
     """Jobs per part, each list in priority order (most important first)."""
-    parts: dict[str, list[dict[str, Any]]] = {"premise": [], "headline": [], "levers": []}
+    parts: dict[str, list[dict[str, Any]]] = {"premise": [], "headline": [], "levers": [], "moonshot": []}
+    for s in range(st["headline_seeds"]):
+        parts["moonshot"] += moonshot_jobs(st, s)
     for s in range(st["lever_seeds"]):
         parts["levers"] += lever_jobs(st, s)
     for s in range(st["premise_seeds"]):
@@ -216,6 +232,8 @@ def ordered(st: dict[str, Any], parts: dict[str, list[dict[str, Any]]]) -> list[
         queue += [j for j in parts["headline"] if j.get("population") == POP_10K]
     if "levers" in st["parts"]:
         queue += parts["levers"]
+    if "moonshot" in st["parts"]:
+        queue += parts["moonshot"]
     seen: set[str] = set()
     return [j for j in queue if not (j["key"] in seen or seen.add(j["key"]))]
 
@@ -341,7 +359,7 @@ def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: d
 def main() -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", choices=("premise", "headline", "levers", "all"), default="all")
+    ap.add_argument("--part", choices=("premise", "headline", "levers", "moonshot", "all"), default="all")
     ap.add_argument("--work", default=str(ROOT / "runs" / "fedemb_glyphs"),
                     help="fedemb_glyphs' work folder (data, pretraining; ignored with --quick)")
     ap.add_argument("--doc", help=f"results page (default {REAL_DOC.relative_to(ROOT)}; --quick: {QUICK_DOC})")
@@ -591,6 +609,36 @@ def lever_section(st: dict[str, Any], lk: Lookup) -> tuple[list[str], list[str]]
     return L + [""], found
 
 
+def moonshot_section(st: dict[str, Any], lk: Lookup) -> tuple[list[str], list[str]]:
+    """Part 4: the best lever (ArcFace) at every epsilon at 100k users, against centralized
+    training with softmax and with the same loss; returns lines and a findings line."""
+    S = st["headline_seeds"]
+    cen = stats(lk.seeds(lambda s: central_job(st, s), S))
+    cen_arc = stats(lk.seeds(lambda s: central_job(st, s, "arcface"), S))
+    ref = max(cen[0], cen_arc[0]) if cen_arc[2] else cen[0]
+    L = [f"## Part 4: the moonshot, N' = {_pop(LEVER_POP)} users (delta = 1/N')\n",
+         (f"DP-FedEmb with the {MOONSHOT_LEVER[1]} (the best lever of part 3), other knobs as above. "
+          f"The ratio is to the BETTER centralized run from the same public start (softmax "
+          f"{cell(*cen, S)}, ArcFace {cell(*cen_arc, S)}).\n"),
+         "| ε | DP-FedEmb, ArcFace | x centralized | DP-FedEmb, softmax (part 2) |", "|---|---|---|---|"]
+    hits = []
+    for e in st["eps"]:
+        m = stats(lk.seeds(lambda s, e=e: fed_run(st, "dp-fedemb", s, eps=e, pop=LEVER_POP,
+                                                   lever=MOONSHOT_LEVER), S))
+        soft = stats(lk.seeds(lambda s, e=e: fed_run(st, "dp-fedemb", s, eps=e, pop=LEVER_POP), S))
+        ratio = f"{m[0] / ref:.3f}" if m[2] and ref == ref else "n/a"
+        L.append(f"| {e:g} | {cell(*m, S)} | {ratio} | {cell(*soft, S)} |")
+        if m[2]:
+            hits.append((e, m[0] / ref, m[2]))
+    found = []
+    if hits:
+        ok = [f"ε {e:g} ({r:.3f}x, n={n})" for e, r, n in hits if r >= 0.95]
+        found = [f"- **Moonshot** (100k users, ≥ 0.95x the better centralized run at ε ≤ 2): "
+                 + (f"reached at {', '.join(ok)}" if ok else "not reached")
+                 + f"; measured at {len(hits)} epsilon(s), seeds as marked."]
+    return L + [""], found
+
+
 def _plot_population(st: dict[str, Any], grid: dict, pops: tuple[int, ...], cen: tuple,
                      pre: dict[str, Any] | None, path: Path) -> None:
     """Utility at epsilon 1 and 2 versus the extrapolated population."""
@@ -757,9 +805,9 @@ def write_report(st: dict[str, Any], lk: Lookup, info: dict[str, Any], timing: d
     L += protocol(st, info, lk, z0)
     prem = premise_section(st, lk, z0, img)
     head = headline_section(st, lk, img)
-    lev = lever_section(st, lk)
-    L += prem[0] + head[0] + lev[0] + privacy_table(st, lk, info["train"]["users"])
-    found = findings(st, prem[1], head[1], lev[1])
+    lev, moon = lever_section(st, lk), moonshot_section(st, lk)
+    L += prem[0] + head[0] + lev[0] + moon[0] + privacy_table(st, lk, info["train"]["users"])
+    found = findings(st, prem[1], head[1], lev[1] + moon[1])
     L += timing_section(st, lk, timing, parts) + found
     atomic_write_text(doc, "\n".join(L) + "\n")
     if doc.resolve() == REAL_DOC.resolve():  # the real page: its headline too
