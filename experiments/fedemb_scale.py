@@ -531,12 +531,22 @@ def _plot_premise(st: dict[str, Any], noisy: dict, clean: dict, path: Path) -> N
     _errorbar(ax, ck, [clean[k] for k in ck], ls="--", label="no noise")
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [str(k) for k in ks])
-    ax.set_xlabel(f"k (M = {M0}k clients per round, noise multiplier z0 k)")
+    _style(ax, f"k (M = {M0}k clients per round, noise multiplier z0 k)",
+           f"Extrapolation premise, DP-FedEmb K = {st['K']}, {st['rounds']} rounds")
+    _finish(plt, fig, path)
+
+
+def _style(ax: Any, xlabel: str, title: str) -> None:
+    """Labels, grid and legend of one utility panel."""
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("Recall@FAR=1e-3 (test)")
-    ax.set_title(f"Extrapolation premise, DP-FedEmb K = {st['K']}, {st['rounds']} rounds")
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
+
+
+def _finish(plt: Any, fig: Any, path: Path) -> None:
     fig.tight_layout()
     _save(fig, path)
     plt.close(fig)
@@ -654,15 +664,8 @@ def _plot_population(st: dict[str, Any], grid: dict, pops: tuple[int, ...], cen:
         if pre:
             ax.axhline(pre["final"], color="gray", ls=":", lw=1, label="public pretraining only")
         ax.set_xscale("log")
-        ax.set_xlabel("population N' (extrapolated; delta = 1/N')")
-        ax.set_ylabel("Recall@FAR=1e-3 (test)")
-        ax.set_title(f"epsilon {e:g} (RDP, user-level)")
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    fig.tight_layout()
-    _save(fig, path)
-    plt.close(fig)
+        _style(ax, "population N' (extrapolated; delta = 1/N')", f"epsilon {e:g} (RDP, user-level)")
+    _finish(plt, fig, path)
 
 
 def privacy_table(st: dict[str, Any], lk: Lookup, n_train: int) -> list[str]:
