@@ -42,6 +42,14 @@ def tiny_dataset() -> UserDataset:
     return make_tiny_dataset()
 
 
+@pytest.fixture(scope="module")
+def tiny_data_dir(tmp_path_factory) -> str:
+    """A 30-user ``make_tiny_dataset`` saved once per test module (for the CLI)."""
+    path = tmp_path_factory.mktemp("tiny") / "ds"
+    make_tiny_dataset(num_users=30).save(path)
+    return str(path)
+
+
 def spy_standard_normal(monkeypatch, module) -> list[bool]:
     """Record the ``secure`` flag of every ``standard_normal`` draw made through
     ``module`` (which imported it), still drawing the real noise."""

@@ -151,20 +151,11 @@ FED = ["--algorithm", "dp-fedemb", "--rounds", "3", "--clients-per-round", "3", 
        "--non-private"]
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    from tests.conftest import make_tiny_dataset
-
-    path = tmp_path_factory.mktemp("server_opt") / "ds"
-    make_tiny_dataset(num_users=30).save(path)
-    return str(path)
-
-
-def test_cli_flags_reach_config_json(data_dir, tmp_path):
+def test_cli_flags_reach_config_json(tiny_data_dir, tmp_path):
     from dpemb.cli.main import main
 
     out = tmp_path / "adam"
-    assert main(["train", "--data", data_dir, "--out", str(out), *FED, "--server-optimizer", "adam",
+    assert main(["train", "--data", tiny_data_dir, "--out", str(out), *FED, "--server-optimizer", "adam",
                  "--server-adam-eps", "0.01", "--server-lr-schedule", "cosine", "--server-lr-warmup", "1",
                  "--server-lr", "0.05"]) == 0
     fed = json.loads((out / "config.json").read_text())["federated"]
@@ -173,7 +164,7 @@ def test_cli_flags_reach_config_json(data_dir, tmp_path):
         "adam", 0.01, "cosine", 1, 0.05, 0.9, 0.99)
 
 
-def test_cli_defaults_are_sgd_and_constant(data_dir, tmp_path, monkeypatch):
+def test_cli_defaults_are_sgd_and_constant(tiny_data_dir, tmp_path, monkeypatch):
     import dpemb.training.federated as fed
     from dpemb.cli.main import main
 
@@ -188,7 +179,7 @@ def test_cli_defaults_are_sgd_and_constant(data_dir, tmp_path, monkeypatch):
 
     monkeypatch.setattr(fed, "train_federated", stub)
     with pytest.raises(Stop):
-        main(["train", "--data", data_dir, "--out", str(tmp_path / "d"), *FED])
+        main(["train", "--data", tiny_data_dir, "--out", str(tmp_path / "d"), *FED])
     cfg = seen["fed"]
     assert (cfg.server_optimizer, cfg.server_lr_schedule, cfg.server_lr_warmup, cfg.server_adam_eps) == (
         "sgd", "constant", 0, 1e-3)
@@ -200,11 +191,11 @@ def test_cli_defaults_are_sgd_and_constant(data_dir, tmp_path, monkeypatch):
     (["--server-lr-warmup", "3"], "server_lr_warmup (3) must be smaller than the number of rounds (3)"),
     (["--server-optimizer", "adam", "--server-adam-eps", "0"], "server_adam_eps must be positive"),
 ])
-def test_invalid_server_flags_are_usage_errors(data_dir, tmp_path, capsys, flags, message):
+def test_invalid_server_flags_are_usage_errors(tiny_data_dir, tmp_path, capsys, flags, message):
     from dpemb.cli.main import main
 
     out = tmp_path / "bad"
     with pytest.raises(SystemExit) as e:
-        main(["train", "--data", data_dir, "--out", str(out), *FED, *flags])
+        main(["train", "--data", tiny_data_dir, "--out", str(out), *FED, *flags])
     assert e.value.code == 2 and message in capsys.readouterr().err
     assert not out.exists()

@@ -9,17 +9,10 @@ import pytest
 
 import dpemb.privacy.noise as noise_mod
 from dpemb.cli.main import main
-from tests.conftest import make_tiny_dataset, spy_standard_normal
+from tests.conftest import spy_standard_normal
 
 FED = ["--algorithm", "dp-fedemb", "--rounds", "1", "--clients-per-round", "3", "--users-per-client", "2",
        "--embedding-dim", "16", "--local-batch-size", "4", "--eval-every", "1", "--no-progress"]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("train_privacy") / "ds"
-    make_tiny_dataset(num_users=30).save(path)
-    return str(path)
 
 
 class Stop(Exception):
@@ -59,15 +52,15 @@ def exit_code(argv) -> int:
     ["--no-secure-noise"], ["--non-private"], ["--allow-large-delta"], ["--tree-restarts"],
     ["--adaptive-clip-quantile", "0.5"], ["--clip-lr", "0.1"], ["--clip-count-stddev", "1"],
 ])
-def test_privacy_flags_with_centralized_are_an_error(data_dir, tmp_path, capsys, flags):
-    argv = ["train", "--data", data_dir, "--out", str(tmp_path / "c"), "--algorithm", "centralized", *flags]
+def test_privacy_flags_with_centralized_are_an_error(tiny_data_dir, tmp_path, capsys, flags):
+    argv = ["train", "--data", tiny_data_dir, "--out", str(tmp_path / "c"), "--algorithm", "centralized", *flags]
     assert exit_code(argv) == 2
     err = capsys.readouterr().err
     assert flags[0] in err and "NOT private" in err and "dp-fedemb" in err
     assert not (tmp_path / "c").exists()  # refused before anything was written
 
 
-def test_centralized_without_privacy_flags_says_not_private_before_training(data_dir, tmp_path, monkeypatch, capsys):
+def test_centralized_without_privacy_flags_says_not_private_before_training(tiny_data_dir, tmp_path, monkeypatch, capsys):
     import dpemb.training.centralized as central
 
     def stub(*a, **k):
@@ -75,20 +68,20 @@ def test_centralized_without_privacy_flags_says_not_private_before_training(data
 
     monkeypatch.setattr(central, "train_centralized", stub)
     with pytest.raises(Stop):
-        main(["train", "--data", data_dir, "--out", str(tmp_path / "c"), "--steps", "1"])
+        main(["train", "--data", tiny_data_dir, "--out", str(tmp_path / "c"), "--steps", "1"])
     assert "centralized training is NOT private" in capsys.readouterr().out
 
 
-def test_default_delta_is_one_over_ten_n_users(data_dir, tmp_path, captured):
-    seen = run_stubbed(["train", "--data", data_dir, "--out", str(tmp_path / "r"), *FED, "--noise-multiplier", "1"],
+def test_default_delta_is_one_over_ten_n_users(tiny_data_dir, tmp_path, captured):
+    seen = run_stubbed(["train", "--data", tiny_data_dir, "--out", str(tmp_path / "r"), *FED, "--noise-multiplier", "1"],
                        captured)
     n = seen["train"].num_users
     assert seen["spec"].delta is None and seen["spec"].resolved_delta == pytest.approx(1 / (10 * n))
     assert seen["spec"].resolved_delta < 1 / n
 
 
-def test_delta_of_one_over_n_or_more_is_refused_with_the_rule_unless_forced(data_dir, tmp_path, capsys, captured):
-    base = ["train", "--data", data_dir, "--out", str(tmp_path / "r"), *FED, "--noise-multiplier", "1"]
+def test_delta_of_one_over_n_or_more_is_refused_with_the_rule_unless_forced(tiny_data_dir, tmp_path, capsys, captured):
+    base = ["train", "--data", tiny_data_dir, "--out", str(tmp_path / "r"), *FED, "--noise-multiplier", "1"]
     assert exit_code([*base, "--delta", "0.5"]) == 2
     err = capsys.readouterr().err
     assert "delta must be well below 1/N, the chance that the mechanism fails for some user" in err
@@ -98,40 +91,40 @@ def test_delta_of_one_over_n_or_more_is_refused_with_the_rule_unless_forced(data
     assert "large delta" in capsys.readouterr().err  # and the run is warned about
 
 
-def test_secure_noise_default_seeded_and_opt_out(data_dir, tmp_path, capsys, captured):
-    base = ["train", "--data", data_dir, "--out", str(tmp_path / "r"), *FED, "--noise-multiplier", "1"]
+def test_secure_noise_default_seeded_and_opt_out(tiny_data_dir, tmp_path, capsys, captured):
+    base = ["train", "--data", tiny_data_dir, "--out", str(tmp_path / "r"), *FED, "--noise-multiplier", "1"]
     assert run_stubbed(base, captured)["spec"].secure_noise  # the default
     assert not run_stubbed([*base, "--noise-seed", "3"], captured)["spec"].secure_noise  # seeded: plain
     assert not run_stubbed([*base, "--no-secure-noise"], captured)["spec"].secure_noise
     assert run_stubbed([*base, "--secure-noise"], captured)["spec"].secure_noise
     assert exit_code([*base, "--secure-noise", "--noise-seed", "3"]) == 2
     assert "--secure-noise cannot be combined with --noise-seed" in capsys.readouterr().err
-    non_private = ["train", "--data", data_dir, "--out", str(tmp_path / "r"), *FED, "--non-private"]
+    non_private = ["train", "--data", tiny_data_dir, "--out", str(tmp_path / "r"), *FED, "--non-private"]
     assert not run_stubbed(non_private, captured)["spec"].secure_noise
     assert exit_code([*non_private, "--secure-noise"]) == 2
 
 
-def test_small_cohort_advice_is_printed_before_training(data_dir, tmp_path, capsys, captured):
-    run_stubbed(["train", "--data", data_dir, "--out", str(tmp_path / "r"), *FED, "--noise-multiplier", "1"],
+def test_small_cohort_advice_is_printed_before_training(tiny_data_dir, tmp_path, capsys, captured):
+    run_stubbed(["train", "--data", tiny_data_dir, "--out", str(tmp_path / "r"), *FED, "--noise-multiplier", "1"],
                 captured)  # the loop never ran: the advice came first
     err = capsys.readouterr().err
     assert "warning: small cohort: with 3 clients per round" in err
-    run_stubbed(["train", "--data", data_dir, "--out", str(tmp_path / "r"), *FED, "--clients-per-round", "3",
+    run_stubbed(["train", "--data", tiny_data_dir, "--out", str(tmp_path / "r"), *FED, "--clients-per-round", "3",
                  "--noise-multiplier", "1e-5"], captured)
     assert "small cohort" not in capsys.readouterr().err
 
 
-def test_secure_noise_reaches_the_hardened_sampler_in_a_real_run(data_dir, tmp_path, monkeypatch, capsys):
+def test_secure_noise_reaches_the_hardened_sampler_in_a_real_run(tiny_data_dir, tmp_path, monkeypatch, capsys):
     calls = spy_standard_normal(monkeypatch, noise_mod)
     out = tmp_path / "run"
-    assert main(["train", "--data", data_dir, "--out", str(out), *FED, "--noise-multiplier", "1"]) == 0
+    assert main(["train", "--data", tiny_data_dir, "--out", str(out), *FED, "--noise-multiplier", "1"]) == 0
     assert calls == [True]  # one round, one draw, through the secure path
     assert json.loads((out / "config.json").read_text())["privacy"]["secure_noise"] is True
     assert "noise sampler: secure" in capsys.readouterr().out
 
 
-def test_zero_noise_error_names_the_cli_flag_that_works(data_dir, tmp_path, capsys, captured):
-    base = ["train", "--data", data_dir, "--out", str(tmp_path / "z"), *FED]
+def test_zero_noise_error_names_the_cli_flag_that_works(tiny_data_dir, tmp_path, capsys, captured):
+    base = ["train", "--data", tiny_data_dir, "--out", str(tmp_path / "z"), *FED]
     with pytest.raises(SystemExit) as e:
         main(base + ["--noise-multiplier", "0"])
     err = capsys.readouterr().err
@@ -141,8 +134,8 @@ def test_zero_noise_error_names_the_cli_flag_that_works(data_dir, tmp_path, caps
     assert captured["spec"].nonprivate
 
 
-def test_adaptive_clipping_flags_build_the_spec_and_refuse_what_cannot_be_private(data_dir, tmp_path, capsys, captured):
-    base = ["train", "--data", data_dir, "--out", str(tmp_path / "a"), *FED]
+def test_adaptive_clipping_flags_build_the_spec_and_refuse_what_cannot_be_private(tiny_data_dir, tmp_path, capsys, captured):
+    base = ["train", "--data", tiny_data_dir, "--out", str(tmp_path / "a"), *FED]
     seen = run_stubbed([*base, "--noise-multiplier", "1", "--adaptive-clip-quantile", "0.7",
                         "--clip-count-stddev", "5"], captured)
     a = seen["spec"].adaptive_clipping
@@ -160,16 +153,16 @@ def test_adaptive_clipping_flags_build_the_spec_and_refuse_what_cannot_be_privat
     assert "not below sigma_b / Delta_b" in err and "--clip-count-stddev" in err
     assert exit_code([*base, "--noise-multiplier", "1", "--clip-lr", "0.1"]) == 2
     assert "--adaptive-clip-quantile" in capsys.readouterr().err
-    ftrl = ["train", "--data", data_dir, "--out", str(tmp_path / "t"), *FED, "--algorithm", "dp-ftrl-fedemb",
+    ftrl = ["train", "--data", tiny_data_dir, "--out", str(tmp_path / "t"), *FED, "--algorithm", "dp-ftrl-fedemb",
             "--noise-multiplier", "1", "--adaptive-clip-quantile", "0.5", "--clip-count-stddev", "5"]
     assert exit_code(ftrl) == 2
     assert "tree aggregation" in capsys.readouterr().err
     assert exit_code([*base, "--noise-multiplier", "1", "--adaptive-clip-quantile", "1.5"]) == 2
 
 
-def test_adaptive_clipping_run_reports_the_clip_path(data_dir, tmp_path, capsys):
+def test_adaptive_clipping_run_reports_the_clip_path(tiny_data_dir, tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["train", "--data", data_dir, "--out", str(out), *FED, "--noise-multiplier", "0.5",
+    assert main(["train", "--data", tiny_data_dir, "--out", str(out), *FED, "--noise-multiplier", "0.5",
                  "--adaptive-clip-quantile", "0.5", "--clip-count-stddev", "2", "--noise-seed", "1"]) == 0
     report = json.loads((out / "report.json").read_text())["privacy"]["adaptive_clipping"]
     printed = capsys.readouterr().out
@@ -177,15 +170,11 @@ def test_adaptive_clipping_run_reports_the_clip_path(data_dir, tmp_path, capsys)
     assert report["noise_multiplier_total"] == 0.5 and report["count_stddev"] == 2.0
 
 
-def test_default_cohort_larger_than_the_population_is_a_usage_error_with_a_fit(tmp_path, capsys):
+def test_default_cohort_larger_than_the_population_is_a_usage_error_with_a_fit(tiny_data_dir, tmp_path, capsys):
     """The defaults ask for 8 x 16 = 128 users per round; a smaller training split gets a
     usage error naming the defaults and a --users-per-client that fits, before any work."""
-    from tests.conftest import make_tiny_dataset
-
-    data = tmp_path / "ds"
-    make_tiny_dataset(num_users=30).save(data)
     out = tmp_path / "run"
-    assert exit_code(["train", "--data", str(data), "--out", str(out), "--algorithm", "dp-fedemb",
+    assert exit_code(["train", "--data", tiny_data_dir, "--out", str(out), "--algorithm", "dp-fedemb",
                       "--non-private", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "need 128 users" in err and "--users-per-client 16" in err and "try --users-per-client 1" in err

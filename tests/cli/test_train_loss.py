@@ -10,19 +10,11 @@ import math
 import pytest
 
 from dpemb.cli.main import main
-from tests.conftest import make_tiny_dataset
 
 FED = ["--algorithm", "dp-fedemb", "--rounds", "2", "--clients-per-round", "3", "--users-per-client", "2",
        "--embedding-dim", "16", "--local-batch-size", "4", "--eval-every", "1", "--no-progress",
        "--non-private"]
 CENTRAL = ["--steps", "6", "--batch-size", "16", "--embedding-dim", "16", "--eval-every", "3", "--no-progress"]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("train_loss") / "ds"
-    make_tiny_dataset(num_users=30).save(path)
-    return str(path)
 
 
 def read(out, name):
@@ -33,9 +25,9 @@ def read(out, name):
     ("arcface", [], {"kind": "arcface", "scale": 30.0, "margin": 0.5}),
     ("cosface", ["--loss-scale", "16", "--loss-margin", "0.2"], {"kind": "cosface", "scale": 16.0, "margin": 0.2}),
 ])
-def test_a_two_round_dp_fedemb_run_with_a_margin_loss(data_dir, tmp_path, loss, flags, expected):
+def test_a_two_round_dp_fedemb_run_with_a_margin_loss(tiny_data_dir, tmp_path, loss, flags, expected):
     out = tmp_path / loss
-    assert main(["train", "--data", data_dir, "--out", str(out), *FED, "--loss", loss, *flags]) == 0
+    assert main(["train", "--data", tiny_data_dir, "--out", str(out), *FED, "--loss", loss, *flags]) == 0
     assert read(out, "config.json")["federated"]["loss"] == expected
     assert read(out, "model_card.json")["algorithm"] == "dp-fedemb"
     diag = [json.loads(line) for line in (out / "private" / "diagnostics.jsonl").read_text().splitlines()]
@@ -49,9 +41,9 @@ def test_a_two_round_dp_fedemb_run_with_a_margin_loss(data_dir, tmp_path, loss, 
     ("cosface", [], {"kind": "cosface", "scale": 30.0, "margin": 0.35}),
     ("softmax", [], {"kind": "softmax", "scale": None, "margin": None}),
 ])
-def test_a_short_centralized_run_records_the_loss(data_dir, tmp_path, loss, flags, expected):
+def test_a_short_centralized_run_records_the_loss(tiny_data_dir, tmp_path, loss, flags, expected):
     out = tmp_path / loss
-    assert main(["train", "--data", data_dir, "--out", str(out), *CENTRAL, "--loss", loss, *flags]) == 0
+    assert main(["train", "--data", tiny_data_dir, "--out", str(out), *CENTRAL, "--loss", loss, *flags]) == 0
     assert read(out, "config.json")["optim"]["loss"] == expected
     assert read(out, "model_card.json")["loss"] == expected
     assert read(out, "report.json")["loss"] == expected
@@ -63,7 +55,7 @@ class Stop(Exception):
     """Raised by the stubbed training loop once it has seen its arguments."""
 
 
-def test_the_default_is_softmax(data_dir, tmp_path, monkeypatch):
+def test_the_default_is_softmax(tiny_data_dir, tmp_path, monkeypatch):
     import dpemb.training.federated as fed
 
     seen = {}
@@ -74,7 +66,7 @@ def test_the_default_is_softmax(data_dir, tmp_path, monkeypatch):
 
     monkeypatch.setattr(fed, "train_federated", stub)
     with pytest.raises(Stop):
-        main(["train", "--data", data_dir, "--out", str(tmp_path / "d"), *FED])
+        main(["train", "--data", tiny_data_dir, "--out", str(tmp_path / "d"), *FED])
     assert seen["fed"].loss.kind == "softmax" and seen["fed"].loss.scale is None
 
 
@@ -85,17 +77,17 @@ def test_the_default_is_softmax(data_dir, tmp_path, monkeypatch):
     (["--loss", "cosface", "--loss-scale", "-1"], "loss scale must be positive"),
 ])
 @pytest.mark.parametrize("algorithm", [[], FED])
-def test_invalid_loss_flags_are_usage_errors(data_dir, tmp_path, capsys, flags, message, algorithm):
+def test_invalid_loss_flags_are_usage_errors(tiny_data_dir, tmp_path, capsys, flags, message, algorithm):
     out = tmp_path / "bad"
     with pytest.raises(SystemExit) as e:
-        main(["train", "--data", data_dir, "--out", str(out), *algorithm, *flags])
+        main(["train", "--data", tiny_data_dir, "--out", str(out), *algorithm, *flags])
     assert e.value.code == 2 and message in capsys.readouterr().err
     assert not out.exists()
 
 
-def test_unknown_loss_is_refused_by_the_parser(data_dir, tmp_path, capsys):
+def test_unknown_loss_is_refused_by_the_parser(tiny_data_dir, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        main(["train", "--data", data_dir, "--out", str(tmp_path / "x"), "--loss", "sphereface"])
+        main(["train", "--data", tiny_data_dir, "--out", str(tmp_path / "x"), "--loss", "sphereface"])
     assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
 
 
