@@ -60,7 +60,8 @@ def test_privacy_flags_with_centralized_are_an_error(tiny_data_dir, tmp_path, ca
     assert not (tmp_path / "c").exists()  # refused before anything was written
 
 
-def test_centralized_without_privacy_flags_says_not_private_before_training(tiny_data_dir, tmp_path, monkeypatch, capsys):
+def test_centralized_without_privacy_flags_says_not_private_before_training(tiny_data_dir, tmp_path, monkeypatch,
+                                                                             capsys):
     import dpemb.training.centralized as central
 
     def stub(*a, **k):
@@ -134,7 +135,8 @@ def test_zero_noise_error_names_the_cli_flag_that_works(tiny_data_dir, tmp_path,
     assert captured["spec"].nonprivate
 
 
-def test_adaptive_clipping_flags_build_the_spec_and_refuse_what_cannot_be_private(tiny_data_dir, tmp_path, capsys, captured):
+def test_adaptive_clipping_flags_build_the_spec_and_refuse_what_cannot_be_private(tiny_data_dir, tmp_path, capsys,
+                                                                                   captured):
     base = ["train", "--data", tiny_data_dir, "--out", str(tmp_path / "a"), *FED]
     seen = run_stubbed([*base, "--noise-multiplier", "1", "--adaptive-clip-quantile", "0.7",
                         "--clip-count-stddev", "5"], captured)
