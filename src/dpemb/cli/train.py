@@ -375,8 +375,8 @@ def check_cohort(clients_per_round: int, users_per_client: int, num_users: int) 
         raise UsageError(
             f"{m} virtual clients of {k} users per round need {m * k} users, but the population (the "
             f"training users, plus any audit canaries) has {num_users}. The defaults (--clients-per-round "
-            f"{DEFAULT_CLIENTS_PER_ROUND} --users-per-client {DEFAULT_USERS_PER_CLIENT}) suit populations of a few hundred users or more; here try "
-            f"--users-per-client {fit} (about half the users per round), or fewer --clients-per-round")
+            f"{DEFAULT_CLIENTS_PER_ROUND} --users-per-client {DEFAULT_USERS_PER_CLIENT}) suit populations of a "
+            f"few hundred users or more; here try --users-per-client {fit} (about half the users per round), or fewer --clients-per-round")
 
 
 def federated_configs(args: argparse.Namespace, num_users: int):
