@@ -76,7 +76,7 @@ NOISE_SEED0, SEED_STRIDE = 1234, 1000  # seed s: noise/sampling/client randomnes
 # K = 16, M = 8, 2 vs 20 rounds: 11.6 s and 19.9 s, load ~2 on 2 cores)
 US_PER_USER_ROUND = 3.6e-3  # s per (user x round)
 RUN_OVERHEAD_S = 11.0  # data loading and two evaluations on 2,000 test images
-ALGOS = ("dp-fedemb", "dp-fedavg")
+ALGOS = ("dp-fedemb", "dp-fedavg", "dp-ftrl-fedemb")
 RESULTS_FILE, TIMING_FILE = "scale_results.json", "scale_timing.json"
 REAL_DOC = ROOT / "docs" / "RESULTS_SCALE.md"
 QUICK_DOC = Path("/tmp/dpemb_scale_quick/RESULTS_SCALE.md")
@@ -552,7 +552,7 @@ def _finish(plt: Any, fig: Any, path: Path) -> None:
     plt.close(fig)
 
 
-ALGO = {"dp-fedemb": "DP-FedEmb", "dp-fedavg": "DP-FedAvg"}
+ALGO = {"dp-fedemb": "DP-FedEmb", "dp-fedavg": "DP-FedAvg", "dp-ftrl-fedemb": "DP-FTRL-FedEmb"}
 
 
 def headline_section(st: dict[str, Any], lk: Lookup, img: Path) -> tuple[list[str], dict]:

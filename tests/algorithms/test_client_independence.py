@@ -19,7 +19,7 @@ from torch.nn.utils import parameters_to_vector
 
 from dpemb.algorithms.client import ClientTrainer
 from dpemb.algorithms.config import FederatedConfig
-from dpemb.algorithms.round import map_clients
+from dpemb.algorithms.round import ClientData, map_clients
 from dpemb.models import build_backbone
 from dpemb.privacy.client_keys import ClientRandomness, client_keys
 from dpemb.privacy.clipping import ClipAndSum
@@ -50,7 +50,7 @@ def _setup(algorithm: str, head_init: str):
 def _deltas(setup, slots, k, randomness):
     ds, trainer, start, images, labels = setup
     keys = client_keys(slots, k)
-    out = map_clients(trainer, start, slots, keys, images, labels, ds.offsets, randomness, ROUND)
+    out = map_clients(trainer, start, slots, keys, ClientData.of(ds), randomness, ROUND)
     return [res.delta.clone() for res, _ in out]
 
 
@@ -112,7 +112,7 @@ def test_client_order_does_not_change_the_clipped_sum(algorithm, k):
 
     def clipped(order):
         out = map_clients(trainer, start, [slots[i] for i in order], [keys[i] for i in order],
-                          images, labels, ds.offsets, ClientRandomness(seed=5), ROUND)
+                          ClientData.of(ds), ClientRandomness(seed=5), ROUND)
         return _clipped_sum([r.delta.clone() for r, _ in out], user_sensitivity(C, k, Relation.ADD_REMOVE))
 
     forward = clipped(list(range(len(slots))))

@@ -11,7 +11,7 @@ from torch.nn.utils import parameters_to_vector
 
 from dpemb.algorithms.client import ClientTrainer
 from dpemb.algorithms.config import FederatedConfig
-from dpemb.algorithms.round import map_clients, reduce_clients, server_step
+from dpemb.algorithms.round import ClientData, map_clients, reduce_clients, server_step
 from dpemb.models import build_backbone
 from dpemb.privacy.client_keys import ClientRandomness, client_keys
 from dpemb.privacy.clipping import ClipAndSum
@@ -75,11 +75,8 @@ def test_zero_noise_nonprivate_round_equals_plain_fedavg():
     trainer = ClientTrainer(model, ds.num_classes, cfg)
     server_params = [p for p in model.parameters() if p.requires_grad] + [head]
     opt = torch.optim.SGD(server_params, lr=1.0, momentum=0.0)
-    images = torch.from_numpy(np.ascontiguousarray(ds.images)).permute(0, 3, 1, 2).contiguous()
-    labels = torch.from_numpy(ds.labels)
     start = parameters_to_vector(server_params).detach()
-    results = map_clients(trainer, start, slots, client_keys(slots, 2), images, labels, ds.offsets,
-                          ClientRandomness(seed=0), 0)
+    results = map_clients(trainer, start, slots, client_keys(slots, 2), ClientData.of(ds), ClientRandomness(seed=0), 0)
     acc = ClipAndSum([torch.zeros_like(start)], 1e9, 1e9, Relation.ADD_REMOVE)
     clipped, _ = reduce_clients(results, acc)
     noised = GaussianNoise(0.0, allow_nonprivate=True).add(clipped)[0]

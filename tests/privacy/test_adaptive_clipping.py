@@ -314,8 +314,7 @@ def test_adding_one_user_with_real_local_training_k2():
     """Several local steps per client (K = 2): the centred count moves by at most 1."""
     from dpemb.algorithms.client import ClientTrainer
     from dpemb.algorithms.config import FederatedConfig
-    from dpemb.algorithms.round import map_clients
-    from dpemb.data.tensors import numpy_to_tensor
+    from dpemb.algorithms.round import ClientData, map_clients
     from dpemb.privacy.client_keys import ClientRandomness, client_keys
     from dpemb.training.config import ModelConfig
     from dpemb.training.modelinit import build_model
@@ -336,10 +335,7 @@ def test_adding_one_user_with_real_local_training_k2():
     sb = VirtualClientSampler(big.num_users, clients_per_round=m, users_per_client=k, seed=4, sampling_rate=q)
 
     def deltas(ds, slots, rnd):
-        images = numpy_to_tensor(ds.images).permute(0, 3, 1, 2).contiguous()
-        labels = numpy_to_tensor(ds.labels.astype(np.int64))
-        results = map_clients(trainer, start, slots, client_keys(slots, k), images, labels, ds.offsets,
-                              randomness, rnd)
+        results = map_clients(trainer, start, slots, client_keys(slots, k), ClientData.of(ds), randomness, rnd)
         return [r.delta for r, _ in results]
 
     checked, rnd = 0, 0

@@ -19,11 +19,14 @@ extra forward pass, no gradient); rows of absent classes stay zero and inert.
 
 Nothing here clips or adds noise: the delta goes to ``dpemb.privacy`` unchanged.
 Expensive objects (the working copy of the model, the head) are built once and
-reused for every client.
+reused for every client. ``dpemb.algorithms.batched_client`` runs several clients at
+once with the same functions (``client_batches``, ``init_head_``,
+``local_class_map``, ``imprints_fresh_head``, ``stepped_at``) and the same results.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from dataclasses import dataclass
@@ -32,7 +35,7 @@ import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from dpemb.algorithms.config import FederatedConfig
+from dpemb.algorithms.config import FederatedConfig, LocalPerformance
 from dpemb.models import Backbone
 from dpemb.models.margin import head_loss, imprint_
 
@@ -69,6 +72,39 @@ def load_flat_(params: list[torch.nn.Parameter], vec: torch.Tensor) -> None:
         raise ValueError(f"vector has {vec.numel()} entries, parameters {offset}")
 
 
+def local_class_map(labels: torch.Tensor, example_idx: np.ndarray, num_classes: int,
+                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A local head's classes: those present in the client's examples (sorted), and
+    the map from a global label to its row of the local head (-1: absent)."""
+    present = torch.unique(labels[torch.from_numpy(example_idx)])
+    class_map = torch.full((num_classes,), -1, dtype=torch.long, device=device)
+    class_map[present.to(device)] = torch.arange(len(present), device=device)
+    return present, class_map
+
+
+def imprints_fresh_head(cfg: FederatedConfig) -> bool:
+    """Whether the fresh head is imprinted from the data (a zero head under a cosine
+    loss; DP-FedAvg's global head never is)."""
+    return not cfg.aggregates_head and cfg.head_init == "zeros" and cfg.loss.cosine
+
+
+def stepped_at(cfg: FederatedConfig, step: int) -> tuple[bool, bool]:
+    """(head steps, backbone steps) at local step ``step`` (0-based): with
+    ``head_first_steps`` R > 0 the first R steps train the head only and the later ones
+    the backbone only; with R = 0 both train at every step. (DP-FedAvg's global head
+    trains with the backbone.)"""
+    head_only = step < cfg.head_first_steps
+    return cfg.head_first_steps == 0 or head_only, not head_only
+
+
+def local_autocast(performance: LocalPerformance, device: torch.device) -> contextlib.AbstractContextManager:
+    """The context of a local forward pass and loss: bf16 autocast on ``device`` when
+    ``performance.bf16``, else nothing (float32 as before)."""
+    if performance.bf16:
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def init_head_(weight: torch.Tensor, how: str, generator: torch.Generator) -> torch.Tensor:
     """A fresh head: Glorot-uniform (the reference), or zeros (the first local steps
     then train the head only, since a zero head passes no gradient to the backbone;
@@ -91,10 +127,15 @@ def glorot_(weight: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 
 
 class ClientTrainer:
-    """Runs client updates on a reusable working copy of the model."""
+    """Runs client updates on a reusable working copy of the model.
 
-    def __init__(self, backbone: Backbone, num_classes: int, cfg: FederatedConfig):
+    ``performance``: how local training runs (``LocalPerformance``: bf16 autocast);
+    it changes the arithmetic, not the algorithm or the privacy guarantee."""
+
+    def __init__(self, backbone: Backbone, num_classes: int, cfg: FederatedConfig,
+                 performance: LocalPerformance | None = None):
         self.cfg = cfg
+        self.performance = LocalPerformance() if performance is None else performance
         self.num_classes = num_classes
         self.model = copy.deepcopy(backbone)
         self.model.train()
@@ -135,18 +176,16 @@ class ClientTrainer:
         if cfg.aggregates_head:
             head_w, class_map = self.head_weight, None
         elif cfg.local_head == "local":
-            present = torch.unique(labels[torch.from_numpy(example_idx)])
+            present, class_map = local_class_map(labels, example_idx, self.num_classes, device)
             head_w = torch.nn.Parameter(
                 init_head_(torch.empty(len(present), self.head_weight.shape[1], device=device),
                            cfg.head_init, generator)
             )
-            class_map = torch.full((self.num_classes,), -1, dtype=torch.long, device=device)
-            class_map[present.to(device)] = torch.arange(len(present), device=device)
         else:
             head_w, class_map = self.head_weight, None
             init_head_(head_w, cfg.head_init, generator)
         batches = client_batches(example_idx, cfg, rng)
-        if not cfg.aggregates_head and cfg.head_init == "zeros" and cfg.loss.cosine:
+        if imprints_fresh_head(cfg):
             self.imprint(head_w, images, labels, batches, class_map)
 
         if cfg.aggregates_head:
@@ -167,15 +206,16 @@ class ClientTrainer:
             y = labels[bt].to(device)
             if class_map is not None:
                 y = class_map[y]
-            loss = head_loss(self.model(x), head_w, y, cfg.loss)
+            with local_autocast(self.performance, device):
+                loss = head_loss(self.model(x), head_w, y, cfg.loss)
             opt_backbone.zero_grad(set_to_none=True)
             if opt_head is not None:
                 opt_head.zero_grad(set_to_none=True)
             loss.backward()
-            head_only = step < cfg.head_first_steps
-            if opt_head is not None and (cfg.head_first_steps == 0 or head_only):
+            step_head, step_backbone = stepped_at(cfg, step)
+            if opt_head is not None and step_head:
                 opt_head.step()
-            if not head_only:
+            if step_backbone:
                 opt_backbone.step()
             total_loss += loss.detach() * len(b)  # no per-step device sync
             n_seen += len(b)

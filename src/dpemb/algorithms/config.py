@@ -87,3 +87,23 @@ class FederatedConfig:
     def aggregates_head(self) -> bool:
         """DP-FedAvg sends (and so clips and noises) the global head; DP-FedEmb does not."""
         return self.algorithm == "dp-fedavg"
+
+
+@dataclass(frozen=True)
+class LocalPerformance:
+    """How local training runs, not what it computes: performance flags only.
+
+    Unlike ``FederatedConfig``, nothing here is part of the algorithm's definition or
+    of the privacy guarantee (which depends only on the clipping, noise, sampling and
+    rounds of ``dpemb.privacy.PrivacySpec``): the clipped delta of every client is
+    bounded by the clip norm whatever arithmetic produced it.
+
+    ``bf16``: run the local forward pass and loss under ``torch.autocast`` with
+    bfloat16 (on the device of the model: CUDA, or the CPU). Parameters, gradients,
+    optimizer state and the delta stay float32; the numbers change by bf16 rounding.
+    """
+
+    bf16: bool = False
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.bf16, bool), f"bf16 must be a bool, got {self.bf16!r}")

@@ -14,7 +14,7 @@ can run the map on many processes and merge partial ``ClipAndSum`` accumulators.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -45,14 +45,48 @@ def client_example_indices(offsets: np.ndarray, users: np.ndarray) -> np.ndarray
     return np.concatenate([np.arange(offsets[u], offsets[u + 1]) for u in users])
 
 
+class ClientData:
+    """A training split as virtual clients read it: each client's rows are gathered
+    from the store (a memory-mapped file, or an array) when the client runs, so a
+    process holds one client's images at a time, never the whole split.
+
+    ``images``: uint8 (N, H, W, C), anything numpy-indexable by an integer array (an
+    ndarray, a read-only memmap, ``dpemb.data.rows.RowView``); ``labels`` (N,);
+    ``offsets`` (U + 1,): user u owns rows offsets[u]:offsets[u+1]. A client's images
+    go to ``device`` once, as uint8."""
+
+    def __init__(self, images: Any, labels: np.ndarray, offsets: np.ndarray,
+                 device: torch.device | str = "cpu") -> None:
+        self.images = images
+        self.labels = np.asarray(labels, dtype=np.int64)
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        self.device = torch.device(device)
+
+    @classmethod
+    def of(cls, ds: Any, device: torch.device | str = "cpu") -> "ClientData":
+        """From a ``UserDataset``."""
+        return cls(ds.images, ds.labels, ds.offsets, device)
+
+    def examples(self, users: np.ndarray) -> int:
+        """The number of examples of ``users`` (a client's cost, for balancing work)."""
+        users = np.asarray(users, dtype=np.int64)
+        return int((self.offsets[users + 1] - self.offsets[users]).sum()) if len(users) else 0
+
+    def client(self, users: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+        """(images uint8 (n, C, H, W) on the device, labels (n,), row indices 0..n-1)
+        of the examples of ``users``, in user order."""
+        rows = client_example_indices(self.offsets, users)
+        images = torch.from_numpy(np.ascontiguousarray(np.asarray(self.images[rows], dtype=np.uint8)))
+        images = images.permute(0, 3, 1, 2).contiguous().to(self.device, non_blocking=True)
+        return images, torch.from_numpy(self.labels[rows]), np.arange(len(rows), dtype=np.int64)
+
+
 def map_clients(
     trainer: ClientTrainer,
     start: torch.Tensor,
     slots: Sequence[np.ndarray],
     keys: Sequence[tuple[int, int]],
-    images: torch.Tensor,
-    labels: torch.Tensor,
-    offsets: np.ndarray,
+    data: ClientData,
     randomness: ClientRandomness,
     rnd: int,
 ) -> Iterable[tuple[ClientResult, int]]:
@@ -64,7 +98,9 @@ def map_clients(
     if len(keys) != len(slots):
         raise ValueError(f"{len(slots)} clients but {len(keys)} keys")
     for users, key in zip(slots, keys):
-        idx = client_example_indices(offsets, users)
+        if len(users) == 0:
+            continue
+        images, labels, idx = data.client(users)
         if len(idx) == 0:
             continue
         result = trainer.update(
@@ -73,18 +109,39 @@ def map_clients(
         yield result, len(users)
 
 
-def reduce_clients(
-    results: Iterable[tuple[ClientResult, int]], accumulator: ClipAndSum
-) -> tuple[ClippedSum, RoundStats]:
-    """Clip every delta and sum them (privacy.clipping); collect round statistics."""
-    stats = RoundStats()
+@dataclass
+class ClientTally:
+    """What a process's clients did this round, beside their clipped deltas (PRIVATE:
+    un-noised statistics of the sampled users; summed across processes)."""
+
+    clients: int = 0
+    users: int = 0
+    examples: int = 0
+    losses: list[float] = field(default_factory=list)
+
+    def merge(self, other: "ClientTally") -> None:
+        self.clients += other.clients
+        self.users += other.users
+        self.examples += other.examples
+        self.losses += other.losses
+
+
+def accumulate_clients(results: Iterable[tuple[ClientResult, int]], accumulator: ClipAndSum) -> ClientTally:
+    """Clip every client's delta into ``accumulator`` (``privacy.clipping``); the tally."""
+    tally = ClientTally()
     for res, n_users in results:
         accumulator.add([res.delta])
-        stats.clients += 1
-        stats.users += n_users
-        stats.examples += res.examples
-        stats.losses.append(res.loss)
-    clipped = accumulator.result()
+        tally.clients += 1
+        tally.users += n_users
+        tally.examples += res.examples
+        tally.losses.append(res.loss)
+    return tally
+
+
+def round_stats(clipped: ClippedSum, tally: ClientTally) -> RoundStats:
+    """The round's statistics from the merged clipped sum and tally (PRIVATE)."""
+    stats = RoundStats(clients=tally.clients, users=tally.users, examples=tally.examples,
+                       losses=list(tally.losses))
     if stats.clients:
         stats.loss = float(np.mean(stats.losses))
         norms = np.asarray(clipped.preclip_norms, dtype=float)
@@ -93,7 +150,16 @@ def reduce_clients(
         stats.fraction_clipped = clipped.num_clipped / stats.clients
     stats.nonfinite = clipped.num_nonfinite
     stats.unclipped = clipped.num_unclipped
-    return clipped, stats
+    return stats
+
+
+def reduce_clients(
+    results: Iterable[tuple[ClientResult, int]], accumulator: ClipAndSum
+) -> tuple[ClippedSum, RoundStats]:
+    """Clip every delta and sum them (privacy.clipping); collect round statistics."""
+    tally = accumulate_clients(results, accumulator)
+    clipped = accumulator.result()
+    return clipped, round_stats(clipped, tally)
 
 
 def server_step(

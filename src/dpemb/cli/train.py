@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 from dpemb.cli.common import add_device_flag, add_secure_noise_flag, device_from, fmt, guarded, load_dataset
 from dpemb.cli.main import UsageError
@@ -289,6 +291,15 @@ def print_privacy_advice(args: argparse.Namespace, spec) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dpemb.training.executor import DistributedEnv
+
+    env = DistributedEnv.from_environ()  # under torchrun: rank 0 speaks, the other ranks only compute
+    if env is not None:
+        if args.algorithm == "centralized":
+            raise UsageError("centralized training runs in one process; start it without torchrun")
+        if env.rank != 0:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (for the life of this worker process)
+            args.no_progress = True
     check_privacy_flags(args)
     model_cfg, optim_cfg, run_cfg = configs(args)
     splits = load_dataset(args.data).split()
@@ -319,13 +330,16 @@ def run(args: argparse.Namespace) -> int:
         fed_cfg, spec = federated_configs(args, train.num_users + canaries)
         if canaries:
             print_audit_setup(args, spec, train.num_users)
-        print_privacy_advice(args, spec)
+        if env is None or env.rank == 0:  # (advice goes to stderr, which worker ranks keep for errors)
+            print_privacy_advice(args, spec)
         for c in caveats if args.target_epsilon is not None else []:
             print(f"  [the calibrated epsilon {c}]")
         report = train_federated(train, held_out, model_cfg, fed_cfg, spec, run_cfg,
                                  noise_seed=args.noise_seed, epsilon_budget=args.epsilon_budget,
                                  resume=RESUME[args.resume], provenance=provenance(args),
                                  audit_canaries=canaries, audit_release=args.release_audit_run)
+        if env is not None and env.rank != 0:
+            return 0  # a worker rank: rank 0 holds the run and prints its summary
     print_summary(report)
     return 0
 

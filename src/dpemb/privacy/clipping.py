@@ -50,6 +50,20 @@ class ClippedSum:
         return self.count - self.num_clipped - self.num_nonfinite
 
 
+@dataclass(frozen=True)
+class SumCounts:
+    """A partial clip-and-sum's settings and counts (no values): what one process of a
+    distributed round sends beside its partial sum (``ClipAndSum.counts``/``absorb``)."""
+
+    clip_norm: float
+    sensitivity: float
+    relation: Relation
+    count: int
+    preclip_norms: tuple[float, ...]
+    num_clipped: int
+    num_nonfinite: int
+
+
 def _global_norm(tensors: Sequence[torch.Tensor]) -> float:
     total = 0.0
     for t in tensors:
@@ -185,6 +199,34 @@ class ClipAndSum:
         self._norms.extend(other._norms)
         self._num_clipped += other._num_clipped
         self._num_nonfinite += other._num_nonfinite
+
+    def counts(self) -> "SumCounts":
+        """This accumulator's counts and settings, without its sum (for a distributed reduce)."""
+        return SumCounts(self.clip_norm, self.sensitivity, self.relation, self._count, tuple(self._norms),
+                         self._num_clipped, self._num_nonfinite)
+
+    def absorb(self, total: Sequence[torch.Tensor], others: Sequence["SumCounts"]) -> None:
+        """Take the result of a distributed SUM reduce: ``total`` is this accumulator's sum
+        plus every other part's sum (each clipped by an accumulator with the same clip
+        norm, sensitivity and relation, which ``others`` must show), ``others`` their counts.
+
+        The sensitivity stays this accumulator's: each contribution is still one clipped
+        virtual client, whichever process clipped it."""
+        total = list(total)
+        self._check_shapes(total)
+        for o in others:
+            if (o.clip_norm, o.sensitivity, o.relation) != (self.clip_norm, self.sensitivity, self.relation):
+                raise ValueError(
+                    f"a part was clipped with clip norm {o.clip_norm}, sensitivity {o.sensitivity} ({o.relation}); "
+                    f"this accumulator has {self.clip_norm}, {self.sensitivity} ({self.relation})")
+        with torch.no_grad():
+            for s, t in zip(self._sum, total):
+                s.copy_(t.to(device=s.device, dtype=s.dtype))
+        for o in others:
+            self._count += o.count
+            self._norms.extend(o.preclip_norms)
+            self._num_clipped += o.num_clipped
+            self._num_nonfinite += o.num_nonfinite
 
     @property
     def count(self) -> int:

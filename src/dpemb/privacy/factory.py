@@ -15,6 +15,7 @@ import torch
 
 from dpemb.privacy.clipping import ClipAndSum
 from dpemb.privacy.noise import GaussianNoise
+from dpemb.privacy.privatizer import GaussianPrivatizer, Privatizer, TreePrivatizer
 from dpemb.privacy.sampling import VirtualClientSampler
 from dpemb.privacy.spec import PrivacySpec
 from dpemb.privacy.tree import TreeAggregationNoise
@@ -35,6 +36,13 @@ def make_noise(
             restart_every=spec.rounds_per_epoch if spec.tree_restarts else None, secure=secure,
         )
     return GaussianNoise(spec.value_noise_multiplier, seed=seed, allow_nonprivate=spec.nonprivate, secure=secure)
+
+
+def make_privatizer(spec: PrivacySpec, *, seed: int | None = None, efficient: bool = True) -> Privatizer:
+    """``make_noise``'s mechanism behind the one ``Privatizer`` interface (the tree
+    variant keeps its previous prefix sum and returns each round's noised sum)."""
+    noise = make_noise(spec, seed=seed, efficient=efficient)
+    return TreePrivatizer(noise) if isinstance(noise, TreeAggregationNoise) else GaussianPrivatizer(noise)
 
 
 def make_sampler(spec: PrivacySpec, *, seed: int | None = None) -> VirtualClientSampler:

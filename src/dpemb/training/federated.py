@@ -31,10 +31,10 @@ from torch.nn.utils import parameters_to_vector
 
 from dpemb.algorithms.client import ClientTrainer, glorot_
 from dpemb.algorithms.config import FederatedConfig
-from dpemb.algorithms.round import RoundStats, map_clients, reduce_clients, server_step
+from dpemb.algorithms.round import ClientData, RoundStats, round_stats, server_step
 from dpemb.algorithms.server import check_server_schedule, make_server_optimizer, server_lr_at, set_server_lr
 from dpemb.data.dataset import UserDataset
-from dpemb.data.tensors import numpy_to_tensor, resolve_device
+from dpemb.data.tensors import resolve_device
 from dpemb.metrics import plot_roc
 from dpemb.privacy.accounting import (
     PrivacyLedger,
@@ -44,15 +44,18 @@ from dpemb.privacy.accounting import (
     extrapolate,
     supported_accountants,
 )
-from dpemb.privacy.adaptive_clipping import AdaptiveClipState, release_count
-from dpemb.privacy.client_keys import ClientRandomness, client_keys
-from dpemb.privacy.factory import make_accumulator, make_noise, make_sampler
+from dpemb.privacy.adaptive_clipping import AdaptiveClipState
+from dpemb.privacy.client_keys import ClientRandomness
 from dpemb.privacy.noise import describe_sampler
+from dpemb.privacy.plan import PrivacyPlan
 from dpemb.privacy.statements import describe_adaptive_clipping
 from dpemb.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from dpemb.training.config import ModelConfig, RunConfig, config_json, describe_differences, to_dict
 from dpemb.progress import progress
 from dpemb.training.errors import TrainingDiverged
+from dpemb.training.executor import (
+    DistributedEnv, DistributedExecutor, LocalExecutor, RankFailure, init_distributed, rank_device,
+)
 from dpemb.training.interrupt import CheckpointSchedule, GracefulStop
 from dpemb.training.resume import check_same_config, resume_from_checkpoint
 from dpemb.training.evaluate import evaluate_backbone
@@ -134,7 +137,7 @@ def train_federated(
     *,
     noise_seed: int | None = None,
     epsilon_budget: float | None = None,
-    resume: bool = False,
+    resume: bool | str = False,
     provenance: Provenance | None = None,
     audit_canaries: int = 0,
     audit_release: bool = False,
@@ -152,6 +155,10 @@ def train_federated(
     ``audit_canaries`` n > 0: an AUDIT run with n canary users, users N..N+n-1 of
     ``spec.population`` = N + n (``dpemb.training.audit_run``); the report's privacy
     section gets the audit, marked not for release unless ``audit_release``.
+
+    Under torchrun (``WORLD_SIZE`` > 1) the round's clients run on every rank
+    (``dpemb.training.executor``); rank 0 does everything else and returns the report,
+    the other ranks return ``{"rank": r, "rounds_served": n}``.
     """
     # (PrivacySpec itself refuses M*K > N: fewer users than one round needs.)
     if spec.population != train.num_users + audit_canaries:
@@ -162,7 +169,25 @@ def train_federated(
     check_server_schedule(fed_cfg, spec.rounds)  # the warmup must end before the last round
     if run_cfg.threads:
         torch.set_num_threads(run_cfg.threads)
-    device = resolve_device(run_cfg.device)
+    env = DistributedEnv.from_environ()
+    device = rank_device(resolve_device(run_cfg.device), env)
+    if env is not None:
+        init_distributed(env, device)
+
+    # --- the server model (for DP-FedAvg with the global head that is aggregated too)
+    torch.manual_seed(run_cfg.seed)
+    provenance = provenance or Provenance()
+    model, ckpt_meta = build_model(model_cfg, train.image_shape, device=device, per_user_training=True,
+                                   private_run=not spec.nonprivate,
+                                   allow_nonprivate_init=provenance.allow_nonprivate_init)
+    server_params, global_head = server_parameters(model, fed_cfg, train.num_classes, run_cfg.seed)
+    trainer = ClientTrainer(model, train.num_classes, fed_cfg)
+    data = ClientData.of(train, device)  # each client's rows read when it runs
+    template = [torch.zeros(sum(p.numel() for p in server_params), device=device)]
+    if env is not None and env.rank != 0:  # a worker: serve rank 0's rounds, hold no state
+        worker = DistributedExecutor(trainer, data, ClientRandomness(), env, template)
+        return {"rank": env.rank, "rounds_served": worker.serve()}
+
     run = RunDir(run_cfg.out)
     seeded = noise_seed is not None
     config = config_json(
@@ -170,75 +195,24 @@ def train_federated(
         epsilon_budget=epsilon_budget, noise_seeded=seeded,
         **({"audit_canaries": audit_canaries} if audit_canaries else {}),
     )
-
-    # --- server model (and, for DP-FedAvg, the global head that is aggregated too)
-    torch.manual_seed(run_cfg.seed)
-    provenance = provenance or Provenance()
-    model, ckpt_meta = build_model(model_cfg, train.image_shape, device=device, per_user_training=True,
-                                   private_run=not spec.nonprivate,
-                                   allow_nonprivate_init=provenance.allow_nonprivate_init)
     release = Release(run.path, algorithm=fed_cfg.algorithm, trainable=model_cfg.trainable, meta=ckpt_meta,
                       provenance=provenance, source=train.source, private_training=not spec.nonprivate,
                       loss=fed_cfg.loss)
-    server_params = [p for p in model.parameters() if p.requires_grad]
-    global_head = None
-    if fed_cfg.aggregates_head:
-        global_head = torch.nn.Parameter(torch.empty(train.num_classes, model.embedding_dim, device=device))
-        glorot_(global_head, torch.Generator().manual_seed(run_cfg.seed))
-        server_params = server_params + [global_head]
-    # SGD + momentum or FedAdam; lr schedule by round (post-processing: algorithms.server)
-    server_opt = make_server_optimizer(server_params, fed_cfg)
-    trainer = ClientTrainer(model, train.num_classes, fed_cfg)
-
-    # --- privacy machinery
-    # noise and sampler built from the spec so they match what the ledger accounts for;
-    # they and the clients' randomness are keyed from the OS's secure source unless a
-    # seed is given (all three are private training state, kept in the checkpoint only)
-    sampler = make_sampler(spec, seed=noise_seed + 1 if seeded else None)
-    randomness = ClientRandomness(seed=noise_seed + 2 if seeded else None)
-    noise = make_noise(spec, seed=noise_seed, efficient=fed_cfg.efficient_tree)
-    ledger = PrivacyLedger(spec)
-    # adaptive clipping: the current clip norm (a function of released counts only)
-    clip_state = AdaptiveClipState(spec.adaptive_clipping, spec.clip_norm) if spec.adaptive_clipping else None
-    pld_every_round = spec.nonprivate or "rdp" not in supported_accountants(spec) or (
-        epsilon_for(spec, "rdp") <= PLD_EVERY_ROUND_MAX_RDP_EPSILON
-    )
-    num_params = sum(p.numel() for p in server_params)
-    template = [torch.zeros(num_params, device=device)]
+    server_opt = make_server_optimizer(server_params, fed_cfg)  # post-processing (algorithms.server)
+    # sampler, client keys, noise, adaptive clip and ledger, all from the spec (privacy.plan)
+    plan = PrivacyPlan.build(spec, seed=noise_seed, efficient_tree=fed_cfg.efficient_tree)
+    executor = (DistributedExecutor(trainer, data, plan.randomness, env, template) if env is not None
+                else LocalExecutor(trainer, data, plan.randomness))
     # audit run: canary users clipped and noised with the real clients (training.audit_run)
     audit = AuditRun(audit_canaries, spec, train.num_users, server_params, resume=resume, release=audit_release,
                      seed=noise_seed + 3 if seeded else None) if audit_canaries else None
-    prev_prefix = torch.zeros(num_params, device=device)  # DP-FTRL: previous noisy prefix sum
-
-    # --- data: the training split in memory as uint8
-    images = numpy_to_tensor(train.images).permute(0, 3, 1, 2).contiguous()
-    labels = numpy_to_tensor(train.labels.astype(np.int64))
+    pld_every_round = spec.nonprivate or "rdp" not in supported_accountants(spec) or (
+        epsilon_for(spec, "rdp") <= PLD_EVERY_ROUND_MAX_RDP_EPSILON
+    )
 
     rnd = 0
     if resume_from_checkpoint(run, resume):
-        state = load_checkpoint(run.checkpoint, map_location=device)
-        if state.get("privacy_fingerprint") != spec.fingerprint():
-            raise CheckpointError(
-                f"{run.checkpoint} was trained under a different privacy spec ("
-                + (describe_differences(state["config"], config) or "noise, clip norm, sampling, clients, "
-                   "rounds or delta differ")
-                + "); resuming would make the reported epsilon wrong. Resume with the original privacy flags."
-            )
-        check_same_config(run, state.get("config"), config)
-        model.load_state_dict(state["backbone"])
-        if global_head is not None:
-            with torch.no_grad():
-                global_head.copy_(state["global_head"])
-        server_opt.load_state_dict(state["server_optimizer"])
-        sampler.load_state_dict(state["sampler"])
-        noise.load_state_dict(state["noise"])
-        ledger.load_state_dict(state["ledger"])
-        randomness.load_state_dict(state["client_randomness"])
-        if clip_state is not None:
-            clip_state.load_state_dict(state["adaptive_clip"])
-        prev_prefix = state["prev_prefix"].to(device)
-        rnd = int(state["round"])
-        run.truncate_metrics_after("round", rnd)
+        rnd = load_state(run, config, spec, model, global_head, server_opt, plan, device)
     else:
         run.write_config(config)
         run.metrics.unlink(missing_ok=True)
@@ -251,17 +225,12 @@ def train_federated(
         return metrics, ver
 
     def checkpoint() -> None:
-        card = release.write(model, privacy_report(spec, ledger, seeded, clip_state), rounds=rnd)  # released
+        card = release.write(model, privacy_report(spec, plan.ledger, plan.seeded, plan.clip_state), rounds=rnd)  # released
         save_checkpoint(run.checkpoint, {  # private (0600)
-            "provenance": card["provenance"], "model_card": card,
-            "kind": fed_cfg.algorithm, **ckpt_meta,
+            "provenance": card["provenance"], "model_card": card, "kind": fed_cfg.algorithm, **ckpt_meta,
             "backbone": model.state_dict(),
             "global_head": global_head.detach().cpu() if global_head is not None else None,
-            "server_optimizer": server_opt.state_dict(),
-            "sampler": sampler.state_dict(), "noise": noise.state_dict(), "ledger": ledger.state_dict(),
-            "client_randomness": randomness.state_dict(),
-            "adaptive_clip": clip_state.state_dict() if clip_state is not None else None,
-            "prev_prefix": prev_prefix.cpu(), "round": rnd, "config": config,
+            "server_optimizer": server_opt.state_dict(), **plan.state_dict(), "round": rnd, "config": config,
             "privacy_fingerprint": spec.fingerprint(), "privacy_spec": to_dict(spec),
             "model_config": to_dict(model_cfg),
         })
@@ -269,73 +238,67 @@ def train_federated(
     last_ver = None
     if rnd == 0:
         metrics, last_ver = evaluate()  # round 0: the initialisation's score (pretrained-only, or random)
-        run.append_metrics({"round": 0, **epsilons(ledger, spec), **metrics})
+        run.append_metrics({"round": 0, **epsilons(plan.ledger, spec), **metrics})
     stopped_by_budget = False
     t0, seen, start_round, warned_zero_delta = time.perf_counter(), 0, rnd, False
     bar = progress(total=spec.rounds, initial=rnd, desc=fed_cfg.algorithm, unit="round", enabled=run_cfg.progress)
-    with GracefulStop() as stop:  # SIGTERM/SIGINT: finish the round, checkpoint, stop
-        schedule = CheckpointSchedule(run_cfg.checkpoint_every, run_cfg.checkpoint_interval_s, stop)
-        while rnd < spec.rounds:
-            if epsilon_budget is not None and not spec.nonprivate and \
-                    ledger.epsilon_after(ledger.rounds + 1, "rdp") > epsilon_budget:
-                stopped_by_budget = True
-                break
-            # 1-2. sample virtual clients; map: local training from the current model
-            start = parameters_to_vector(server_params).detach()
-            slots = sampler.sample_round()
-            if audit is not None:  # canary users leave the real clients' slots
-                slots = audit.real_slots(slots)
-            keys = client_keys(slots, spec.users_per_client)
-            results = map_clients(trainer, start, slots, keys, images, labels, train.offsets, randomness, rnd)
-            # 3. reduce: clip every delta and sum (the sum carries its sensitivity)
-            clip_used = clip_state.clip_norm if clip_state is not None else None
-            acc = make_accumulator(spec, template, clip_used)
-            clipped, stats = reduce_clients(results, acc)
-            if audit is not None:  # the canary clients, through the same clip-and-sum
-                clipped = audit.contribute(acc)
-            # 4. noise on the sum
-            if spec.mechanism == "tree":
-                prefix = noise.noisy_prefix_sum(clipped)[0]
-                noised, prev_prefix = prefix - prev_prefix, prefix
-            else:
-                noised = noise.add(clipped)[0]
-            if clip_state is not None:  # one noised count per round; the next round's clip
-                clip_state.update(release_count(clipped, noise, spec.count_stddev), spec.expected_reporting_clients)
-            # 5. divide by the PUBLIC expected number of clients; server optimizer step
-            set_server_lr(server_opt, server_lr_at(fed_cfg, rnd, spec.rounds))  # public: the round number
-            server_step(server_params, server_opt, noised, sampler.expected_clients)
-            # 6. account
-            ledger.step()
-            rnd += 1
-            if not torch.isfinite(parameters_to_vector(server_params)).all():  # the released model: public
-                raise TrainingDiverged(divergence_message(spec, fed_cfg, rnd, run))
-            if stats.clients and stats.preclip_norm_mean == 0.0 and not warned_zero_delta:
-                warned_zero_delta = True
-                bar.write(PRIVATE_LABEL + zero_delta_warning(fed_cfg, rnd), file=sys.stderr)
-            seen += stats.examples  # local training examples processed (epochs included)
-            # un-noised statistics of the private users: the private diagnostics file only
-            run.append_diagnostics({"round": rnd, **diagnostics(stats)})
-            # released: the round, its epsilon and evaluation on users never trained on
-            is_eval = rnd % run_cfg.eval_every == 0 or rnd == spec.rounds
-            rec: dict[str, Any] = {"round": rnd, **epsilons(ledger, spec, with_pld=pld_every_round or is_eval)}
-            if clip_used is not None:
-                rec["clip_norm"] = clip_used  # the round's clip: a function of earlier noised counts
-            if is_eval:
-                metrics, last_ver = evaluate()
-                rec.update(metrics)
-                bar.set_postfix(r1e3=f"{metrics['recall_at_far_0.001']:.3f}")
-            run.append_metrics(rec)
-            if schedule.due(rnd, at_eval=is_eval):
-                checkpoint()
-            bar.update(1)
-            if stop.requested:
-                bar.close()
-            schedule.raise_if_stopped("round", rnd, run.checkpoint)
+    try:
+        with GracefulStop() as stop:  # SIGTERM/SIGINT: finish the round, checkpoint, stop
+            schedule = CheckpointSchedule(run_cfg.checkpoint_every, run_cfg.checkpoint_interval_s, stop)
+            while rnd < spec.rounds:
+                if epsilon_budget is not None and not spec.nonprivate and \
+                        plan.ledger.epsilon_after(plan.ledger.rounds + 1, "rdp") > epsilon_budget:
+                    stopped_by_budget = True
+                    break
+                t_round = time.perf_counter()
+                # 1. sample users into virtual clients (audit canaries leave the real clients' slots)
+                slots = plan.sample_round()
+                slots = audit.real_slots(slots) if audit is not None else slots
+                # 2-3. every client trains from the current model; its delta is clipped into the sum
+                start = parameters_to_vector(server_params).detach()
+                acc, clip_used = plan.accumulator(template), plan.clip_norm
+                tally = run_round(executor, rnd, start, slots, plan.keys(slots), acc, run)
+                clipped = audit.contribute(acc) if audit is not None else acc.result()
+                # 4. noise on the SUM, once (and adaptive clipping's noised count)
+                noised = plan.release(clipped)[0]
+                # 5. divide by the PUBLIC expected number of clients; server optimizer step
+                set_server_lr(server_opt, server_lr_at(fed_cfg, rnd, spec.rounds))  # public: the round number
+                server_step(server_params, server_opt, noised, plan.expected_clients)
+                # 6. account
+                plan.ledger.step()
+                rnd += 1
+                if not torch.isfinite(parameters_to_vector(server_params)).all():  # the released model: public
+                    raise TrainingDiverged(divergence_message(spec, fed_cfg, rnd, run))
+                stats = round_stats(clipped, tally)
+                if stats.clients and stats.preclip_norm_mean == 0.0 and not warned_zero_delta:
+                    warned_zero_delta = True
+                    bar.write(PRIVATE_LABEL + zero_delta_warning(fed_cfg, rnd), file=sys.stderr)
+                seen += stats.examples  # local training examples processed (epochs included)
+                # un-noised statistics of the private users: the private diagnostics file only
+                run.append_diagnostics({"round": rnd, **diagnostics(stats), "seconds": time.perf_counter() - t_round})
+                # released: the round, its epsilon and evaluation on users never trained on
+                is_eval = rnd % run_cfg.eval_every == 0 or rnd == spec.rounds
+                rec: dict[str, Any] = {"round": rnd, **epsilons(plan.ledger, spec, with_pld=pld_every_round or is_eval)}
+                if plan.clip_state is not None:
+                    rec["clip_norm"] = clip_used  # the round's clip: a function of earlier noised counts
+                if is_eval:
+                    metrics, last_ver = evaluate()
+                    rec.update(metrics)
+                    bar.set_postfix(r1e3=f"{metrics['recall_at_far_0.001']:.3f}")
+                run.append_metrics(rec)
+                if schedule.due(rnd, at_eval=is_eval):
+                    checkpoint()
+                bar.update(1)
+                if stop.requested:
+                    bar.close()
+                schedule.raise_if_stopped("round", rnd, run.checkpoint)
+    finally:
+        executor.close()  # the other ranks stop serving (a no-op in one process)
     bar.close()
     elapsed = time.perf_counter() - t0
     if stopped_by_budget or last_ver is None or run.read_metrics()[-1].get("recall_at_far_0.001") is None:
         metrics, last_ver = evaluate()
-        run.append_metrics({"round": rnd, **epsilons(ledger, spec), **metrics, "final": True})
+        run.append_metrics({"round": rnd, **epsilons(plan.ledger, spec), **metrics, "final": True})
         checkpoint()
 
     records = run.read_metrics()
@@ -347,7 +310,7 @@ def train_federated(
         "loss": to_dict(fed_cfg.loss),
         "rounds": rnd,
         "stopped_by_epsilon_budget": stopped_by_budget,
-        "privacy": release.privacy(privacy_report(spec, ledger, seeded, clip_state)),
+        "privacy": release.privacy(privacy_report(spec, plan.ledger, plan.seeded, plan.clip_state)),
         "provenance": release.provenance,
         # N is the population the accountant's sampling rate uses, treated as public
         "train_users": train.num_users, "eval_split": run_cfg.eval_split, "eval_identities": eval_ds.num_classes,
@@ -358,7 +321,7 @@ def train_federated(
     # counts of the private data, and the throughput and timing they imply, are not released
     run.append_diagnostics({
         "summary": True, "round": rnd, "train_examples": train.num_examples,
-        "train_identities": train.num_classes,
+        "train_identities": train.num_classes, "processes": executor.world_size,
         "images_per_second": seen / elapsed if elapsed > 0 and seen else None,
         "rounds_per_second": (rnd - start_round) / elapsed if elapsed > 0 and rnd > start_round else None,
     })
@@ -367,6 +330,57 @@ def train_federated(
     run.write_report(report)
     release.write(model, report["privacy"], rounds=rnd)  # the final release artifact
     return report
+
+
+def server_parameters(model: torch.nn.Module, fed_cfg: FederatedConfig, num_classes: int,
+                      seed: int) -> tuple[list[torch.nn.Parameter], torch.nn.Parameter | None]:
+    """The parameters the server updates: the trainable backbone, and for DP-FedAvg a
+    Glorot-initialised global head (returned separately too)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not fed_cfg.aggregates_head:
+        return params, None
+    device = params[0].device
+    head = torch.nn.Parameter(torch.empty(num_classes, model.embedding_dim, device=device))
+    glorot_(head, torch.Generator().manual_seed(seed))
+    return params + [head], head
+
+
+def run_round(executor: LocalExecutor, rnd: int, start: torch.Tensor, slots: list[np.ndarray],
+              keys: list[tuple[int, int]], acc: Any, run: RunDir) -> Any:
+    """``executor.run_round``; a lost rank becomes an error naming the intact checkpoint."""
+    try:
+        return executor.run_round(rnd, start, slots, keys, acc)
+    except RankFailure as e:
+        where = f"the last checkpoint, {run.checkpoint}, is intact" if run.checkpoint.exists() else \
+            "no checkpoint was written yet"
+        raise RankFailure(
+            f"{e}. Training stopped at round {rnd + 1}; {where}. Resume with the same command and "
+            "`--resume auto` (under `torchrun --max-restarts N` a restarted job does so by itself)."
+        ) from e
+
+
+def load_state(run: RunDir, config: str, spec: PrivacySpec, model: torch.nn.Module,
+               global_head: torch.nn.Parameter | None, server_opt: torch.optim.Optimizer,
+               plan: PrivacyPlan, device: torch.device) -> int:
+    """Restore a checkpoint written under the same privacy spec and settings; its round."""
+    state = load_checkpoint(run.checkpoint, map_location=device)
+    if state.get("privacy_fingerprint") != spec.fingerprint():
+        raise CheckpointError(
+            f"{run.checkpoint} was trained under a different privacy spec ("
+            + (describe_differences(state["config"], config) or "noise, clip norm, sampling, clients, "
+               "rounds or delta differ")
+            + "); resuming would make the reported epsilon wrong. Resume with the original privacy flags."
+        )
+    check_same_config(run, state.get("config"), config)
+    model.load_state_dict(state["backbone"])
+    if global_head is not None:
+        with torch.no_grad():
+            global_head.copy_(state["global_head"])
+    server_opt.load_state_dict(state["server_optimizer"])
+    plan.load_state_dict(state)
+    rnd = int(state["round"])
+    run.truncate_metrics_after("round", rnd)
+    return rnd
 
 
 def adaptive_clipping_report(spec: PrivacySpec, clip_state: AdaptiveClipState | None) -> dict[str, Any]:

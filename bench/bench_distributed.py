@@ -1,0 +1,92 @@
+#!/usr/bin/env python
+"""Round time of DP-FedEmb on P torch.distributed processes (torchrun, gloo) against 1 process.
+
+The same run (glyph data, LeNet, M virtual clients of K users, one local epoch,
+Gaussian noise, seeded) through the CLI: once as one ordinary process, then under
+``torchrun --nproc-per-node P`` for each P. Each process uses one thread (torchrun's
+default), so P processes use P cores. The round time is the median of the per-round
+wall times the run records in its PRIVATE diagnostics file, without the first round
+(warm-up) and the last (it evaluates). The speed-up is measured in the same
+invocation, against the one-process run. The models must agree to float tolerance
+(the max absolute weight difference is printed).
+
+    .venv/bin/python bench/bench_distributed.py [--procs 2] [--rounds 12] [--clients 16] [--users-per-client 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train_args(data: Path, out: Path, a: argparse.Namespace) -> list[str]:
+    return ["train", "--data", str(data), "--algorithm", "dp-fedemb", "--backbone", "lenet",
+            "--clients-per-round", str(a.clients), "--users-per-client", str(a.users_per_client),
+            "--rounds", str(a.rounds), "--noise-multiplier", "1.0", "--noise-seed", "1",
+            "--local-batch-size", "8", "--eval-every", str(10 * a.rounds), "--eval-max-pairs", "20000",
+            "--checkpoint-interval", "0", "--no-progress", "--out", str(out)]
+
+
+def run(procs: int, data: Path, out: Path, a: argparse.Namespace) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if procs == 1:
+        cmd = [sys.executable, "-m", "dpemb", *train_args(data, out, a), "--threads", "1"]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(procs),
+               "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+               "-m", "dpemb", *train_args(data, out, a)]
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    if done.returncode:
+        sys.exit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
+    wall = time.perf_counter() - t0
+    recs = [json.loads(line) for line in (out / "private" / "diagnostics.jsonl").read_text().splitlines()]
+    secs = [r["seconds"] for r in recs if "seconds" in r][1:-1]
+    return {"procs": procs, "round_s": statistics.median(secs), "wall_s": wall,
+            "weights": load_file(str(out / "model.safetensors"))}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--procs", type=int, nargs="+", default=[2])
+    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--clients", type=int, default=16, help="virtual clients per round (M)")
+    ap.add_argument("--users-per-client", type=int, default=4)
+    a = ap.parse_args()
+    from dpemb.data.glyphs import GlyphConfig, make_glyphs
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        make_glyphs(GlyphConfig(), progress=False).save(tmp / "data")
+        results = [run(p, tmp / "data", tmp / f"p{p}", a) for p in [1, *a.procs]]
+    base = results[0]
+    print(f"DP-FedEmb, LeNet, glyphs; M = {a.clients} clients x K = {a.users_per_client} users, {a.rounds} rounds, "
+          f"1 thread per process; load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
+    print(f"{'processes':>9} {'round (s)':>10} {'speed-up':>9} {'wall (s)':>9} {'max |w - w_1proc|':>18}")
+    for r in results:
+        diff = max(float((r["weights"][k] - base["weights"][k]).abs().max()) for k in base["weights"])
+        print(f"{r['procs']:>9} {r['round_s']:>10.3f} {base['round_s'] / r['round_s']:>8.2f}x "
+              f"{r['wall_s']:>9.1f} {diff:>18.2e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,319 @@
+"""Several virtual clients' local training at once: one vectorised call per local step.
+
+``ClientTrainer.update`` trains one client at a time; with a small backbone each step
+is a few small kernels and an accelerator sits idle. ``BatchedClientTrainer`` runs
+up to ``max_batch_clients`` clients together: their trainable parameters (and fresh
+heads) are stacked along a leading client dimension, and every local step computes
+all their gradients in ONE call, ``torch.func.vmap`` over
+``torch.func.grad(functional_call(model, params_i, x_i) -> loss_i)``; the SGD (with
+momentum) update is applied by hand to the stacked tensors with
+``torch.optim.SGD``'s rule (dampening 0, no Nesterov, no weight decay; the momentum
+buffer starts as the first gradient).
+
+Every client's result equals ``ClientTrainer.update`` on its own, to float rounding
+(vectorised kernels sum in another order): the same batches (``client_batches`` with
+the client's own ``rng``), the same fresh head (``init_head_`` with its own
+``generator``, imprinted the same way under a margin loss), the same loss and step
+schedule (``stepped_at``). So the update stays a function of the start, the client's
+data and its key alone (``dpemb.privacy.client_keys``): which clients share a batch
+changes nothing.
+
+Clients differ in size, hence in number of steps and last-batch size:
+
+- clients are sorted by number of steps (longest first) before they are cut into
+  groups of ``max_batch_clients``, so the clients still training at step t are a
+  prefix of the group: step t runs on that prefix only, and a client whose steps are
+  done is not touched (no update, its momentum frozen);
+- a step's batches are padded to the longest real batch among them; padded examples
+  get weight 0 and a client's loss is the sum over its real examples divided by their
+  number (``torch``'s mean over that client's batch);
+- a "local" head (classes present in the client only) is padded to the largest
+  number of present classes; the padded rows start at zero and their logits are set
+  to -inf, so they add nothing to the softmax and get no gradient (they stay zero).
+
+Supported models: anything whose examples do not interact inside a batch and whose
+forward pass writes no buffers: LeNet, ResNet-GN, MobileNetV2-GN, and BatchNorm models
+whose statistics are frozen (``dpemb.models.freeze_batchnorm_stats``, which private
+training requires anyway). A BatchNorm layer in train mode mixes the examples of a
+batch (padding would change the statistics) and updates its running statistics in
+place, which ``vmap`` cannot batch: the constructor raises ``ValueError`` for it
+(``batched_unsupported_reason`` says why; use ``ClientTrainer``).
+
+``LocalPerformance.bf16`` runs the forward pass and loss under bfloat16 autocast, as
+in ``ClientTrainer``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dpemb.algorithms.client import (
+    ClientResult,
+    ClientTrainer,
+    client_batches,
+    imprints_fresh_head,
+    init_head_,
+    load_flat_,
+    local_autocast,
+    local_class_map,
+    stepped_at,
+)
+from dpemb.algorithms.config import FederatedConfig, LocalPerformance
+from dpemb.models import Backbone
+from dpemb.models.margin import logits as head_logits
+from dpemb.models.trainable import batchnorm_stats_frozen
+
+
+@dataclass
+class ClientInput:
+    """What ``ClientTrainer.update`` takes for one client (besides the start).
+
+    ``images`` uint8 (n, C, H, W) and ``labels`` int64 (n,): rows that include this
+    client's (its own rows, or the whole split); ``example_idx`` indexes this client's
+    examples in them; ``rng`` shuffles its data and ``generator`` (CPU) draws its fresh
+    head, both this client's alone (``dpemb.privacy.client_keys``)."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    example_idx: np.ndarray
+    rng: np.random.Generator
+    generator: torch.Generator
+
+
+def batched_unsupported_reason(model: nn.Module) -> str | None:
+    """Why ``model`` cannot train several clients in one vectorised call, or None.
+
+    Unsupported: a BatchNorm layer whose statistics are not frozen (in train mode it
+    mixes a batch's examples, so padding would change it, and it updates its running
+    statistics in place, which ``vmap`` cannot batch), and an InstanceNorm layer that
+    tracks running statistics (in-place updates)."""
+    if not batchnorm_stats_frozen(model):
+        return ("its BatchNorm statistics are not frozen: in train mode BatchNorm mixes the examples of "
+                "a batch and updates its running statistics in place, which vmap cannot batch across "
+                "clients; freeze them with dpemb.models.freeze_batchnorm_stats (as private training "
+                "requires), use a GroupNorm backbone, or train clients one at a time with ClientTrainer")
+    for name, m in model.named_modules():
+        if isinstance(m, nn.modules.instancenorm._InstanceNorm) and m.track_running_stats:
+            return (f"{name or 'the model'} is an InstanceNorm layer that tracks running statistics "
+                    "(updated in place, which vmap cannot batch); use ClientTrainer")
+    return None
+
+
+@dataclass
+class _Prepared:
+    """One client's inputs made ready: its batches, head and data."""
+
+    order: int  # position in the caller's list
+    batches: list[np.ndarray]
+    head: torch.Tensor | None  # (P, D) fresh head (DP-FedEmb); None for DP-FedAvg
+    rows: np.ndarray  # the rows of the client's images its batches use (sorted, unique)
+    images: torch.Tensor
+    labels: np.ndarray  # training label of each row in ``rows`` (local head: its row in the head)
+
+    @property
+    def steps(self) -> int:
+        return len(self.batches)
+
+    @property
+    def examples(self) -> int:
+        return int(sum(len(b) for b in self.batches))
+
+
+class BatchedClientTrainer:
+    """Runs up to ``max_batch_clients`` client updates at once (see the module doc).
+
+    Same arguments as ``ClientTrainer`` plus ``max_batch_clients`` (B >= 1): the stacked
+    state takes about B x (parameters + head) x (2 with momentum, + gradients) memory,
+    plus the B clients' images (uint8) on the device."""
+
+    def __init__(self, backbone: Backbone, num_classes: int, cfg: FederatedConfig,
+                 max_batch_clients: int, performance: LocalPerformance | None = None):
+        if isinstance(max_batch_clients, bool) or not isinstance(max_batch_clients, int) or max_batch_clients < 1:
+            raise ValueError(f"max_batch_clients must be a positive integer, got {max_batch_clients!r}")
+        reason = batched_unsupported_reason(backbone)
+        if reason is not None:
+            raise ValueError(f"BatchedClientTrainer cannot batch clients of {type(backbone).__name__}: {reason}")
+        self.cfg = cfg
+        self.num_classes = num_classes
+        self.max_batch_clients = max_batch_clients
+        # the working model, its trainable parameters and the imprinting of a fresh head
+        # are ClientTrainer's: the batched clients start where a single one would
+        self.single = ClientTrainer(backbone, num_classes, cfg, performance)
+        self.performance = self.single.performance
+        self.model = self.single.model
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        if [id(p) for _, p in named] != [id(p) for p in self.single.backbone_params]:
+            raise AssertionError("trainable parameters out of order")  # pragma: no cover
+        self.param_names = [n for n, _ in named]
+        self.embedding_dim = self.single.head_weight.shape[1]
+        self._grads: dict[tuple[int, ...], object] = {}
+
+    # ------------------------------------------------------------------ interface
+    def update(self, start: torch.Tensor, images: torch.Tensor, labels: torch.Tensor,
+               example_idx: np.ndarray, rng: np.random.Generator, generator: torch.Generator) -> ClientResult:
+        """``ClientTrainer.update``'s signature, one client (a drop-in replacement)."""
+        return self.update_many(start, [ClientInput(images, labels, example_idx, rng, generator)])[0]
+
+    def update_many(self, start: torch.Tensor, clients: Sequence[ClientInput]) -> list[ClientResult]:
+        """Every client's ``ClientTrainer.update`` from the flat vector ``start``, in the
+        order of ``clients``, computed ``max_batch_clients`` at a time."""
+        start = start.detach()
+        load_flat_(self.single.aggregated_params, start)  # the model every client starts from
+        prepared = [self._prepare(i, c, start.device) for i, c in enumerate(clients)]
+        results: list[ClientResult | None] = [None] * len(clients)
+        for p in prepared:
+            if p.steps == 0:  # nothing to train on: ClientTrainer returns a zero delta
+                results[p.order] = ClientResult(delta=torch.zeros_like(start), loss=0.0, steps=0, examples=0)
+        todo = sorted((p for p in prepared if p.steps), key=lambda p: -p.steps)  # stable: ties keep order
+        for i in range(0, len(todo), self.max_batch_clients):
+            group = todo[i : i + self.max_batch_clients]
+            for p, res in zip(group, self._train_group(start, group)):
+                results[p.order] = res
+        return results  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ internals
+    def _prepare(self, order: int, c: ClientInput, device: torch.device) -> _Prepared:
+        """The client's fresh head (as ClientTrainer draws and imprints it) and batches."""
+        cfg = self.cfg
+        labels_cpu = c.labels.cpu()
+        class_map = None
+        head = None
+        if not cfg.aggregates_head:
+            if cfg.local_head == "local":
+                present, class_map = local_class_map(labels_cpu, c.example_idx, self.num_classes,
+                                                     torch.device("cpu"))
+                n_rows = len(present)
+            else:
+                n_rows = self.num_classes
+            head = init_head_(torch.empty(n_rows, self.embedding_dim, device=device), cfg.head_init, c.generator)
+        batches = client_batches(c.example_idx, cfg, c.rng)
+        if head is not None and imprints_fresh_head(cfg):
+            self.single.imprint(head, c.images, c.labels, batches,
+                                None if class_map is None else class_map.to(device))
+        rows = np.unique(np.concatenate(batches)) if batches else np.zeros(0, dtype=np.int64)
+        y = labels_cpu[torch.from_numpy(rows)]
+        if class_map is not None:
+            y = class_map[y]
+        return _Prepared(order, batches, head, rows, c.images, y.numpy())
+
+    def _grad_fn(self, argnums: tuple[int, ...], local_cols: bool):
+        """vmap(grad(loss)) over (backbone params, head, x, y, weights, valid columns)."""
+        key = (*argnums, int(local_cols))
+        if key not in self._grads:
+            model, loss_cfg, perf = self.model, self.cfg.loss, self.performance
+
+            def loss_fn(params, head, x, y, w, cols):
+                with local_autocast(perf, x.device):
+                    emb = torch.func.functional_call(model, params, (x,))
+                    z = head_logits(emb, head, y, loss_cfg)
+                    if cols is not None:  # padded rows of a local head: no class
+                        z = z.masked_fill(~cols, float("-inf"))
+                    ce = F.cross_entropy(z, y, reduction="none")
+                loss = (ce.float() * w).sum() / w.sum()  # the mean over the client's real examples
+                return loss, loss.detach()
+
+            grad = torch.func.grad(loss_fn, argnums=argnums, has_aux=True)
+            self._grads[key] = torch.func.vmap(grad, in_dims=(0, 0, 0, 0, 0, 0 if local_cols else None))
+        return self._grads[key]
+
+    def _train_group(self, start: torch.Tensor, group: list[_Prepared]) -> list[ClientResult]:
+        cfg, device = self.cfg, start.device
+        n = len(group)
+        steps = [p.steps for p in group]  # non-increasing
+        n_steps = steps[0]
+        bs = cfg.local_batch_size
+
+        # data: each client's rows on the device once; per step, positions into them
+        n_rows = max(len(p.rows) for p in group)
+        shape = group[0].images.shape[1:]
+        images = torch.zeros((n, n_rows, *shape), dtype=torch.uint8, device=device)
+        pos = np.zeros((n, n_steps, bs), dtype=np.int64)
+        ys = np.zeros((n, n_steps, bs), dtype=np.int64)
+        real = np.zeros((n, n_steps), dtype=np.int64)
+        for i, p in enumerate(group):
+            rows = torch.from_numpy(p.rows).to(p.images.device)
+            images[i, : len(p.rows)] = p.images[rows].to(device, non_blocking=True)
+            for t, b in enumerate(p.batches):
+                j = np.searchsorted(p.rows, b)
+                pos[i, t, : len(b)] = j
+                ys[i, t, : len(b)] = p.labels[j]
+                real[i, t] = len(b)
+        pos_d = torch.from_numpy(pos).to(device, non_blocking=True)
+        ys_d = torch.from_numpy(ys).to(device, non_blocking=True)
+        weight = (torch.arange(bs).view(1, 1, bs) < torch.from_numpy(real)[:, :, None]).float().to(device)
+
+        # stacked state: every client starts from ``start`` and its own fresh head
+        shapes = [p.shape for p in self.single.backbone_params]
+        params: dict[str, torch.Tensor] = {}
+        offset = 0
+        for name, shp in zip(self.param_names, shapes):
+            k = int(np.prod(shp, dtype=np.int64))
+            params[name] = start[offset : offset + k].view(shp).unsqueeze(0).repeat(n, *([1] * len(shp)))
+            offset += k
+        if cfg.aggregates_head:
+            head = start[offset:].view(self.num_classes, self.embedding_dim).unsqueeze(0).repeat(n, 1, 1)
+            cols = None
+            head_lr = cfg.client_lr
+        else:
+            n_cls = max(p.head.shape[0] for p in group)
+            head = torch.zeros((n, n_cls, self.embedding_dim), device=device)
+            for i, p in enumerate(group):
+                head[i, : p.head.shape[0]] = p.head
+            cols = None
+            if cfg.local_head == "local":
+                sizes = torch.tensor([p.head.shape[0] for p in group], device=device)
+                cols = torch.arange(n_cls, device=device).unsqueeze(0) < sizes.unsqueeze(1)
+            head_lr = cfg.client_lr * cfg.head_lr_scale
+        m = cfg.client_momentum
+        bufs = {k: torch.zeros_like(v) for k, v in params.items()} if m else {}
+        head_buf = torch.zeros_like(head) if m else None
+
+        total_loss = torch.zeros(n, device=device)
+        arange = torch.arange(n, device=device).unsqueeze(1)
+        for t in range(n_steps):
+            k = sum(s > t for s in steps)  # clients still training: a prefix
+            width = int(real[:k, t].max())
+            x = images[:k][arange[:k], pos_d[:k, t, :width]].float().div_(255.0)
+            y = ys_d[:k, t, :width]
+            w = weight[:k, t, :width]
+            step_head, step_backbone = stepped_at(cfg, t)
+            step_head = step_head or cfg.aggregates_head  # DP-FedAvg: one optimizer for all
+            argnums = tuple(a for a, on in ((0, step_backbone), (1, step_head)) if on)
+            grads, loss = self._grad_fn(argnums, cols is not None)(
+                {name: v[:k] for name, v in params.items()}, head[:k], x, y, w,
+                None if cols is None else cols[:k])
+            with torch.no_grad():
+                g = dict(zip(argnums, grads))
+                if step_backbone:
+                    for name, v in params.items():
+                        _sgd_(v[:k], g[0][name], bufs[name][:k] if m else None, cfg.client_lr, m)
+                if step_head:
+                    _sgd_(head[:k], g[1], head_buf[:k] if m else None, head_lr, m)
+                total_loss[:k] += loss * w.sum(1)
+
+        results = []
+        losses = total_loss.tolist()
+        for i, p in enumerate(group):
+            parts = [v[i].reshape(-1) for v in params.values()]
+            if cfg.aggregates_head:
+                parts.append(head[i].reshape(-1))
+            delta = start - torch.cat(parts)
+            results.append(ClientResult(delta=delta, loss=losses[i] / max(p.examples, 1),
+                                        steps=p.steps, examples=p.examples))
+        return results
+
+
+def _sgd_(p: torch.Tensor, grad: torch.Tensor, buf: torch.Tensor | None, lr: float, momentum: float) -> None:
+    """``torch.optim.SGD``'s step in place (dampening 0, nesterov False, no weight decay).
+    A zero-initialised ``buf`` equals torch's buffer initialised with the first gradient
+    (momentum x 0 + g = g exactly)."""
+    if buf is not None:
+        buf.mul_(momentum).add_(grad)
+        grad = buf
+    p.add_(grad, alpha=-lr)

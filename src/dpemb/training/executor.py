@@ -1,0 +1,208 @@
+"""Who runs a round's virtual clients: this process, or every process of a torch.distributed job.
+
+The training loop (``dpemb.training.federated``) is the same either way:
+
+    tally = executor.run_round(rnd, start, slots, keys, acc)   # acc: the round's clip-and-sum
+
+and ``acc`` then holds the clipped SUM of every client of the round, whatever ran them.
+
+``LocalExecutor``: the clients one after another in this process.
+
+``DistributedExecutor`` (torchrun; gloo on CPU, NCCL on GPU), in the style of
+pfl-research and Opacus: rank 0 runs the training loop and holds ALL private training
+state (sampler, noise, ledger, server optimizer); every other rank serves rounds
+(``serve``). Per round, rank 0
+
+1. sends the round's work: the clients assigned to each rank (balanced by example
+   count), the clip norm, sensitivity and relation, and the clients' run key
+   (one ``broadcast_object_list``), then the current model (one ``broadcast``);
+2. every rank trains ITS clients, each from its key (``dpemb.privacy.client_keys``:
+   a client's update does not depend on the rank that runs it), and clips them into
+   its own accumulator;
+3. one SUM ``reduce`` merges the clipped sums on rank 0, one ``gather_object`` the
+   counts (private, never released).
+
+Noise is then drawn ONCE, on rank 0, by the loop (``PrivacyPlan.release``), so its
+standard deviation is z x sensitivity whatever the world size, and rank 0 alone takes
+the server step, evaluates and writes checkpoints and the release artifact. A
+checkpoint therefore does not depend on the world size: a run resumes on any number
+of processes.
+
+Faults: when a rank dies, the next collective fails on rank 0; the executor raises
+``RankFailure`` (the loop adds where its intact last checkpoint is), and the job
+stops. ``torchrun --max-restarts N ... --resume auto`` restarts it from that checkpoint.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from dpemb.algorithms.client import ClientTrainer
+from dpemb.algorithms.round import ClientData, ClientTally, accumulate_clients, map_clients
+from dpemb.privacy.client_keys import ClientRandomness
+from dpemb.privacy.clipping import ClipAndSum
+
+#: how long a rank waits in a collective before giving up (rank 0 evaluates and
+#: checkpoints while the others wait)
+COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=60)
+
+
+class RankFailure(RuntimeError):
+    """A collective of a distributed round failed: a process stopped or lost its connection."""
+
+
+@dataclass(frozen=True)
+class DistributedEnv:
+    """This process's place in a torchrun job (from its environment variables)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+
+    @classmethod
+    def from_environ(cls) -> "DistributedEnv | None":
+        """The job torchrun started this process in; None outside torchrun or for one process."""
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world <= 1 or "RANK" not in os.environ:
+            return None
+        return cls(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def rank_device(device: torch.device, env: DistributedEnv | None) -> torch.device:
+    """A CUDA device without an index becomes this rank's local GPU (cuda:LOCAL_RANK)."""
+    if env is not None and device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", env.local_rank % max(torch.cuda.device_count(), 1))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
+
+
+def assign_clients(sizes: Sequence[int], world_size: int) -> list[list[int]]:
+    """Client indices per rank, balanced by example count: the largest client first onto
+    the least-loaded rank (lowest rank on ties). Deterministic; empty clients skipped."""
+    load = [0] * world_size
+    parts: list[list[int]] = [[] for _ in range(world_size)]
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        if sizes[i] == 0:
+            continue
+        r = min(range(world_size), key=lambda r: (load[r], r))
+        parts[r].append(i)
+        load[r] += sizes[i]
+    return [sorted(p) for p in parts]
+
+
+class LocalExecutor:
+    """The round's clients one after another in this process."""
+
+    rank, world_size, is_main = 0, 1, True
+
+    def __init__(self, trainer: ClientTrainer, data: ClientData, randomness: ClientRandomness) -> None:
+        self.trainer, self.data, self.randomness = trainer, data, randomness
+
+    def run_round(self, rnd: int, start: torch.Tensor, slots: Sequence[np.ndarray],
+                  keys: Sequence[tuple[int, int]], acc: ClipAndSum) -> ClientTally:
+        """Train every client from ``start`` and clip its delta into ``acc``."""
+        return accumulate_clients(map_clients(self.trainer, start, slots, keys, self.data, self.randomness, rnd), acc)
+
+    def close(self) -> None:
+        pass
+
+
+class DistributedExecutor(LocalExecutor):
+    """A round's clients spread over the ranks of a torch.distributed job (module docstring)."""
+
+    def __init__(self, trainer: ClientTrainer, data: ClientData, randomness: ClientRandomness,
+                 env: DistributedEnv, template: Sequence[torch.Tensor]) -> None:
+        import torch.distributed as dist
+
+        super().__init__(trainer, data, randomness)
+        self.dist, self.env = dist, env
+        self.rank, self.world_size, self.is_main = env.rank, env.world_size, env.rank == 0
+        self.template = [torch.zeros_like(t) for t in template]
+        self.comm_device = torch.device("cuda", torch.cuda.current_device()) \
+            if dist.get_backend() == "nccl" else torch.device("cpu")
+        self._closed = False
+
+    # ------------------------------------------------------------------ rank 0
+    def run_round(self, rnd: int, start: torch.Tensor, slots: Sequence[np.ndarray],
+                  keys: Sequence[tuple[int, int]], acc: ClipAndSum) -> ClientTally:
+        parts = assign_clients([self.data.examples(u) for u in slots], self.world_size)
+        work = [[(slots[i], keys[i]) for i in part] for part in parts]
+        msg = {"op": "round", "round": rnd, "work": work, "randomness": self.randomness.state_dict(),
+               "clip": (acc.clip_norm, acc.sensitivity, acc.relation)}
+        self._collective(rnd, lambda: self.dist.broadcast_object_list([msg], src=0))
+        buf = start.detach().to(self.comm_device).clone()
+        self._collective(rnd, lambda: self.dist.broadcast(buf, src=0))
+        tally = self._run(rnd, start, work[0], acc)
+        return self._merge(rnd, acc, tally)
+
+    def _merge(self, rnd: int, acc: ClipAndSum, tally: ClientTally) -> ClientTally:
+        """Reduce the clipped sums to rank 0 and gather the counts there."""
+        total = acc.result().value[0].to(self.comm_device)
+        self._collective(rnd, lambda: self.dist.reduce(total, dst=0, op=self.dist.ReduceOp.SUM))
+        gathered: list[Any] = [None] * self.world_size if self.is_main else None  # type: ignore[assignment]
+        self._collective(rnd, lambda: self.dist.gather_object((acc.counts(), tally), gathered, dst=0))
+        if self.is_main:
+            acc.absorb([total], [c for c, _ in gathered[1:]])
+            for _, t in gathered[1:]:
+                tally.merge(t)
+        return tally
+
+    def close(self) -> None:
+        """Tell the other ranks that training is over (they return from ``serve``)."""
+        if self.is_main and not self._closed:
+            self._closed = True
+            self._collective(-1, lambda: self.dist.broadcast_object_list([{"op": "stop"}], src=0))
+
+    # ------------------------------------------------------------------ ranks > 0
+    def serve(self) -> int:
+        """Run this rank's share of every round until rank 0 says stop; the rounds served."""
+        served = 0
+        while True:
+            box: list[Any] = [None]
+            self._collective(served, lambda: self.dist.broadcast_object_list(box, src=0))
+            msg = box[0]
+            if msg["op"] == "stop":
+                return served
+            rnd = int(msg["round"])
+            self.randomness.load_state_dict(msg["randomness"])
+            start = torch.empty_like(self.template[0], device=self.comm_device)
+            self._collective(rnd, lambda: self.dist.broadcast(start, src=0))
+            clip_norm, sensitivity, relation = msg["clip"]
+            acc = ClipAndSum(self.template, clip_norm, sensitivity, relation)
+            self._merge(rnd, acc, self._run(rnd, start.to(self.data.device), msg["work"][self.rank], acc))
+            served += 1
+
+    # ------------------------------------------------------------------ both
+    def _run(self, rnd: int, start: torch.Tensor, work: list[tuple[np.ndarray, tuple[int, int]]],
+             acc: ClipAndSum) -> ClientTally:
+        slots = [np.asarray(u, dtype=np.int64) for u, _ in work]
+        keys = [tuple(k) for _, k in work]
+        return super().run_round(rnd, start, slots, keys, acc)
+
+    def _collective(self, rnd: int, call: Any) -> None:
+        try:
+            call()
+        except Exception as e:  # noqa: BLE001  (gloo/NCCL raise RuntimeError subclasses)
+            self._closed = True
+            where = f"round {rnd + 1}" if rnd >= 0 else "the end of training"
+            raise RankFailure(
+                f"rank {self.rank} of {self.world_size}: a collective of {where} failed ({type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''}); a process of the job stopped or lost its connection"
+            ) from e
+
+
+def init_distributed(env: DistributedEnv, device: torch.device) -> None:
+    """Join torchrun's process group (NCCL for CUDA devices, gloo otherwise), once."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT)
