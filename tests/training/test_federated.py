@@ -328,3 +328,26 @@ def test_resume_with_server_adam_and_cosine_equals_uninterrupted(tmp_path, monke
     assert recs_a == recs_b
     saved = json.loads((tmp_path / "a" / "config.json").read_text())["federated"]
     assert {k: saved[k] for k in server} == server
+
+
+def test_batched_clients_and_bf16_are_performance_flags(tmp_path):
+    """--client-batch trains the same model (to float rounding) as one client at a time,
+    with the same epsilon; --bf16 trains with the same privacy, numbers near float32."""
+    from dataclasses import replace
+
+    train, ev, spec, cfg, run = setup(tmp_path, "one")
+    rep1 = fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=7)
+    rep3 = fed.train_federated(train, ev, MODEL, cfg, spec, replace(run, out=str(tmp_path / "b3"), client_batch=3),
+                               noise_seed=7)
+    a, b = load_checkpoint(tmp_path / "one"), load_checkpoint(tmp_path / "b3")
+    for k in a["backbone"]:
+        assert torch.allclose(a["backbone"][k], b["backbone"][k], atol=1e-5, rtol=0), k
+    assert rep3["privacy"]["epsilon_rdp"] == rep1["privacy"]["epsilon_rdp"]
+    rep_bf = fed.train_federated(train, ev, MODEL, cfg, spec, replace(run, out=str(tmp_path / "bf"), bf16=True),
+                                 noise_seed=7)
+    assert rep_bf["privacy"]["epsilon_rdp"] == rep1["privacy"]["epsilon_rdp"]
+    c = load_checkpoint(tmp_path / "bf")
+    assert any(not torch.equal(a["backbone"][k], c["backbone"][k]) for k in a["backbone"])  # bf16 ran
+    start = torch.cat([v.flatten() for v in a["backbone"].values() if v.is_floating_point()])
+    other = torch.cat([v.flatten() for v in c["backbone"].values() if v.is_floating_point()])
+    assert float((start - other).norm() / start.norm()) < 0.05

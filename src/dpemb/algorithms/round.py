@@ -19,6 +19,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
+from dpemb.algorithms.batched_client import BatchedClientTrainer, ClientInput
 from dpemb.algorithms.client import ClientResult, ClientTrainer
 from dpemb.algorithms.server import set_server_lr
 from dpemb.privacy.client_keys import ClientRandomness
@@ -82,7 +83,7 @@ class ClientData:
 
 
 def map_clients(
-    trainer: ClientTrainer,
+    trainer: ClientTrainer | BatchedClientTrainer,
     start: torch.Tensor,
     slots: Sequence[np.ndarray],
     keys: Sequence[tuple[int, int]],
@@ -97,16 +98,35 @@ def map_clients(
     clients, on their order, or on which process runs it."""
     if len(keys) != len(slots):
         raise ValueError(f"{len(slots)} clients but {len(keys)} keys")
+    batch = trainer.max_batch_clients if isinstance(trainer, BatchedClientTrainer) else 1
+    pending: list[tuple[ClientInput, int]] = []
     for users, key in zip(slots, keys):
         if len(users) == 0:
             continue
         images, labels, idx = data.client(users)
         if len(idx) == 0:
             continue
-        result = trainer.update(
-            start, images, labels, idx, randomness.data_rng(rnd, key), randomness.init_generator(rnd, key)
-        )
-        yield result, len(users)
+        client = ClientInput(images, labels, idx, randomness.data_rng(rnd, key), randomness.init_generator(rnd, key))
+        if batch == 1:
+            yield trainer.update(start, *_update_args(client)), len(users)
+            continue
+        pending.append((client, len(users)))  # B clients at once (their images held meanwhile)
+        if len(pending) == batch:
+            yield from _train_pending(trainer, start, pending)
+    if pending:
+        yield from _train_pending(trainer, start, pending)
+
+
+def _update_args(client: "ClientInput") -> tuple[Any, ...]:
+    return client.images, client.labels, client.example_idx, client.rng, client.generator
+
+
+def _train_pending(trainer: "BatchedClientTrainer", start: torch.Tensor,
+                   pending: list[tuple["ClientInput", int]]) -> Iterable[tuple[ClientResult, int]]:
+    results = trainer.update_many(start, [c for c, _ in pending])
+    out = [(r, n) for r, (_, n) in zip(results, pending)]
+    pending.clear()
+    return out
 
 
 @dataclass

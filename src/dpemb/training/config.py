@@ -85,6 +85,8 @@ class RunConfig:
     eval_batch_size: int = 512
     progress: bool = True
     device: str = "auto"  # auto | cpu | cuda | cuda:N
+    client_batch: int = 1  # federated: virtual clients trained at once (vmap; algorithms.batched_client)
+    bf16: bool = False  # local training under bfloat16 autocast (algorithms.config.LocalPerformance)
 
     def __post_init__(self) -> None:
         _check(self.eval_every > 0, "eval_every must be positive")
@@ -93,13 +95,15 @@ class RunConfig:
         _check(self.checkpoint_interval_s >= 0, "checkpoint_interval_s must be >= 0")
         _check(self.eval_batch_size > 0, "eval_batch_size must be positive")
         _check(self.threads >= 0, "threads must be >= 0")
+        _check(isinstance(self.client_batch, int) and self.client_batch >= 1, "client_batch must be >= 1")
         _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
                f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
 
 
 #: RunConfig fields that may change when a run is resumed (they change neither the
 #: model nor what the run reports)
-PERFORMANCE_ONLY = ("checkpoint_every", "checkpoint_interval_s", "threads", "eval_batch_size", "progress", "device")
+PERFORMANCE_ONLY = ("checkpoint_every", "checkpoint_interval_s", "threads", "eval_batch_size", "progress", "device",
+                    "client_batch", "bf16")
 
 #: settings added after runs were written (dotted path -> the value a run without the
 #: key had): a saved config lacking one equals a current config holding this value, so

@@ -30,7 +30,8 @@ import torch
 from torch.nn.utils import parameters_to_vector
 
 from dpemb.algorithms.client import ClientTrainer, glorot_
-from dpemb.algorithms.config import FederatedConfig
+from dpemb.algorithms.batched_client import BatchedClientTrainer
+from dpemb.algorithms.config import FederatedConfig, LocalPerformance
 from dpemb.algorithms.round import ClientData, RoundStats, round_stats, server_step
 from dpemb.algorithms.server import check_server_schedule, make_server_optimizer, server_lr_at, set_server_lr
 from dpemb.data.dataset import UserDataset
@@ -181,7 +182,7 @@ def train_federated(
                                    private_run=not spec.nonprivate,
                                    allow_nonprivate_init=provenance.allow_nonprivate_init)
     server_params, global_head = server_parameters(model, fed_cfg, train.num_classes, run_cfg.seed)
-    trainer = ClientTrainer(model, train.num_classes, fed_cfg)
+    trainer = client_trainer(model, train.num_classes, fed_cfg, run_cfg)
     data = ClientData.of(train, device)  # each client's rows read when it runs
     template = [torch.zeros(sum(p.numel() for p in server_params), device=device)]
     if env is not None and env.rank != 0:  # a worker: serve rank 0's rounds, hold no state
@@ -330,6 +331,16 @@ def train_federated(
     run.write_report(report)
     release.write(model, report["privacy"], rounds=rnd)  # the final release artifact
     return report
+
+
+def client_trainer(model: torch.nn.Module, num_classes: int, fed_cfg: FederatedConfig,
+                   run_cfg: RunConfig) -> ClientTrainer | BatchedClientTrainer:
+    """One client at a time, or ``run_cfg.client_batch`` at once (vmap); bf16 autocast on
+    request. Performance only: the clients compute the same updates (to float rounding)."""
+    perf = LocalPerformance(bf16=run_cfg.bf16)
+    if run_cfg.client_batch == 1:
+        return ClientTrainer(model, num_classes, fed_cfg, perf)
+    return BatchedClientTrainer(model, num_classes, fed_cfg, run_cfg.client_batch, perf)
 
 
 def server_parameters(model: torch.nn.Module, fed_cfg: FederatedConfig, num_classes: int,
