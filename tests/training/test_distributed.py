@@ -1,6 +1,7 @@
 """torch.distributed training (2 processes, gloo on loopback) against one process.
 
-Every test starts real processes (``tests/training/dist_ranks.py``), as torchrun does:
+Every test starts real processes (``tests/training/dist_ranks.py``), as torchrun does
+(about 10-20 s each on 2 cores; DP-FedAvg, DP-FTRL and 1 -> 2 resume: ``make test-slow``):
 the same model, epsilon and metrics as one process; noise drawn once per round whatever
 the world size (and a planted per-rank draw rejected); resume across world sizes; a
 killed rank stops the job with a clear error and an intact checkpoint to resume from.
@@ -41,7 +42,8 @@ def test_assign_clients_balances_examples_deterministically():
     assert sorted(i for p in assign_clients(list(range(1, 30)), 3) for i in p) == list(range(29))
 
 
-@pytest.mark.parametrize("algorithm", ["dp-fedemb", "dp-fedavg", "dp-ftrl-fedemb"])
+@pytest.mark.parametrize("algorithm", ["dp-fedemb", pytest.param("dp-fedavg", marks=pytest.mark.slow),
+                                       pytest.param("dp-ftrl-fedemb", marks=pytest.mark.slow)])
 def test_two_processes_train_the_same_model_as_one(tmp_path, algorithm):
     train, ev, spec, cfg, run = setup(tmp_path, "one", algorithm=algorithm)
     rep1 = fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=7)
@@ -86,6 +88,7 @@ def test_noise_is_added_once_per_round_whatever_the_world_size(tmp_path):
     assert _variance_ratio_ok(planted, std * math.sqrt(2))
 
 
+@pytest.mark.slow
 def test_resume_one_process_then_two_equals_uninterrupted(tmp_path, monkeypatch):
     train, ev, spec, cfg, run_a = setup(tmp_path, "a")
     fed.train_federated(train, ev, MODEL, cfg, spec, run_a, noise_seed=7)
