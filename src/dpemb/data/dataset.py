@@ -49,6 +49,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from dpemb.data.rows import RowView, is_lazy
+
 FORMAT_VERSION = 2
 READABLE_FORMATS = (1, 2)
 
@@ -64,7 +66,9 @@ class DataError(ValueError):
 class UserDataset:
     """Examples grouped by user. ``images[offsets[u]:offsets[u+1]]`` belong to user u."""
 
-    images: np.ndarray  # uint8 (N, H, W, C), possibly a read-only memmap
+    # uint8 (N, H, W, C): an in-memory array, a read-only memmap (``load(mmap=True)``)
+    # or a RowView of one (a split of a memmapped dataset: dpemb.data.rows)
+    images: np.ndarray | RowView
     labels: np.ndarray  # int64 (N,)
     offsets: np.ndarray  # int64 (U + 1,)
     user_names: list[str]
@@ -81,6 +85,10 @@ class UserDataset:
     origin: str | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.images, (np.ndarray, RowView)):
+            raise DataError(
+                f"images must be a numpy array (or a dpemb RowView), got {type(self.images).__name__}"
+            )
         if self.images.dtype != np.uint8 or self.images.ndim != 4:
             raise DataError(
                 f"images must be uint8 with shape (N, H, W, C); got {self.images.dtype} "
@@ -196,6 +204,11 @@ class UserDataset:
     def select(self, example_mask: np.ndarray, *, relabel: bool = False) -> "UserDataset":
         """Keep the examples where ``example_mask`` is true; drop users left empty.
 
+        Images held in memory are copied; memory-mapped ones (a memmap, or a RowView
+        of one) are not read: the subset's images are a lazy
+        :class:`~dpemb.data.rows.RowView` of the same memmap, read row by row on
+        demand (``images[idx]``).
+
         With ``relabel`` the remaining identities are renumbered 0..k-1 (a model's
         head needs contiguous classes); the role annotations (held-out identities and
         users, public users) are then dropped.
@@ -224,8 +237,14 @@ class UserDataset:
 
             public_users, validation_users = keep(self.public_users), keep(self.validation_users)
             eval_users = None if self.eval_users is None else keep(self.eval_users)
+        if is_lazy(self.images):  # a view of the memmap's rows, nothing read
+            images = RowView(self.images, idx)
+        elif len(idx) != self.num_examples:
+            images = self.images[idx]
+        else:
+            images = self.images
         return UserDataset(
-            images=self.images[idx] if len(idx) != self.num_examples else self.images,
+            images=images,
             labels=np.asarray(labels, dtype=np.int64),
             offsets=offsets,
             user_names=[self.user_names[u] for u in keep_users],
@@ -260,7 +279,7 @@ class UserDataset:
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; a dataset is an ordinary folder
         try:
-            np.save(tmp / "images.npy", np.ascontiguousarray(self.images))
+            _save_images(tmp / "images.npy", self.images)
             np.save(tmp / "labels.npy", self.labels.astype(np.int64))
             np.save(tmp / "offsets.npy", self.offsets.astype(np.int64))
             meta = {
@@ -428,6 +447,24 @@ class Splits:
                 "eval or test"
             )
         return self._get(name)
+
+
+def _save_images(file: Path, images: np.ndarray | RowView) -> None:
+    """``np.save`` of ``images``; a RowView is written chunk by chunk (the same bytes
+    as ``np.save`` of the materialised array) so that saving a split of a dataset
+    larger than memory does not materialise it."""
+    if not isinstance(images, RowView):
+        np.save(file, np.ascontiguousarray(images))
+        return
+    header = {
+        "descr": np.lib.format.dtype_to_descr(images.dtype),
+        "fortran_order": False,
+        "shape": images.shape,
+    }
+    with open(file, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, header)  # what np.save writes (version 1.0)
+        for batch in images.batches(images.chunk_rows()):
+            f.write(np.ascontiguousarray(batch).data)
 
 
 def _name(ds: UserDataset) -> str:

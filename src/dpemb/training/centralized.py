@@ -104,8 +104,10 @@ def train_centralized(
         opt, (lambda s: 0.5 * (1 + math.cos(math.pi * s / total))) if optim_cfg.cosine else (lambda s: 1.0)
     )
 
-    # --- data: the training split in memory as uint8, batches converted on the fly
-    images = numpy_to_tensor(train.images).permute(0, 3, 1, 2).contiguous()
+    # --- data: each batch's rows read from the training split as uint8 (a memory-mapped
+    # dataset's split is a RowView: only the batch's rows are read, never the whole split)
+    # and converted on the fly
+    images = train.images
     labels = numpy_to_tensor(train.labels.astype(np.int64))
     order = BatchOrder(train.num_examples, run_cfg.seed)
 
@@ -165,9 +167,10 @@ def train_centralized(
     with GracefulStop() as stop:  # SIGTERM/SIGINT: finish the step, checkpoint, stop
         schedule = CheckpointSchedule(run_cfg.checkpoint_every, run_cfg.checkpoint_interval_s, stop)
         while step < total:
-            idx = torch.from_numpy(order.next(optim_cfg.batch_size))
-            x = images[idx].to(device, non_blocking=True).float().div_(255.0)
-            y = labels[idx].to(device)
+            idx = order.next(optim_cfg.batch_size)
+            batch = numpy_to_tensor(images[idx]).permute(0, 3, 1, 2).contiguous()  # uint8 NCHW
+            x = batch.to(device, non_blocking=True).float().div_(255.0)
+            y = labels[torch.from_numpy(idx)].to(device)
             loss = head_loss(model(x), head.weight, y, optim_cfg.loss)
             opt.zero_grad(set_to_none=True)
             loss.backward()

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from dpemb.data.dataset import UserDataset
+from dpemb.data.rows import iter_batches
 from dpemb.data.tensors import resize_square, to_float_tensor
 from dpemb.metrics import (
     VerificationResult,
@@ -32,10 +33,11 @@ def compute_embeddings(
     resize_to: int | None = None,
 ) -> torch.Tensor:
     """L2-normalised embeddings of every example of ``ds``, in dataset order (CPU); the
-    images are resized to ``resize_to`` first when given."""
+    images are resized to ``resize_to`` first when given. Images are read batch by
+    batch: a memory-mapped dataset (or a split of one) is never held whole."""
     out = []
-    for start in range(0, ds.num_examples, batch_size):
-        x = to_float_tensor(ds.images[start : start + batch_size], device=device)
+    for _, batch in iter_batches(ds.images, batch_size):
+        x = to_float_tensor(batch, device=device)
         if resize_to is not None:
             x = resize_square(x, resize_to)
         out.append(embed(model, x, batch_size=batch_size).cpu())

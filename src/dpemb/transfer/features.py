@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from dpemb.data.dataset import DataError, UserDataset
+from dpemb.data.rows import iter_batches
 from dpemb.data.tensors import default_device, resize_square, to_float_tensor
 from dpemb.atomic import atomic_write
 
@@ -269,9 +270,9 @@ def extract_features(
     n = dataset.num_examples
     out: np.ndarray | None = None
     bar = tqdm(total=n, desc="features", unit="img", disable=not progress)
-    for start in range(0, n, batch_size):
-        stop = min(n, start + batch_size)
-        x = resize_square(to_float_tensor(dataset.images[start:stop], device=device), size)
+    for start, batch in iter_batches(dataset.images, batch_size):  # a memmap is read batch by batch
+        stop = start + len(batch)
+        x = resize_square(to_float_tensor(batch, device=device), size)
         f = backbone.forward_features(x).float().cpu().numpy()
         if out is None:
             out = np.empty((n, f.shape[1]), dtype=np.float32)
