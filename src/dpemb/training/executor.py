@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -101,6 +102,7 @@ class LocalExecutor:
     """The round's clients one after another in this process."""
 
     rank, world_size, is_main = 0, 1, True
+    collective_seconds = 0.0
 
     def __init__(self, trainer: ClientTrainer, data: ClientData, randomness: ClientRandomness) -> None:
         self.trainer, self.data, self.randomness = trainer, data, randomness
@@ -128,6 +130,7 @@ class DistributedExecutor(LocalExecutor):
         self.comm_device = torch.device("cuda", torch.cuda.current_device()) \
             if dist.get_backend() == "nccl" else torch.device("cpu")
         self._closed = False
+        self.collective_seconds = 0.0  # time in collectives, waiting for the slowest rank included
 
     # ------------------------------------------------------------------ rank 0
     def run_round(self, rnd: int, start: torch.Tensor, slots: Sequence[np.ndarray],
@@ -187,8 +190,10 @@ class DistributedExecutor(LocalExecutor):
         return super().run_round(rnd, start, slots, keys, acc)
 
     def _collective(self, rnd: int, call: Any) -> None:
+        t0 = time.perf_counter()
         try:
             call()
+            self.collective_seconds += time.perf_counter() - t0
         except Exception as e:  # noqa: BLE001  (gloo/NCCL raise RuntimeError subclasses)
             self._closed = True
             where = f"round {rnd + 1}" if rnd >= 0 else "the end of training"

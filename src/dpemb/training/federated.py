@@ -251,7 +251,7 @@ def train_federated(
                         plan.ledger.epsilon_after(plan.ledger.rounds + 1, "rdp") > epsilon_budget:
                     stopped_by_budget = True
                     break
-                t_round = time.perf_counter()
+                t_round, t_collective = time.perf_counter(), executor.collective_seconds
                 # 1. sample users into virtual clients (audit canaries leave the real clients' slots)
                 slots = plan.sample_round()
                 slots = audit.real_slots(slots) if audit is not None else slots
@@ -276,7 +276,8 @@ def train_federated(
                     bar.write(PRIVATE_LABEL + zero_delta_warning(fed_cfg, rnd), file=sys.stderr)
                 seen += stats.examples  # local training examples processed (epochs included)
                 # un-noised statistics of the private users: the private diagnostics file only
-                run.append_diagnostics({"round": rnd, **diagnostics(stats), "seconds": time.perf_counter() - t_round})
+                run.append_diagnostics({"round": rnd, **diagnostics(stats), "seconds": time.perf_counter() - t_round,
+                                        "collective_seconds": executor.collective_seconds - t_collective})
                 # released: the round, its epsilon and evaluation on users never trained on
                 is_eval = rnd % run_cfg.eval_every == 0 or rnd == spec.rounds
                 rec: dict[str, Any] = {"round": rnd, **epsilons(plan.ledger, spec, with_pld=pld_every_round or is_eval)}
