@@ -45,6 +45,12 @@ def register(sub: argparse._SubParsersAction) -> None:
             "(mode 0700; never needed downstream)."
         ),
     )
+    add_train_arguments(p)
+    p.set_defaults(func=guarded(run, "train"))
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    """Every flag of `dpemb train` (also the flags of `dpemb audit`, which trains the same way)."""
     p.add_argument("--data", required=True, help="dataset directory (from `dpemb data make`)")
     p.add_argument("--out", required=True, help="run directory to write")
     p.add_argument("--algorithm", choices=ALGORITHMS, default="centralized",
@@ -212,7 +218,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--bf16", action="store_true",
                    help="federated: local training under bfloat16 autocast (performance only; the clipping, "
                         "noise and epsilon are unchanged, the numbers change by bf16 rounding)")
-    p.set_defaults(func=guarded(run, "train"))
 
 
 def configs(args: argparse.Namespace) -> tuple[ModelConfig, OptimConfig, RunConfig]:
@@ -309,19 +314,7 @@ def run(args: argparse.Namespace) -> int:
             args.no_progress = True
     check_privacy_flags(args)
     model_cfg, optim_cfg, run_cfg = configs(args)
-    splits = load_dataset(args.data).split()
-    held_out = splits.eval if args.eval_split == "test" else splits.validation
-    if held_out.num_examples == 0:
-        flag = "--eval-identity-fraction" if args.eval_split == "test" else "--validation-identity-fraction"
-        raise UsageError(
-            f"{args.data} has no {args.eval_split} split (held-out identities with their own "
-            f"users); make it with `dpemb data make ... {flag} F` (F > 0; the default holds out "
-            f"0.1) or re-split it with `dpemb data split {args.data}`"
-        )
-    split_name = {"private": "train", "public": "public", "all": "train_and_public"}[args.train_split]
-    train = getattr(splits, split_name)
-    if train.num_examples == 0:
-        raise UsageError(f"the {args.train_split} split of {args.data} is empty")
+    train, held_out = training_splits(args)
     if args.algorithm == "centralized":
         from dpemb.training.centralized import train_centralized
 
@@ -344,11 +337,31 @@ def run(args: argparse.Namespace) -> int:
         report = train_federated(train, held_out, model_cfg, fed_cfg, spec, run_cfg,
                                  noise_seed=args.noise_seed, epsilon_budget=args.epsilon_budget,
                                  resume=RESUME[args.resume], provenance=provenance(args),
-                                 audit_canaries=canaries, audit_release=args.release_audit_run)
+                                 audit_canaries=canaries, audit_release=args.release_audit_run,
+                                 audit_score=getattr(args, "audit_score", "final"))
         if env is not None and env.rank != 0:
             return 0  # a worker rank: rank 0 holds the run and prints its summary
     print_summary(report)
     return 0
+
+
+def training_splits(args: argparse.Namespace):
+    """(the split to train on, the held-out split to evaluate on) as --data, --train-split
+    and --eval-split say; a UsageError when either is empty."""
+    splits = load_dataset(args.data).split()
+    held_out = splits.eval if args.eval_split == "test" else splits.validation
+    if held_out.num_examples == 0:
+        flag = "--eval-identity-fraction" if args.eval_split == "test" else "--validation-identity-fraction"
+        raise UsageError(
+            f"{args.data} has no {args.eval_split} split (held-out identities with their own "
+            f"users); make it with `dpemb data make ... {flag} F` (F > 0; the default holds out "
+            f"0.1) or re-split it with `dpemb data split {args.data}`"
+        )
+    split_name = {"private": "train", "public": "public", "all": "train_and_public"}[args.train_split]
+    train = getattr(splits, split_name)
+    if train.num_examples == 0:
+        raise UsageError(f"the {args.train_split} split of {args.data} is empty")
+    return train, held_out
 
 
 def print_audit_setup(args: argparse.Namespace, spec, real_users: int) -> None:

@@ -132,6 +132,11 @@ def _register_transfer(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--public-size", type=float, default=None,
                    help="dp-sgd divides noisy gradient sums by this public constant (default: the number "
                         "of training units, then treated as public)")
+    g.add_argument("--audit-canaries", type=int, default=None, metavar="N",
+                   help="also train an AUDIT run per DP method: a separate run with the same settings plus N "
+                        "canary examples (>= 20; about 1000 for a useful bound), each inserted with probability "
+                        "1/2, and print the empirical epsilon and 95%% lower bounds beside the reported one "
+                        "(docs/AUDIT.md). The released classifier is the run without canaries")
     h = p.add_argument_group("hyperparameters (default: the method's, see docs/TRANSFER.md)")
     h.add_argument("--reg", type=float, default=None, help="ridge lambda (dp-ls, dp-newton, dp-fc), weight decay (dp-sgd)")
     h.add_argument("--alpha", type=float, default=None, help="dp-ls: weight of the Gramian; dp-newton: weight of negatives")
@@ -195,6 +200,9 @@ def run_transfer(args: argparse.Namespace) -> int:
         )
     if args.plot and not sweep:
         raise UsageError("--plot needs --sweep-epsilon")
+    if args.audit_canaries is not None and (sweep or args.non_private or not dp_methods):
+        raise UsageError("--audit-canaries audits a DP method at one --epsilon or --noise-multiplier (not with "
+                         "--sweep-epsilon, --non-private or only the non-private method)")
     if args.test is None and args.holdout is None:
         raise UsageError("give --test FEATURES.npz or --holdout FRACTION")
     if args.test is not None and args.holdout is not None:
@@ -245,6 +253,8 @@ def run_transfer(args: argparse.Namespace) -> int:
                 print(run.report())
                 results.append(run.to_dict())
                 diagnostics.append(run.private_diagnostics())
+            if args.audit_canaries is not None:
+                results[-1]["audit"] = _audit(train, cfg, args, device)
     except ValueError as e:
         if isinstance(e, DataError):
             raise
@@ -277,6 +287,23 @@ def run_transfer(args: argparse.Namespace) -> int:
                          f"{args.unit}-level, add/remove)")
         print(f"wrote {args.plot}")
     return 0
+
+
+def _audit(train, cfg, args: argparse.Namespace, device) -> dict:
+    """The example-level audit run of ``cfg`` (``dpemb.transfer.audit``): printed, and its
+    released record returned."""
+    from dpemb.cli.main import UsageError
+    from dpemb.transfer.audit import TransferAuditError, transfer_audit
+
+    try:
+        audit = transfer_audit(train, cfg, args.audit_canaries, progress=args.progress, device=device,
+                               canary_seed=None if args.seed is None else args.seed + 4)  # seeded: reproducible
+    except TransferAuditError as e:
+        raise UsageError(str(e)) from e
+    a = audit.record
+    print(f"audit of {cfg.method} ({a['canaries']} canary examples): {a['statement']}")
+    print(f"  {a['release']}")
+    return a
 
 
 def private_path(json_path: str) -> str:

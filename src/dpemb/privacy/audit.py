@@ -18,6 +18,13 @@ answer, not to be confused:
   probability at most ``1 - confidence`` (over the canaries' random inclusion and the
   mechanism's randomness). ``clopper_pearson_epsilon_lower`` is the same bound for
   delta = 0 written through the Clopper-Pearson interval.
+- ``fdp_one_run_audit`` (Mahloujifar, Melis, Chaudhuri 2024, "Auditing f-Differential
+  Privacy in One Run", arXiv 2410.22235) tests a whole trade-off curve instead of one
+  (eps, delta) pair: a high-confidence LOWER bound on the Gaussian-DP parameter mu
+  (and the test of a claimed curve, e.g. the accounted mechanism's). For a Gaussian
+  mechanism it is much tighter than the (eps, delta) bound at the same canaries: a
+  factor 2 in the noise, invisible to the (eps, delta) bound at 1000 canaries, is
+  caught at 10 000 (docs/AUDIT.md). The proof is in ``fdp_one_run_mass``.
 
 numpy / scipy only; no torch, nothing from the rest of dpemb except argument checks.
 """
@@ -35,9 +42,18 @@ from scipy import optimize, special, stats
 from dpemb.privacy._checks import positive_int
 
 __all__ = [
+    "FdpResult",
     "GaussianEstimate",
+    "GaussianTradeOff",
     "OneRunBound",
+    "ProfileTradeOff",
+    "TradeOff",
+    "approx_dp_tradeoff",
     "clopper_pearson_epsilon_lower",
+    "fdp_epsilon_lower_bound",
+    "fdp_one_run_audit",
+    "fdp_one_run_mass",
+    "fdp_one_run_rejects",
     "estimate_epsilon_gaussian",
     "gaussian_delta",
     "gaussian_epsilon",
@@ -472,3 +488,315 @@ def clopper_pearson_epsilon_lower(correct: int, guesses: int, confidence: float 
     if p_lo <= 0.5:
         return 0.0
     return float(math.log(p_lo) - math.log1p(-p_lo))
+
+
+# ------------------------------- f-DP one-run analysis (Mahloujifar, Melis, Chaudhuri)
+#
+# Steinke et al.'s bound asks one (eps, delta) pair to explain the guesses. A Gaussian
+# mechanism is far more constrained than any single (eps, delta) pair says: its whole
+# trade-off curve f is fixed. Mahloujifar, Melis and Chaudhuri (2024, "Auditing
+# f-Differential Privacy in One Run", arXiv 2410.22235) bound the number of correct
+# guesses of a one-run audit under f-DP directly. The statement and the proof below are
+# written out in full (``fdp_one_run_mass``) so that the bound can be checked here, not
+# taken on trust; the recursion is theirs (as in Meta's PrivacyGuard), the proof is ours.
+
+
+class TradeOff:
+    """A symmetric trade-off function f (Dong, Roth, Su 2019), by its inverse blow-up.
+
+    f(alpha) is the least type-II error of a test of level alpha between a pair of
+    neighbouring output distributions (P, Q); f-DP means T(P, Q) >= f and T(Q, P) >= f.
+    Equivalently, for every event A: Q(A) <= blow(P(A)) with blow(x) = 1 - f(x), a
+    concave, increasing map of [0, 1] onto [0, 1]. The one-run recursion needs its
+    (generalised) inverse
+
+        inverse_blow_up(y) = inf{x in [0, 1] : blow(x) >= y},
+
+    the least probability under P of an event that has probability y under Q. Subclasses
+    evaluate it for a FAMILY of trade-off functions at once (an array of parameters), so
+    that a lower bound can scan many hypotheses in one pass.
+    """
+
+    description = "trade-off function"
+    size = 1  # members of the family
+
+    def inverse_blow_up(self, y: np.ndarray) -> np.ndarray:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class GaussianTradeOff(TradeOff):
+    """mu-GDP: f(alpha) = Phi(Phi^{-1}(1 - alpha) - mu), blow(x) = Phi(Phi^{-1}(x) + mu),
+    inverse_blow_up(y) = Phi(Phi^{-1}(y) - mu). ``mu`` may be an array (a family)."""
+
+    def __init__(self, mu: float | np.ndarray) -> None:
+        mu = np.asarray(mu, dtype=float)
+        if mu.ndim > 1 or not np.all(np.isfinite(mu)) or np.any(mu < 0):
+            raise ValueError("mu must be a finite number >= 0 (or a 1-d array of them)")
+        self.mu = mu
+        self.size = int(mu.size)
+        self.description = (f"{float(mu):.4g}-GDP" if mu.ndim == 0 else "mu-GDP family")
+
+    def inverse_blow_up(self, y: np.ndarray) -> np.ndarray:
+        y = np.clip(y, 0.0, 1.0)
+        return special.ndtr(special.ndtri(y) - self.mu)
+
+
+class ProfileTradeOff(TradeOff):
+    """The trade-off function implied by a privacy profile: the mechanism is
+    (eps_k, delta_k)-DP for every k, i.e. f-DP with (Dong, Roth, Su 2019, Prop. 2.12)
+
+        f(alpha) = max_k max(0, 1 - delta_k - e^{eps_k} alpha, e^{-eps_k} (1 - delta_k - alpha)).
+
+    A finite list of pairs gives a LOWER f than the mechanism's own (fewer constraints),
+    so a test against it rejects less: conservative. blow = min_k of increasing piecewise
+    linear maps, whose inverse is the max of the pieces' inverses:
+
+        inverse_blow_up(y) = max_k max((y - delta_k) e^{-eps_k}, 1 - delta_k - e^{eps_k} (1 - y)), clipped to [0, 1].
+
+    ``epsilons`` / ``deltas``: 1-d arrays of the pairs; 2-d arrays (family, pairs) give a
+    family with one profile per row (used for the (eps, delta) family of one pair each).
+    """
+
+    def __init__(self, epsilons: Sequence[float] | np.ndarray, deltas: Sequence[float] | np.ndarray,
+                 description: str = "privacy profile") -> None:
+        e = np.asarray(epsilons, dtype=float)
+        d = np.asarray(deltas, dtype=float)
+        if e.shape != d.shape or e.ndim not in (1, 2) or e.size == 0:
+            raise ValueError("epsilons and deltas must be arrays of the same 1-d or 2-d shape")
+        if np.any(~(e >= 0)) or np.any(np.isnan(e)) or np.any(~((d >= 0) & (d <= 1))):
+            raise ValueError("need epsilons >= 0 and deltas in [0, 1]")
+        self.epsilons, self.deltas = e, d
+        self.size = int(e.shape[0]) if e.ndim == 2 else 1
+        self.description = description
+
+    def inverse_blow_up(self, y: np.ndarray) -> np.ndarray:
+        y = np.clip(np.asarray(y, dtype=float), 0.0, 1.0)
+        e, d = self.epsilons, self.deltas
+        yy = y[..., None]  # (..., 1) against the pairs (K,) or (family, K)
+        with np.errstate(over="ignore", invalid="ignore"):
+            a = (yy - d) * np.exp(-e)
+            b = 1.0 - d - np.exp(e) * (1.0 - yy)
+        b = np.where(np.isnan(b), -np.inf, b)  # inf * 0 when y = 1 and eps = inf: no constraint
+        out = np.max(np.maximum(a, b), axis=-1)
+        return np.clip(out, 0.0, 1.0)
+
+
+def approx_dp_tradeoff(epsilon: float | np.ndarray, delta: float) -> ProfileTradeOff:
+    """(eps, delta)-DP as a trade-off function; an array of epsilons gives a family."""
+    e = np.atleast_1d(np.asarray(epsilon, dtype=float))
+    d = _delta(delta)
+    return ProfileTradeOff(e[:, None], np.full((e.size, 1), d), description=f"(eps, {d:g})-DP family")
+
+
+def fdp_one_run_mass(m: int, r: int, v: int, tradeoff: TradeOff, alpha: float, *,
+                     exact: bool = False) -> np.ndarray:
+    """The least total probability mass the one-run constraints need; > r/m rejects.
+
+    Setting (as for ``one_run_lower_bound``): m canaries with independent fair-coin
+    inclusion bits S_1..S_m; the mechanism's output Y; the auditor turns Y (and anything
+    independent of S) into exactly r guesses of bits, abstaining on the other m - r
+    canaries; W is the number of correct guesses. Hypothesis H: for every i and every
+    fixed value of the other bits, the law of Y with S_i = 0 and with S_i = 1 satisfy
+    f-DP in both directions (f symmetric; ``tradeoff``).
+
+    THEOREM. If H holds and P[W >= v] >= alpha, then the value this function returns,
+    r_0 + h_0 of the recursion below, is <= r / m. Hence a return value > r / m means
+    P[W >= v] < alpha: observing W >= v rejects H at level alpha.
+
+    The recursion (Mahloujifar, Melis, Chaudhuri 2024; inv = ``tradeoff.inverse_blow_up``):
+    r_v = alpha v / m, h_v = alpha (r - v) / m, and for i = v - 1, ..., 0
+
+        h_i = max(h_{i+1}, inv(r_{i+1})),   r_i = r_{i+1} + i / (r - i) (h_i - h_{i+1}).
+
+    PROOF. Write G_i+ (G_i-) for "canary i is guessed and the guess is right (wrong)".
+
+    (1) One canary. Fix i, j >= 1 and the other bits s. With A_b = {y : the guess on i is
+    b and the other canaries have >= j - 1 right guesses} (a set of outputs: W minus
+    canary i's term does not depend on S_i) and P_b the law of Y given S_i = b, s:
+    P[G_i+, W >= j | s] = (P_0(A_0) + P_1(A_1)) / 2 and P[G_i-, W >= j - 1 | s] =
+    (P_1(A_0) + P_0(A_1)) / 2. f-DP gives P_1(A_1) <= blow(P_0(A_1)) and P_0(A_0) <=
+    blow(P_1(A_0)); blow is concave, so P[G_i+, W >= j | s] <= blow(P[G_i-, W >= j - 1 | s]).
+    Averaging over s and then over i (Jensen, blow concave and increasing), with
+    sum_i 1[G_i+] = W and sum_i 1[G_i-] = r - W:
+
+        (*)  R_j <= blow(H_{j-1}),  where R_j = E[W; W >= j] / m, H_j = E[r - W; W >= j] / m.
+
+    (2) Masses. Let x_l = P[W = l] / m. Then R_j = sum_{l >= j} l x_l, H_j = sum_{l >= j}
+    (r - l) x_l and R_0 + H_0 = r sum_l x_l = r / m. Call x feasible if it satisfies (*)
+    for j = 1..v and has tail sum_{l >= v} x_l >= t = alpha / m.
+    (3) Moving mass down. Moving mass e from level l to a level l' < l keeps (*) for every
+    j <= l' + 1: R_j falls (by (l - l') e for j <= l', by l e for j = l' + 1) and H_{j-1}
+    rises by (l - l') e. Constraints j > l' + 1 may break; constraints with j - 1 > l
+    are untouched; the total mass is unchanged.
+    (4) The recursion is least. Take x feasible. Move all mass above v down to v, then
+    the excess of x_v over t down to v - 1: by (3) (*) still holds for j <= v, the total
+    is unchanged, and now R_v = alpha v / m = r_v, H_v = alpha (r - v) / m = h_v.
+    Inductively, for j = v, ..., 1, with levels >= j equal to the recursion's: (*) at j
+    gives H_{j-1} >= inv(R_j) = inv(r_j) and H_{j-1} >= H_j = h_j, so x_{j-1} =
+    (H_{j-1} - h_j) / (r - j + 1) >= (h_{j-1} - h_j) / (r - j + 1), the recursion's
+    mass at level j - 1. For j >= 2 move the excess down to j - 2: constraint j still
+    holds (H_{j-1} = h_{j-1} >= inv(r_j) and blow(inv(y)) >= y), those above j are
+    untouched, those below by (3); level j - 1 now equals the recursion's, and
+    R_{j-1} = r_j + (j - 1) x_{j-1} = r_{j-1}. At the end the total of x is at least
+    the recursion's, (r_0 + h_0) / r. The real distribution of W is feasible when
+    P[W >= v] >= alpha and its total is 1 / m; so r_0 + h_0 <= r / m.  QED
+
+    Only constraints j <= v were used, so the bound holds whatever W does above v. With a
+    FAMILY of trade-off functions the recursion runs for all of them at once (arrays);
+    the return value has one entry per member. The totals only grow as i falls, so the
+    recursion stops as soon as every member exceeds r / m (the values returned then
+    certify the rejection but are not the full totals); ``exact`` runs it to i = 0.
+    """
+    m = positive_int("m", m)
+    r = positive_int("r", r)
+    v = _nonneg_int("v", v)
+    if r > m or v > r:
+        raise ValueError(f"need v <= r <= m, got v={v}, r={r}, m={m}")
+    a = 1.0 - _confidence(1.0 - alpha)  # alpha in (0, 1)
+    rr = np.full(tradeoff.size, a * v / m)
+    hh = np.full(tradeoff.size, a * (r - v) / m)
+    limit = r / m
+    for i in range(v - 1, -1, -1):
+        hn = np.maximum(hh, tradeoff.inverse_blow_up(rr))
+        rr = rr + (i / (r - i)) * (hn - hh)
+        hh = hn
+        if not exact and np.all(rr + hh > limit):  # every member already rejected: the total only grows
+            break
+    return rr + hh
+
+
+def fdp_one_run_rejects(m: int, r: int, v: int, tradeoff: TradeOff, alpha: float) -> np.ndarray:
+    """True where observing v correct guesses out of r (m canaries) rejects ``tradeoff``-DP
+    at level ``alpha`` (``fdp_one_run_mass`` > r / m); one entry per family member. The
+    comparison keeps a relative margin of 1e-9 against rounding (it can only reject less)."""
+    return fdp_one_run_mass(m, r, v, tradeoff, alpha) > (r / m) * (1 + 1e-9)
+
+
+@dataclass(frozen=True)
+class FdpResult:
+    """One-run f-DP audit over a fixed grid of guess counts (union bound).
+
+    ``mu_lower``: the mechanism is not mu-GDP for any mu < ``mu_lower``, at ``confidence``
+    (P[mu_lower > mu*] <= 1 - confidence when the mechanism is mu*-GDP).
+    ``epsilon_lower``: gaussian_epsilon(mu_lower, delta), the epsilon at ``delta`` of that
+    Gaussian curve; it lower-bounds the epsilon of the smallest Gaussian-DP curve the
+    mechanism satisfies, which is the mechanism's own epsilon when it IS Gaussian (one
+    or more unsampled Gaussian releases) and can exceed it otherwise (subsampling).
+    ``claimed_rejected``: the test of the claimed trade-off function (None when none was
+    given), at the same confidence.
+    """
+
+    mu_lower: float
+    epsilon_lower: float
+    delta: float
+    confidence: float
+    guesses: int
+    correct: int
+    m: int
+    k_pos: int
+    k_neg: int
+    grid_size: int
+    claimed: str | None = None
+    claimed_rejected: bool | None = None
+    claimed_guesses: tuple[int, int] | None = None
+    method: str = "mahloujifar-melis-chaudhuri-2024 f-DP one-run analysis (Gaussian family), union bound over k"
+
+
+MU_MAX = 30.0
+
+
+def _gdp_lower_one(m: int, r: int, v: int, alpha: float) -> float:
+    """The largest mu on a refining grid such that it and every grid mu below it are
+    rejected (0 when mu = 0 is not rejected). Valid without assuming monotonicity in mu:
+    a mu*-GDP mechanism is mu-GDP for every grid mu >= mu*, the least of which is <= the
+    returned value when that exceeds mu*, so it was tested and rejected."""
+    if v == 0:
+        return 0.0
+    lo, hi = 0.0, MU_MAX
+    if not fdp_one_run_rejects(m, r, v, GaussianTradeOff(np.array([0.0])), alpha)[0]:
+        return 0.0
+    for _ in range(3):  # 3 passes of 64 points: resolution MU_MAX / 64^3 (about 1e-4)
+        grid = np.linspace(lo, hi, 65)[1:]
+        rej = fdp_one_run_rejects(m, r, v, GaussianTradeOff(grid), alpha)
+        first_ok = np.nonzero(~rej)[0]
+        if first_ok.size == 0:
+            return float(hi)  # all rejected up to the cap: report the cap (conservative)
+        k = int(first_ok[0])  # lo (rejected) and grid[:k] rejected; grid[k] not
+        lo, hi = (float(grid[k - 1]) if k else lo), float(grid[k])
+    return float(lo)
+
+
+def fdp_one_run_audit(
+    scores: Sequence[float] | np.ndarray,
+    included: Sequence[bool] | np.ndarray,
+    k_grid: Sequence[tuple[int, int]],
+    delta: float,
+    confidence: float = 0.95,
+    claimed: TradeOff | None = None,
+) -> FdpResult:
+    """f-DP one-run audit (``fdp_one_run_mass``) of canary scores, with a lower bound on mu.
+
+    For every (k_pos, k_neg) of ``k_grid`` (fixed before the scores are seen) the auditor
+    guesses "in" for the k_pos highest scores and "out" for the k_neg lowest, and each
+    grid point is tested at level (1 - confidence) / len(k_grid) (union bound):
+
+    - ``mu_lower`` is the largest, over the grid, of ``_gdp_lower_one`` (a mu that is
+      rejected with every smaller mu tested): if the mechanism is mu*-GDP,
+      P[mu_lower > mu*] <= 1 - confidence.
+    - ``claimed`` (optional): the claimed trade-off function (e.g. the accounted
+      mechanism's); ``claimed_rejected`` is True when some grid point rejects it. If the
+      mechanism satisfies ``claimed``, P[claimed_rejected] <= 1 - confidence.
+    """
+    s, inc = _canaries(scores, included)
+    d = _delta(delta, allow_zero=False)
+    c = _confidence(confidence)
+    grid = [(int(a), int(b)) for a, b in k_grid]
+    if not grid:
+        raise ValueError("k_grid must not be empty")
+    m = s.size
+    for kp, kn in grid:
+        if kp < 0 or kn < 0 or not 1 <= kp + kn <= m:
+            raise ValueError(f"need 1 <= k_pos + k_neg <= number of canaries ({m}), got {kp} + {kn}")
+    alpha = (1 - c) / len(grid)
+    best = (-1.0, grid[0], 0)
+    rejected_at = None
+    for kp, kn in grid:
+        v = _guesses(s, inc, kp, kn)
+        mu = _gdp_lower_one(m, kp + kn, v, alpha)
+        if mu > best[0]:
+            best = (mu, (kp, kn), v)
+        if claimed is not None and rejected_at is None and \
+                bool(np.any(fdp_one_run_rejects(m, kp + kn, v, claimed, alpha))):
+            rejected_at = (kp, kn)
+    mu, (kp, kn), v = best
+    return FdpResult(
+        mu_lower=mu, epsilon_lower=gaussian_epsilon(mu, d), delta=d, confidence=c, guesses=kp + kn,
+        correct=v, m=m, k_pos=kp, k_neg=kn, grid_size=len(grid),
+        claimed=claimed.description if claimed is not None else None,
+        claimed_rejected=None if claimed is None else rejected_at is not None,
+        claimed_guesses=rejected_at,
+    )
+
+
+def fdp_epsilon_lower_bound(m: int, r: int, v: int, delta: float, alpha: float,
+                            eps_max: float = 50.0) -> float:
+    """An (eps, delta) lower bound from the f-DP analysis with f = f_{eps, delta}: the
+    largest eps on a refining grid that, with every grid eps below it, is rejected at
+    level ``alpha`` (0 if eps = 0 is not). If the mechanism is (eps*, delta)-DP the
+    result exceeds eps* with probability <= alpha (same argument as ``_gdp_lower_one``).
+    For one (k_pos, k_neg); apply a union bound over several yourself."""
+    d = _delta(delta)
+    if v == 0:
+        return 0.0
+    if not fdp_one_run_rejects(m, r, v, approx_dp_tradeoff(0.0, d), alpha)[0]:
+        return 0.0
+    lo, hi = 0.0, float(eps_max)
+    for _ in range(3):
+        grid = np.linspace(lo, hi, 65)[1:]
+        rej = fdp_one_run_rejects(m, r, v, approx_dp_tradeoff(grid, d), alpha)
+        ok = np.nonzero(~rej)[0]
+        if ok.size == 0:
+            return float(hi)
+        k = int(ok[0])
+        lo, hi = (float(grid[k - 1]) if k else lo), float(grid[k])
+    return float(lo)

@@ -1,16 +1,26 @@
 """An audit run: canary users inside federated training, and the audit it reports.
 
-``dpemb train ... --audit-canaries N`` trains ONCE with N canary users added
-(``dpemb.privacy.canaries``: keyed directions, fair-coin inclusion, sampled by the
-run's own Poisson sampler, clipped and noised with the real clients) and reports,
-beside the accounted epsilon,
+``dpemb train ... --audit-canaries N`` (or ``dpemb audit``) trains ONCE with N canary
+users added (``dpemb.privacy.canaries``: keyed directions, fair-coin inclusion, sampled
+by the run's own Poisson sampler, clipped and noised with the real clients) and
+reports, beside the accounted epsilon (``dpemb.privacy.audit_report``),
 
 - the one-shot empirical epsilon ESTIMATE (Andrew et al. 2023; not a bound), with a
-  bootstrap interval, and
-- a LOWER bound at 95% confidence (Steinke, Nasr, Jagielski 2023, best of a fixed grid
-  of guess counts, paid for by a union bound),
+  bootstrap interval,
+- the (eps, delta) LOWER bound at 95% confidence (Steinke, Nasr, Jagielski 2023, best
+  of a fixed grid of guess counts, paid for by a union bound), and
+- the f-DP LOWER bound on the Gaussian-DP parameter mu at 95% confidence, with the test
+  of the accounted trade-off curve (Mahloujifar, Melis, Chaudhuri 2024): the one that
+  catches a factor 2 in the noise (docs/AUDIT.md),
 
-both at the run's delta (``dpemb.privacy.audit``).
+all at the run's delta.
+
+Scores. By default the cosine between a canary's direction and the model's total move
+(initial - final aggregated parameters). With ``score="rounds"`` the loop must call
+``after_round(server_params)`` after every server step; the score then combines the
+cosines with every round's released update (see ``after_round``). Both are functions
+of the released models and the canaries' own directions only; no canary's
+participation (secret sampler randomness) and no inclusion bit is used.
 
 Accounting: the canaries are users. The spec's population is the N real users plus
 the canaries, so the sampling rate q = M K / (N + n) and the default delta follow
@@ -28,7 +38,6 @@ refused. An audit run cannot be resumed (the canary state is not checkpointed).
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -36,20 +45,29 @@ import torch
 from torch.nn.utils import parameters_to_vector
 
 from dpemb.atomic import atomic_write_json
-from dpemb.privacy.audit import estimate_epsilon_gaussian, one_run_lower_bound_grid
+from dpemb.privacy.audit_report import (
+    BOTH_FRACTIONS,
+    CONFIDENCE,
+    MIN_CANARIES,
+    N_BOOTSTRAP,
+    TOP_FRACTIONS,
+    Reported,
+    accounted_poisson_tradeoff,
+    audit_record,
+    fdp_k_grid,
+    k_grid,
+)
 from dpemb.privacy.canaries import DEFAULT_NORM_FACTOR, CanaryClients, needs_host
 from dpemb.privacy.clipping import ClipAndSum, ClippedSum
-from dpemb.privacy.relations import describe_relation
 from dpemb.privacy.spec import PrivacySpec
 
-CONFIDENCE = 0.95
-N_BOOTSTRAP = 1000
-MIN_CANARIES = 20
-#: guesses of the lower bound, as fractions of the canaries: "in" for the top k only,
-#: and "in" for the top k with "out" for the bottom k (all at once, union bound)
-TOP_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.45)
-BOTH_FRACTIONS = (0.05, 0.1, 0.2, 0.3, 0.45)
+__all__ = [
+    "BOTH_FRACTIONS", "CONFIDENCE", "MIN_CANARIES", "N_BOOTSTRAP", "NOT_FOR_RELEASE", "PRIVATE_FILE", "RELEASED",
+    "SCORES", "TOP_FRACTIONS", "AuditError", "AuditRun", "check_audit", "k_grid", "round_scores",
+]
+
 PRIVATE_FILE = "audit_canaries.json"
+SCORES = ("final", "rounds")
 
 NOT_FOR_RELEASE = (
     "audit run: not for release. Its model carries the canaries' updates; train the production model "
@@ -82,11 +100,35 @@ def check_audit(n: int, spec: PrivacySpec, *, resume: Any = False) -> None:
         raise AuditError("an audit run cannot be resumed (the canary state is not checkpointed); run it again")
 
 
-def k_grid(n: int) -> list[tuple[int, int]]:
-    """The (k_pos, k_neg) guess counts tried, fixed before the scores are seen."""
-    grid = {(max(1, int(n * f)), 0) for f in TOP_FRACTIONS}
-    grid |= {(max(1, int(n * f)), max(1, int(n * f))) for f in BOTH_FRACTIONS if 2 * max(1, int(n * f)) <= n}
-    return sorted(grid)
+def round_scores(cosines: np.ndarray, noise_multiplier: float, sampling_rate: float) -> np.ndarray:
+    """Per-round cosines (rounds x canaries) -> one score per canary.
+
+    Each round's cosines are standardised across the canaries (mean 0, std 1: the
+    released update is mostly noise, so a canary absent from the round scores about
+    N(0, 1)); an inserted canary sampled in a round is shifted by about mu_r = 1/z, the
+    per-round signal the accountant assumes (sensitivity over noise std). The score is
+    the log-likelihood ratio of "in" against "out" if the rounds were independent such
+    observations, participation unknown (Poisson at rate q):
+
+        sum_t log(1 - q + q exp(mu_r x_t - mu_r^2 / 2)),
+
+    the Neyman-Pearson statistic against the accounted mechanism. Any score is valid for
+    the bounds (they hold for every function of the released models); this one only
+    spends the signal well when q < 1: a canary speaks in few rounds, and a total move
+    mixes them with the noise of all the others. With q = 1 it is the sum of the
+    standardised cosines.
+    """
+    c = np.asarray(cosines, dtype=float)
+    if c.ndim != 2 or c.shape[0] < 1:
+        raise ValueError("need a (rounds, canaries) array of cosines")
+    std = c.std(axis=1, keepdims=True)
+    x = (c - c.mean(axis=1, keepdims=True)) / np.where(std > 0, std, 1.0)
+    mu = 1.0 / float(noise_multiplier)
+    q = float(sampling_rate)
+    a = mu * x - mu * mu / 2
+    if q >= 1.0:
+        return a.sum(axis=0)
+    return np.logaddexp(np.log1p(-q), np.log(q) + a).sum(axis=0)
 
 
 class AuditRun:
@@ -94,7 +136,9 @@ class AuditRun:
 
     ``num_real_users`` real users are users 0..N-1 of ``spec.population`` = N + n; the
     rest are the canaries. ``server_params`` are the aggregated parameters (their
-    values now are the initial model the score is measured from).
+    values now are the initial model the score is measured from). ``canary_kind``:
+    "auto", "gaussian" or "dirac" (``dpemb.privacy.canaries.choose_kind``); ``score``:
+    "final" (the total move) or "rounds" (needs ``after_round`` after every server step).
     """
 
     def __init__(
@@ -108,19 +152,27 @@ class AuditRun:
         resume: Any = False,
         release: bool = False,
         norm_factor: float = DEFAULT_NORM_FACTOR,
+        canary_kind: str = "auto",
+        score: str = "final",
     ) -> None:
         check_audit(n, spec, resume=resume)
         if spec.population != num_real_users + n:
             raise AuditError(f"the population ({spec.population}) must be the real users ({num_real_users}) "
                              f"plus the canaries ({n})")
+        if score not in SCORES:
+            raise AuditError(f"score must be one of {', '.join(SCORES)}, got {score!r}")
         self.spec = spec
         self.release = bool(release)
+        self.score = score
         self.initial = parameters_to_vector(server_params).detach().to("cpu", torch.float64).clone()
         self.canaries = CanaryClients(
             int(n), self.initial.numel(), first_user=num_real_users,
             host=needs_host(spec.users_per_client, spec.relation), seed=seed, norm_factor=norm_factor,
+            kind=canary_kind,
         )
         self._picked = np.zeros(0, dtype=np.int64)
+        self._last = self.initial.clone()
+        self._cosines: list[np.ndarray] = []  # one row per after_round call
 
     def real_slots(self, slots: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The round's clients without the canary users (remembered for ``contribute``)."""
@@ -131,72 +183,67 @@ class AuditRun:
         """Add the round's canary clients to the run's clip-and-sum; the clipped sum with them."""
         return self.canaries.contribute(accumulator, self._picked)
 
+    def after_round(self, server_params: Sequence[torch.nn.Parameter]) -> None:
+        """Record every canary's cosine with this round's released update (call it right
+        after each server step with the updated parameters). The update is the previous
+        minus the new aggregated parameters: a function of the released models only.
+        An update of zero (a server learning rate of 0) records cosines of 0. Does nothing
+        unless the audit scores per round (``score="rounds"``)."""
+        if self.score != "rounds":
+            return
+        current = parameters_to_vector(server_params).detach().to("cpu", torch.float64)
+        step = self._last - current
+        self._last = current.clone()
+        norm = float(torch.linalg.vector_norm(step))
+        if norm > 0 and np.isfinite(norm):
+            self._cosines.append(self.canaries.scores(step).astype(np.float32))
+        else:
+            self._cosines.append(np.zeros(self.canaries.n, dtype=np.float32))
+
+    def _scores(self, final: torch.Tensor) -> tuple[np.ndarray, str]:
+        if self.score == "rounds":
+            if len(self._cosines) != self.canaries.rounds or not self._cosines:
+                raise AuditError(
+                    f"score='rounds' needs after_round() after every server step: {len(self._cosines)} calls for "
+                    f"{self.canaries.rounds} rounds")
+            return (round_scores(np.stack(self._cosines), self.spec.noise_multiplier, self.spec.sampling_rate),
+                    "log-likelihood ratio of the canary's standardised cosines with every round's released update "
+                    "(participation unknown, Poisson at the accounted rate)")
+        return (self.canaries.scores(self.initial - final),
+                "cosine between the canary's direction and the model's move (initial - final)")
+
     def finish(self, server_params: Sequence[torch.nn.Parameter], privacy: dict[str, Any],
                private_dir: Any) -> dict[str, Any]:
         """Score the canaries, write them to ``private_dir`` and return the RELEASED record."""
         final = parameters_to_vector(server_params).detach().to("cpu", torch.float64)
-        scores = self.canaries.scores(self.initial - final)
+        scores, score_desc = self._scores(final)
         inc = self.canaries.included
-        delta = self.spec.resolved_delta
+        spec = self.spec
+        rounds = max(self.canaries.rounds, 1)
+        claim = accounted_poisson_tradeoff(spec.noise_multiplier, spec.sampling_rate, rounds, spec.relation)
+        reported = Reported(privacy.get("epsilon_rdp"), "rdp", spec.resolved_delta, spec.unit, spec.relation,
+                            {"pld": privacy.get("epsilon_pld")})
+        summary = audit_record(scores, inc, reported, claim=claim, seed=self.canaries.bootstrap_seed())
         record: dict[str, Any] = {
             "kind": "white-box canary users (user level, one run)",
             "canaries": self.canaries.n,
             "population": {"real_users": self.canaries.first_user, "canary_users": self.canaries.n,
-                           "accounted": self.spec.population},
-            "participation": (f"Poisson at the run's per-user rate q = {self.spec.sampling_rate:.4g} (the canaries "
+                           "accounted": spec.population},
+            "participation": (f"Poisson at the run's per-user rate q = {spec.sampling_rate:.4g} (the canaries "
                               "are users of the sampled population)"),
-            "canary_update": (f"a fixed random direction of norm {self.canaries.norm_factor:g} x C, its own client"
+            "canary_kind": self.canaries.kind,
+            "canary_update": (f"a fixed {'random' if self.canaries.kind == 'gaussian' else 'keyed coordinate (Dirac)'} "
+                              f"direction of norm {self.canaries.norm_factor:g} x C, its own client"
                               + ("; a host client sends the opposite direction when the canary is absent "
                                  "(sensitivity 2C)" if self.canaries.host else "")),
-            "score": "cosine between the canary's direction and the model's move (initial - final)",
-            "delta": delta, "confidence": CONFIDENCE,
+            "score": score_desc,
+            **summary,
         }
-        estimate = lower = None
-        if inc.sum() >= 2 and (~inc).sum() >= 2:
-            try:
-                estimate = estimate_epsilon_gaussian(scores[inc], scores[~inc], delta, n_bootstrap=N_BOOTSTRAP,
-                                                     ci_level=CONFIDENCE, seed=self.canaries.bootstrap_seed())
-            except ValueError:  # zero spread: no estimate
-                estimate = None
-            lower = one_run_lower_bound_grid(scores, inc, k_grid(self.canaries.n), delta, CONFIDENCE)
-        reported = privacy.get("epsilon_rdp")
-        record.update({
-            "epsilon_estimate": estimate.epsilon if estimate else None,
-            "epsilon_estimate_ci": list(estimate.epsilon_ci) if estimate and estimate.epsilon_ci else None,
-            "mu_estimate": estimate.mu if estimate else None,
-            "estimate_method": estimate.method if estimate else None,
-            "epsilon_lower_bound": lower.epsilon_lower if lower else None,
-            "guesses": lower.guesses if lower else None, "correct_guesses": lower.correct if lower else None,
-            "lower_bound_method": lower.method if lower else None,
-            "epsilon_reported": reported, "epsilon_reported_accountant": "rdp",
-            "epsilon_pld": privacy.get("epsilon_pld"),
-        })
-        record["lower_bound_exceeds_reported"] = bool(
-            lower is not None and reported is not None and lower.epsilon_lower > reported)
-        record["statement"] = statement(record, self.spec)
         record["release"] = RELEASED if self.release else NOT_FOR_RELEASE
         atomic_write_json(
             private_dir / PRIVATE_FILE,
-            {**self.canaries.state(), "scores": scores.tolist(), "k_grid": k_grid(self.canaries.n)},
+            {**self.canaries.state(), "scores": scores.tolist(), "k_grid": k_grid(self.canaries.n),
+             "fdp_k_grid": fdp_k_grid(self.canaries.n), "score": self.score},
             private=True,
         )
         return record
-
-
-def _f(x: float | None) -> str:
-    return "n/a" if x is None else ("inf" if math.isinf(x) else f"{x:.2f}")
-
-
-def statement(record: dict[str, Any], spec: PrivacySpec) -> str:
-    """The console and report line: estimate, lower bound and reported epsilon side by side."""
-    ci = record.get("epsilon_estimate_ci")
-    pct = f"{100 * CONFIDENCE:g}%"
-    text = (f"empirical epsilon (one-shot estimate) {_f(record['epsilon_estimate'])}"
-            + (f" [{pct} bootstrap {_f(ci[0])}-{_f(ci[1])}]" if ci else "")
-            + f"; lower bound {_f(record['epsilon_lower_bound'])} at {pct} confidence"
-            + f"; reported epsilon {_f(record['epsilon_reported'])} (RDP, delta = {spec.resolved_delta:.3g}, "
-            + f"{spec.unit}-level, {describe_relation(spec.relation, spec.unit)}); {record['canaries']} canaries")
-    if record.get("lower_bound_exceeds_reported"):
-        text += (". WARNING: the lower bound exceeds the reported epsilon: the mechanism does not deliver its "
-                 f"epsilon (or an event of probability <= {1 - CONFIDENCE:.2g} happened)")
-    return text

@@ -142,6 +142,7 @@ def train_federated(
     provenance: Provenance | None = None,
     audit_canaries: int = 0,
     audit_release: bool = False,
+    audit_score: str = "final",
 ) -> dict[str, Any]:
     """Train with user-level DP; returns the report (also ``<out>/report.json``).
 
@@ -155,7 +156,8 @@ def train_federated(
 
     ``audit_canaries`` n > 0: an AUDIT run with n canary users, users N..N+n-1 of
     ``spec.population`` = N + n (``dpemb.training.audit_run``); the report's privacy
-    section gets the audit, marked not for release unless ``audit_release``.
+    section gets the audit, marked not for release unless ``audit_release``;
+    ``audit_score`` "final" (the final model's move) or "rounds" (every round's update).
 
     Under torchrun (``WORLD_SIZE`` > 1) the round's clients run on every rank
     (``dpemb.training.executor``); rank 0 does everything else and returns the report,
@@ -206,7 +208,7 @@ def train_federated(
                 else LocalExecutor(trainer, data, plan.randomness))
     # audit run: canary users clipped and noised with the real clients (training.audit_run)
     audit = AuditRun(audit_canaries, spec, train.num_users, server_params, resume=resume, release=audit_release,
-                     seed=noise_seed + 3 if seeded else None) if audit_canaries else None
+                     seed=noise_seed + 3 if seeded else None, score=audit_score) if audit_canaries else None
     pld_every_round = spec.nonprivate or "rdp" not in supported_accountants(spec) or (
         epsilon_for(spec, "rdp") <= PLD_EVERY_ROUND_MAX_RDP_EPSILON
     )
@@ -265,6 +267,8 @@ def train_federated(
                 # 5. divide by the PUBLIC expected number of clients; server optimizer step
                 set_server_lr(server_opt, server_lr_at(fed_cfg, rnd, spec.rounds))  # public: the round number
                 server_step(server_params, server_opt, noised, plan.expected_clients)
+                if audit is not None:  # per-round canary scores, from the released update only
+                    audit.after_round(server_params)
                 # 6. account
                 plan.ledger.step()
                 rnd += 1

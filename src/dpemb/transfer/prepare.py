@@ -184,3 +184,25 @@ def prepare_features(
         num_units=int(units),
         num_clipped=clipped,
     )
+
+
+def with_absent_rows(prep: PreparedFeatures, absent: np.ndarray | Tensor) -> PreparedFeatures:
+    """A copy of ``prep`` in which the rows marked in ``absent`` are REMOVED from every
+    release while the public count of units (``num_units``, hence the default delta and
+    DP-SGD's public divisor) stays as it was.
+
+    Their weights become 0. Every statistic the DP methods release is a weighted sum
+    ``sum_i w_i f(x_i, y_i)`` (module docstring), so a row of weight 0 adds exactly
+    nothing to it: the result is the dataset without those rows, with N fixed. This is
+    what an example-level audit needs (``dpemb.transfer.audit``): left-out canaries
+    must not change N, or every release would depend on all the canaries' coins. The
+    per-class Gramian cache is NOT carried over (it holds the old weights).
+    """
+    mask = torch.as_tensor(np.asarray(absent), dtype=torch.bool, device=prep.weights.device)
+    if mask.shape != prep.weights.shape:
+        raise ValueError(f"absent must have one entry per row ({prep.num_examples}), got shape {tuple(mask.shape)}")
+    return PreparedFeatures(
+        x=prep.x, labels=prep.labels, weights=torch.where(mask, torch.zeros_like(prep.weights), prep.weights),
+        num_classes=prep.num_classes, clip_norm=prep.clip_norm, normalize=prep.normalize, unit=prep.unit,
+        num_units=prep.num_units, num_clipped=prep.num_clipped,
+    )
