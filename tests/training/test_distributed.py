@@ -115,3 +115,35 @@ def test_killed_rank_stops_with_a_clear_error_then_resumes_in_one_process(tmp_pa
     _, _, _, _, run_a = setup(tmp_path, "ref")
     fed.train_federated(train, ev, MODEL, cfg, spec, run_a, noise_seed=7)
     same_model(tmp_path / "ref", tmp_path / "k")
+
+
+def test_torchrun_restarts_a_job_whose_rank_died_and_it_finishes_from_the_checkpoint(tmp_path, tiny_data_dir):
+    """Real torchrun, --max-restarts 1: rank 1 dies in round 3 of the first attempt; torchrun
+    restarts both ranks and --resume auto continues from the round-2 checkpoint to the same
+    model as an uninterrupted run (the same flags in one plain process)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from dpemb.cli.main import main as dpemb
+    from tests.training.dist_ranks import free_port
+
+    flags = ["train", "--data", tiny_data_dir, "--algorithm", "dp-fedemb", "--backbone", "lenet",
+             "--embedding-dim", "16", "--clients-per-round", "3", "--users-per-client", "2", "--rounds", "4",
+             "--noise-multiplier", "0.5", "--noise-seed", "7", "--local-batch-size", "4", "--eval-every", "2",
+             "--checkpoint-interval", "0", "--no-progress", "--resume", "auto"]
+    script = Path(__file__).with_name("torchrun_faulty.py")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1",
+         "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(script), *flags,
+         "--out", str(tmp_path / "restarted")],
+        capture_output=True, text=True, timeout=300, cwd=root,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "RankFailure" in done.stderr or "exitcode" in done.stderr  # the first attempt failed
+    assert dpemb(flags + ["--out", str(tmp_path / "plain")]) == 0
+    same_model(tmp_path / "plain", tmp_path / "restarted")
+    metrics = (tmp_path / "restarted" / "metrics.jsonl").read_text().splitlines()
+    assert len(metrics) == 5  # round 0 + rounds 1-4, the failed round 3 not recorded twice
