@@ -88,3 +88,17 @@ def test_cohort_warnings():
     big = PrivacySpec(population=10_000_000, clients_per_round=4096, noise_multiplier=1.0, rounds=1000)
     assert cohort_warnings(big, 1.0) == []
     assert math.isfinite(epsilon_for(big))
+
+
+def test_calibrated_spec_builds_the_spec_with_the_calibrated_z_and_refuses_a_given_one():
+    from dpemb.privacy.accounting import PrivacySpec, calibrate_noise_multiplier, calibrated_spec, epsilon_for
+
+    fields = dict(population=100_000, clients_per_round=64, users_per_client=4, clip_norm=0.5, rounds=200)
+    spec = calibrated_spec(2.0, "rdp", **fields)
+    assert spec.noise_multiplier == calibrate_noise_multiplier(
+        PrivacySpec(noise_multiplier=3.0, **fields), 2.0, "rdp")
+    assert epsilon_for(spec, "rdp") <= 2.0 < epsilon_for(replace(spec, noise_multiplier=spec.noise_multiplier * 0.99),
+                                                          "rdp")
+    assert (spec.clip_norm, spec.rounds, spec.users_per_client) == (0.5, 200, 4)
+    with pytest.raises(ValueError, match="do not pass one"):
+        calibrated_spec(2.0, noise_multiplier=1.0, **fields)

@@ -417,7 +417,7 @@ def federated_configs(args: argparse.Namespace, num_users: int):
     from dataclasses import replace
 
     from dpemb.algorithms.config import FederatedConfig
-    from dpemb.privacy.accounting import PrivacySpec, calibrate_noise_multiplier, describe_epsilon
+    from dpemb.privacy.accounting import PrivacySpec, calibrated_spec, describe_epsilon
 
     given = [x is not None for x in (args.noise_multiplier, args.target_epsilon)] + [args.non_private]
     if sum(given) != 1:
@@ -436,11 +436,9 @@ def federated_configs(args: argparse.Namespace, num_users: int):
             server_lr_schedule=args.server_lr_schedule, server_lr_warmup=args.server_lr_warmup,
             efficient_tree=not args.plain_tree, loss=loss_config(args),
         )
-        spec = PrivacySpec(
+        fields = dict(
             population=num_users, clients_per_round=args.clients_per_round,
             users_per_client=args.users_per_client,
-            noise_multiplier=0.0 if args.non_private else (
-                args.noise_multiplier if args.noise_multiplier is not None else 1.0),
             clip_norm=DEFAULT_CLIP_NORM if args.clip_norm is None else args.clip_norm,
             rounds=args.rounds, delta=args.delta,
             sampling=args.sampling, mechanism="tree" if args.algorithm == "dp-ftrl-fedemb" else "gaussian",
@@ -449,10 +447,12 @@ def federated_configs(args: argparse.Namespace, num_users: int):
         )
         from dpemb.algorithms.server import check_server_schedule
 
-        check_server_schedule(fed_cfg, spec.rounds)  # --server-lr-warmup < --rounds
-        if args.target_epsilon is not None:
-            z = calibrate_noise_multiplier(spec, args.target_epsilon, "rdp")
-            spec = replace(spec, noise_multiplier=z)
+        check_server_schedule(fed_cfg, args.rounds)  # --server-lr-warmup < --rounds
+        if args.target_epsilon is None:
+            spec = PrivacySpec(noise_multiplier=0.0 if args.non_private else args.noise_multiplier, **fields)
+        else:
+            spec = calibrated_spec(args.target_epsilon, "rdp", **fields)
+            z = spec.noise_multiplier
             print(f"calibrated noise multiplier z = {z:.4f} for "
                   + describe_epsilon(args.target_epsilon, accountant="rdp", delta=spec.resolved_delta,
                                      unit=spec.unit, relation=spec.relation))

@@ -14,6 +14,7 @@ from dpemb.privacy.calibration import (
     Extrapolation,
     calibrate_gaussian_releases,
     calibrate_noise_multiplier,
+    calibrated_spec,
     extrapolate,
     max_rounds,
 )
@@ -37,7 +38,7 @@ from dpemb.privacy.statements import describe_epsilon, describe_mechanism
 __all__ = [
     "ACCOUNTANTS", "PLD_DISCRETIZATION", "CalibrationError", "EpsilonCurve", "Extrapolation",
     "PrivacyLedger", "PrivacySpec", "PrivacySpecError", "PrivacyStateError", "Relation",
-    "UnsupportedAccountantError", "calibrate_gaussian_releases", "calibrate_noise_multiplier",
+    "UnsupportedAccountantError", "calibrate_gaussian_releases", "calibrate_noise_multiplier", "calibrated_spec",
     "compute_epsilon", "describe_epsilon", "describe_mechanism", "epsilon_for", "extrapolate",
     "gaussian_releases_event", "max_rounds", "round_event", "supported_accountants",
     "training_event",

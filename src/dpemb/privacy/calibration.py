@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any, Callable
 
 from dpemb.privacy._checks import positive_finite, positive_int
 from dpemb.privacy.delta import is_large_delta
@@ -90,6 +90,18 @@ def calibrate_noise_multiplier(spec: PrivacySpec, target_epsilon: float, account
         return epsilon_for(replace(base, noise_multiplier=z), accountant)
 
     return _smallest_noise(eps, target, f"epsilon {target:g} ({accountant.upper()})")
+
+
+def calibrated_spec(target_epsilon: float, accountant: str = "rdp", **fields: Any) -> PrivacySpec:
+    """The ``PrivacySpec`` with ``fields`` (everything but the noise multiplier) whose z is
+    the smallest giving ``target_epsilon`` (``calibrate_noise_multiplier``). Callers never
+    build a spec with a made-up z first: the z searched over lives here only."""
+    if "noise_multiplier" in fields:
+        raise ValueError("calibrated_spec derives the noise multiplier; do not pass one")
+    adaptive = fields.pop("adaptive_clipping", None)  # epsilon depends on the total z alone
+    searched = PrivacySpec(noise_multiplier=1.0, **fields)  # a start for the search, never used
+    z = calibrate_noise_multiplier(searched, target_epsilon, accountant)
+    return replace(searched, noise_multiplier=z, adaptive_clipping=adaptive)
 
 
 def max_rounds(spec: PrivacySpec, epsilon_budget: float, accountant: str = "rdp") -> int:
