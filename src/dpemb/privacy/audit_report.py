@@ -1,9 +1,9 @@
 """From canary scores to the released audit record: estimators, bounds, the sentence.
 
 Every audit of dpemb (white-box canary users in federated training,
-``dpemb.training.audit_run``; black-box canary users with crafted images,
-``dpemb.training.blackbox_audit``; canary examples for DP classifiers on features,
-``dpemb.transfer.audit``) ends the same way: one score per canary and its secret
+the training side (``audit_run``); black-box canary users with crafted images,
+the training side (``blackbox_audit``); canary examples for DP classifiers on features,
+the transfer side (``transfer.audit``)) ends the same way: one score per canary and its secret
 inclusion bit go in, and a JSON-ready record comes out that puts side by side
 
 - the reported epsilon, naming its accountant, delta, unit and neighbouring relation;

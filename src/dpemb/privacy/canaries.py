@@ -43,7 +43,7 @@ Design (each choice is what the estimators assume):
 - Score (white box): the cosine between u_i and the aggregated model's total move
   ``initial - final`` (clients send ``start - end``, which the server subtracts, so an
   inserted canary pushes the model along -u_i), or between u_i and each round's update
-  (``dpemb.training.audit_run.round_scores``). The score is post-processing of the
+  (``round_scores`` of the training side's audit run). The score is post-processing of the
   released models, so the lower bound it gives is valid for the released models.
 
 The directions, the inclusion bits and the key are PRIVATE (``state`` goes to the

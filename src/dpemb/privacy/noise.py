@@ -37,29 +37,10 @@ from typing import Any
 
 import torch
 
-from dpemb.privacy._checks import positive_finite
+from dpemb.privacy._checks import check_noise_multiplier, positive_finite  # noqa: F401  (re-exported)
 from dpemb.privacy.clipping import ClippedSum
 
 SECURE_DRAWS = 2
-
-
-def check_noise_multiplier(noise_multiplier: float, allow_nonprivate: bool) -> float:
-    """Validate z: > 0 and finite, or exactly 0 when a non-private run is explicitly allowed."""
-    if isinstance(noise_multiplier, bool) or not isinstance(noise_multiplier, numbers.Real):
-        raise ValueError(f"noise multiplier must be a number, got {noise_multiplier!r}")
-    z = float(noise_multiplier)
-    if math.isfinite(z) and z > 0:
-        return z
-    if allow_nonprivate and z == 0:
-        return 0.0
-    if allow_nonprivate:
-        raise ValueError(
-            f"noise multiplier {noise_multiplier!r} is invalid: a non-private run uses exactly 0"
-        )
-    raise ValueError(
-        f"noise multiplier must be positive and finite, got {noise_multiplier!r}; a run without "
-        "noise is not private and must be requested explicitly (allow_nonprivate / --non-private)"
-    )
 
 
 def secure_seed() -> int:

@@ -3,7 +3,7 @@
     plan = PrivacyPlan.build(spec, seed=None)
     slots, keys = plan.sample_round()          # users -> virtual clients, and their keys
     acc = plan.accumulator(template)           # clip-and-sum, sensitivity derived from the spec
-    ... clients add their deltas to acc (any process; ``dpemb.training.executor``) ...
+    ... clients add their deltas to acc (in this process or any other: the executor) ...
     noised = plan.release(acc.result())        # noise ONCE on the sum (+ adaptive clip's count)
     plan.ledger.step()                         # account the round
 

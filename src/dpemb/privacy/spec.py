@@ -41,6 +41,7 @@ import numbers
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dpemb.privacy._checks import check_noise_multiplier
 from dpemb.privacy._checks import positive_finite, positive_int
 from dpemb.privacy.adaptive_clipping import (
     DEFAULT_COUNT_STDDEV_DIVISOR,
@@ -115,24 +116,15 @@ class PrivacySpec:
             )
         if not isinstance(self.nonprivate, bool):
             raise PrivacySpecError(f"nonprivate must be True or False, got {self.nonprivate!r}")
-        z = self.noise_multiplier
-        if isinstance(z, bool) or not isinstance(z, numbers.Real):
-            raise PrivacySpecError(f"noise multiplier must be a number, got {z!r}")
-        if self.nonprivate:
-            if float(z) != 0.0:
-                raise PrivacySpecError(
-                    f"a non-private spec has noise multiplier 0, got {z!r}; drop nonprivate to add noise"
-                )
-            self._set("noise_multiplier", 0.0)
-        else:
-            if not (math.isfinite(float(z)) and float(z) > 0):
-                raise PrivacySpecError(
-                    f"noise multiplier must be positive and finite, got {z!r}; a run without noise is "
-                    "not private and must be requested explicitly: `dpemb train --non-private` (and no "
-                    "--noise-multiplier / --target-epsilon) on the command line, PrivacySpec(nonprivate=True, "
-                    "noise_multiplier=0) in the library"
-                )
-            self._set("noise_multiplier", float(z))
+        try:  # THE validator of z (privacy._checks), also run by every noise mechanism
+            z = check_noise_multiplier(self.noise_multiplier, self.nonprivate)
+        except ValueError as e:
+            raise PrivacySpecError(str(e)) from None
+        if self.nonprivate and z != 0.0:
+            raise PrivacySpecError(
+                f"a non-private spec has noise multiplier 0, got {self.noise_multiplier!r}; drop nonprivate to add noise"
+            )
+        self._set("noise_multiplier", z)
         if self.mechanism not in MECHANISMS:
             raise PrivacySpecError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {self.mechanism!r}")
         if self.unit not in UNITS:
