@@ -35,8 +35,17 @@ def compute_embeddings(
     """L2-normalised embeddings of every example of ``ds``, in dataset order (CPU); the
     images are resized to ``resize_to`` first when given. Images are read batch by
     batch: a memory-mapped dataset (or a split of one) is never held whole."""
+    return embed_images(model, ds.images, batch_size=batch_size, device=device, resize_to=resize_to)
+
+
+@torch.no_grad()
+def embed_images(
+    model: Backbone, images: Any, *, batch_size: int = 512, device: torch.device | str = "cpu",
+    resize_to: int | None = None,
+) -> torch.Tensor:
+    """``compute_embeddings`` of uint8 (N, H, W, C) ``images`` (an array, memmap or row view)."""
     out = []
-    for _, batch in iter_batches(ds.images, batch_size):
+    for _, batch in iter_batches(images, batch_size):
         x = to_float_tensor(batch, device=device)
         if resize_to is not None:
             x = resize_square(x, resize_to)

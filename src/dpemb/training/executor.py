@@ -48,6 +48,7 @@ from dpemb.algorithms.client import ClientTrainer
 from dpemb.algorithms.round import ClientData, ClientTally, accumulate_clients, map_clients
 from dpemb.privacy.client_keys import ClientRandomness
 from dpemb.privacy.clipping import ClipAndSum
+from dpemb.training.evaluate import embed_images
 
 #: how long a rank waits in a collective before giving up (rank 0 evaluates and
 #: checkpoints while the others wait)
@@ -112,6 +113,10 @@ class LocalExecutor:
         """Train every client from ``start`` and clip its delta into ``acc``."""
         return accumulate_clients(map_clients(self.trainer, start, slots, keys, self.data, self.randomness, rnd), acc)
 
+    def embed(self, model: torch.nn.Module, images: Any, batch_size: int) -> torch.Tensor:
+        """L2-normalised embeddings (CPU) of ``images`` by ``model``, in order."""
+        return embed_images(model, images, batch_size=batch_size, device=self.data.device)
+
     def close(self) -> None:
         pass
 
@@ -120,7 +125,7 @@ class DistributedExecutor(LocalExecutor):
     """A round's clients spread over the ranks of a torch.distributed job (module docstring)."""
 
     def __init__(self, trainer: ClientTrainer, data: ClientData, randomness: ClientRandomness,
-                 env: DistributedEnv, template: Sequence[torch.Tensor]) -> None:
+                 env: DistributedEnv, template: Sequence[torch.Tensor], eval_images: Any = None) -> None:
         import torch.distributed as dist
 
         super().__init__(trainer, data, randomness)
@@ -131,6 +136,7 @@ class DistributedExecutor(LocalExecutor):
             if dist.get_backend() == "nccl" else torch.device("cpu")
         self._closed = False
         self.collective_seconds = 0.0  # time in collectives, waiting for the slowest rank included
+        self.eval_images = eval_images  # the held-out split's images (workers embed a share)
 
     # ------------------------------------------------------------------ rank 0
     def run_round(self, rnd: int, start: torch.Tensor, slots: Sequence[np.ndarray],
@@ -157,6 +163,28 @@ class DistributedExecutor(LocalExecutor):
                 tally.merge(t)
         return tally
 
+    def embed(self, model: torch.nn.Module, images: Any, batch_size: int) -> torch.Tensor:
+        """Every rank embeds a contiguous share of ``images`` with rank 0's current
+        trainable parameters (the other parameters are frozen, equal on every rank);
+        rank 0 gathers the shares in order. Evaluation of held-out users only."""
+        from torch.nn.utils import parameters_to_vector
+
+        if self._closed:  # the other ranks have stopped serving: embed everything here
+            return super().embed(model, images, batch_size)
+        msg = {"op": "embed", "rows": len(images), "batch_size": batch_size}
+        self._collective(-1, lambda: self.dist.broadcast_object_list([msg], src=0))
+        params = [p for p in model.parameters() if p.requires_grad]
+        buf = parameters_to_vector(params).detach().to(self.comm_device).clone()
+        self._collective(-1, lambda: self.dist.broadcast(buf, src=0))
+        return self._embed_share(model, images, len(images), batch_size)
+
+    def _embed_share(self, model: torch.nn.Module, images: Any, rows: int, batch_size: int) -> torch.Tensor:
+        lo, hi = rows * self.rank // self.world_size, rows * (self.rank + 1) // self.world_size
+        mine = embed_images(model, images[lo:hi], batch_size=batch_size, device=self.data.device)
+        shares: list[Any] = [None] * self.world_size if self.is_main else None  # type: ignore[assignment]
+        self._collective(-1, lambda: self.dist.gather_object(mine, shares, dst=0))
+        return torch.cat(shares) if self.is_main else mine
+
     def close(self) -> None:
         """Tell the other ranks that training is over (they return from ``serve``)."""
         if self.is_main and not self._closed:
@@ -173,6 +201,9 @@ class DistributedExecutor(LocalExecutor):
             msg = box[0]
             if msg["op"] == "stop":
                 return served
+            if msg["op"] == "embed":
+                self._serve_embed(msg)
+                continue
             rnd = int(msg["round"])
             self.randomness.load_state_dict(msg["randomness"])
             start = torch.empty_like(self.template[0], device=self.comm_device)
@@ -181,6 +212,19 @@ class DistributedExecutor(LocalExecutor):
             acc = ClipAndSum(self.template, clip_norm, sensitivity, relation)
             self._merge(rnd, acc, self._run(rnd, start.to(self.data.device), msg["work"][self.rank], acc))
             served += 1
+
+    def _serve_embed(self, msg: dict[str, Any]) -> None:
+        """This rank's share of an evaluation: the working model, loaded with rank 0's
+        parameters, embeds its rows of the held-out split (``eval_images``)."""
+        from dpemb.algorithms.client import load_flat_
+
+        vec = torch.empty_like(self.template[0], device=self.comm_device)
+        self._collective(-1, lambda: self.dist.broadcast(vec, src=0))
+        model = self.trainer.model
+        load_flat_([p for p in model.parameters() if p.requires_grad], vec.to(self.data.device))
+        if self.eval_images is None or len(self.eval_images) != msg["rows"]:
+            raise RankFailure(f"rank {self.rank} has no held-out split of {msg['rows']} rows to embed")
+        self._embed_share(model, self.eval_images, msg["rows"], msg["batch_size"])
 
     # ------------------------------------------------------------------ both
     def _run(self, rnd: int, start: torch.Tensor, work: list[tuple[np.ndarray, tuple[int, int]]],

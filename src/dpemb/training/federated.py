@@ -59,7 +59,7 @@ from dpemb.training.executor import (
 )
 from dpemb.training.interrupt import CheckpointSchedule, GracefulStop
 from dpemb.training.resume import check_same_config, resume_from_checkpoint
-from dpemb.training.evaluate import evaluate_backbone
+from dpemb.training.evaluate import evaluate_embeddings
 from dpemb.training.modelinit import build_model
 from dpemb.training.artifact import Release
 from dpemb.training.audit_run import AuditRun
@@ -188,7 +188,7 @@ def train_federated(
     data = ClientData.of(train, device)  # each client's rows read when it runs
     template = [torch.zeros(sum(p.numel() for p in server_params), device=device)]
     if env is not None and env.rank != 0:  # a worker: serve rank 0's rounds, hold no state
-        worker = DistributedExecutor(trainer, data, ClientRandomness(), env, template)
+        worker = DistributedExecutor(trainer, data, ClientRandomness(), env, template, eval_ds.images)
         return {"rank": env.rank, "rounds_served": worker.serve()}
 
     run = RunDir(run_cfg.out)
@@ -220,10 +220,9 @@ def train_federated(
         run.write_config(config)
         run.metrics.unlink(missing_ok=True)
 
-    def evaluate() -> tuple[dict[str, Any], Any]:
-        metrics, ver = evaluate_backbone(
-            model, eval_ds, batch_size=run_cfg.eval_batch_size, max_pairs=run_cfg.eval_max_pairs, device=device
-        )
+    def evaluate() -> tuple[dict[str, Any], Any]:  # embedding shared by the ranks (one process: all here)
+        emb = executor.embed(model, eval_ds.images, run_cfg.eval_batch_size)
+        metrics, ver = evaluate_embeddings(emb, eval_ds.labels, max_pairs=run_cfg.eval_max_pairs)
         model.train()
         return metrics, ver
 
