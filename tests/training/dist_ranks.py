@@ -17,6 +17,7 @@ import json
 import multiprocessing
 import os
 import socket
+import sys
 import traceback
 from pathlib import Path
 from typing import Any
@@ -67,12 +68,13 @@ def _rank_main(rank: int, world: int, port: int, tmp: str, name: str, kw: dict[s
     except Exception as e:  # noqa: BLE001
         if rank == 0:
             out.write_text(json.dumps({"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}))
-        raise
-    finally:
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        sys.stderr.write(traceback.format_exc())
+        sys.stderr.flush()
+        os._exit(1)
+    # as `dpemb train` does for its worker ranks: skip the interpreter's teardown of gloo's
+    # threads, which intermittently aborts (exit -6) after a finished run
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _plant(plant: str, rank: int) -> None:

@@ -117,10 +117,17 @@ def test_killed_rank_stops_with_a_clear_error_then_resumes_in_one_process(tmp_pa
     same_model(tmp_path / "ref", tmp_path / "k")
 
 
+@pytest.mark.slow
 def test_torchrun_restarts_a_job_whose_rank_died_and_it_finishes_from_the_checkpoint(tmp_path, tiny_data_dir):
-    """Real torchrun, --max-restarts 1: rank 1 dies in round 3 of the first attempt; torchrun
+    """Real torchrun, --max-restarts 3: rank 1 dies in round 3 of the first attempt; torchrun
     restarts both ranks and --resume auto continues from the round-2 checkpoint to the same
-    model as an uninterrupted run (the same flags in one plain process)."""
+    model as an uninterrupted run (the same flags in one plain process).
+
+    Slow and, on the 2-core test machine, FLAKY: about half the tries, the restarted
+    attempt fails in gloo's connectFullMesh ("Connection refused" on loopback) or hangs,
+    inside torch's process-group initialisation, before any dpemb code runs (torch 2.13,
+    static and c10d rendezvous alike). The fault path itself (clear error, intact
+    checkpoint, resume) is tested reliably by the spawned-process test above."""
     import subprocess
     import sys
     from pathlib import Path
@@ -135,11 +142,12 @@ def test_torchrun_restarts_a_job_whose_rank_died_and_it_finishes_from_the_checkp
     script = Path(__file__).with_name("torchrun_faulty.py")
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1",
-         "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(script), *flags,
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "3",
+         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "restart-test",
+         str(script), *flags,
          "--out", str(tmp_path / "restarted")],
-        capture_output=True, text=True, timeout=300, cwd=root,
-        env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)},
+        capture_output=True, text=True, timeout=150, cwd=root,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root), "GLOO_SOCKET_IFNAME": "lo"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "RankFailure" in done.stderr or "exitcode" in done.stderr  # the first attempt failed

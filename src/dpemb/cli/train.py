@@ -339,8 +339,12 @@ def run(args: argparse.Namespace) -> int:
                                  resume=RESUME[args.resume], provenance=provenance(args),
                                  audit_canaries=canaries, audit_release=args.release_audit_run,
                                  audit_score=getattr(args, "audit_score", "final"))
-        if env is not None and env.rank != 0:
-            return 0  # a worker rank: rank 0 holds the run and prints its summary
+        if env is not None and env.rank != 0:  # a worker rank: rank 0 holds the run and prints its summary
+            # leave at once: the worker has nothing to save, and letting the interpreter tear down
+            # gloo's threads intermittently aborts ("terminate called without an active exception",
+            # exit -6, which torchrun would report as a failed job; seen in about 1 of 4 test runs)
+            sys.stderr.flush()
+            os._exit(0)
     print_summary(report)
     return 0
 

@@ -104,6 +104,7 @@ class LocalExecutor:
 
     rank, world_size, is_main = 0, 1, True
     collective_seconds = 0.0
+    failed = False  # a collective failed (a rank was lost)
 
     def __init__(self, trainer: ClientTrainer, data: ClientData, randomness: ClientRandomness) -> None:
         self.trainer, self.data, self.randomness = trainer, data, randomness
@@ -190,6 +191,7 @@ class DistributedExecutor(LocalExecutor):
         if self.is_main and not self._closed:
             self._closed = True
             self._collective(-1, lambda: self.dist.broadcast_object_list([{"op": "stop"}], src=0))
+            self._collective(-1, self.dist.barrier)  # every rank leaves together (a clean teardown)
 
     # ------------------------------------------------------------------ ranks > 0
     def serve(self) -> int:
@@ -200,6 +202,7 @@ class DistributedExecutor(LocalExecutor):
             self._collective(served, lambda: self.dist.broadcast_object_list(box, src=0))
             msg = box[0]
             if msg["op"] == "stop":
+                self._collective(-1, self.dist.barrier)
                 return served
             if msg["op"] == "embed":
                 self._serve_embed(msg)
@@ -239,7 +242,7 @@ class DistributedExecutor(LocalExecutor):
             call()
             self.collective_seconds += time.perf_counter() - t0
         except Exception as e:  # noqa: BLE001  (gloo/NCCL raise RuntimeError subclasses)
-            self._closed = True
+            self._closed = self.failed = True
             where = f"round {rnd + 1}" if rnd >= 0 else "the end of training"
             raise RankFailure(
                 f"rank {self.rank} of {self.world_size}: a collective of {where} failed ({type(e).__name__}: "
@@ -247,11 +250,22 @@ class DistributedExecutor(LocalExecutor):
             ) from e
 
 
-def init_distributed(env: DistributedEnv, device: torch.device) -> None:
-    """Join torchrun's process group (NCCL for CUDA devices, gloo otherwise), once."""
+def init_distributed(env: DistributedEnv, device: torch.device) -> bool:
+    """Join torchrun's process group (NCCL for CUDA devices, gloo otherwise); False when
+    the caller had joined one already (then it is theirs to destroy)."""
     import torch.distributed as dist
 
     if dist.is_initialized():
-        return
+        return False
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT)
+    return True
+
+
+def leave_distributed(created: bool) -> None:
+    """Destroy the process group ``init_distributed`` created (after the closing barrier:
+    a rank that exits while a peer still holds its connections can abort in gloo)."""
+    import torch.distributed as dist
+
+    if created and dist.is_initialized():
+        dist.destroy_process_group()

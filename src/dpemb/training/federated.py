@@ -55,7 +55,8 @@ from dpemb.training.config import ModelConfig, RunConfig, config_json, describe_
 from dpemb.progress import progress
 from dpemb.training.errors import TrainingDiverged
 from dpemb.training.executor import (
-    DistributedEnv, DistributedExecutor, LocalExecutor, RankFailure, init_distributed, rank_device,
+    DistributedEnv, DistributedExecutor, LocalExecutor, RankFailure, init_distributed, leave_distributed,
+    rank_device,
 )
 from dpemb.training.interrupt import CheckpointSchedule, GracefulStop
 from dpemb.training.resume import check_same_config, resume_from_checkpoint
@@ -174,8 +175,7 @@ def train_federated(
         torch.set_num_threads(run_cfg.threads)
     env = DistributedEnv.from_environ()
     device = rank_device(resolve_device(run_cfg.device), env)
-    if env is not None:
-        init_distributed(env, device)
+    created_group = init_distributed(env, device) if env is not None else False
 
     # --- the server model (for DP-FedAvg with the global head that is aggregated too)
     torch.manual_seed(run_cfg.seed)
@@ -189,7 +189,9 @@ def train_federated(
     template = [torch.zeros(sum(p.numel() for p in server_params), device=device)]
     if env is not None and env.rank != 0:  # a worker: serve rank 0's rounds, hold no state
         worker = DistributedExecutor(trainer, data, ClientRandomness(), env, template, eval_ds.images)
-        return {"rank": env.rank, "rounds_served": worker.serve()}
+        served = worker.serve()
+        leave_distributed(created_group)
+        return {"rank": env.rank, "rounds_served": served}
 
     run = RunDir(run_cfg.out)
     seeded = noise_seed is not None
@@ -299,6 +301,8 @@ def train_federated(
                 schedule.raise_if_stopped("round", rnd, run.checkpoint)
     finally:
         executor.close()  # the other ranks stop serving (a no-op in one process)
+        if executor.world_size > 1 and not executor.failed:  # the final evaluation, if any, runs here alone
+            leave_distributed(created_group)
     bar.close()
     elapsed = time.perf_counter() - t0
     if stopped_by_budget or last_ver is None or run.read_metrics()[-1].get("recall_at_far_0.001") is None:
