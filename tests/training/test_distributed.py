@@ -1,7 +1,8 @@
 """torch.distributed training (2 processes, gloo on loopback) against one process.
 
 Every test starts real processes (``tests/training/dist_ranks.py``), as torchrun does
-(about 10-20 s each on 2 cores; DP-FedAvg, DP-FTRL and 1 -> 2 resume: ``make test-slow``):
+(about 10-20 s each on 2 cores; DP-FTRL, 1 -> 2 resume and real torchrun restarts:
+``make test-slow``):
 the same model, epsilon and metrics as one process; noise drawn once per round whatever
 the world size (and a planted per-rank draw rejected); resume across world sizes; a
 killed rank stops the job with a clear error and an intact checkpoint to resume from.
@@ -42,7 +43,7 @@ def test_assign_clients_balances_examples_deterministically():
     assert sorted(i for p in assign_clients(list(range(1, 30)), 3) for i in p) == list(range(29))
 
 
-@pytest.mark.parametrize("algorithm", ["dp-fedemb", pytest.param("dp-fedavg", marks=pytest.mark.slow),
+@pytest.mark.parametrize("algorithm", ["dp-fedemb", "dp-fedavg",  # (DP-FedAvg: the global head too)
                                        pytest.param("dp-ftrl-fedemb", marks=pytest.mark.slow)])
 def test_two_processes_train_the_same_model_as_one(tmp_path, algorithm):
     train, ev, spec, cfg, run = setup(tmp_path, "one", algorithm=algorithm)

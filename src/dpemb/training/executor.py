@@ -191,7 +191,6 @@ class DistributedExecutor(LocalExecutor):
         if self.is_main and not self._closed:
             self._closed = True
             self._collective(-1, lambda: self.dist.broadcast_object_list([{"op": "stop"}], src=0))
-            self._collective(-1, self.dist.barrier)  # every rank leaves together (a clean teardown)
 
     # ------------------------------------------------------------------ ranks > 0
     def serve(self) -> int:
@@ -202,7 +201,6 @@ class DistributedExecutor(LocalExecutor):
             self._collective(served, lambda: self.dist.broadcast_object_list(box, src=0))
             msg = box[0]
             if msg["op"] == "stop":
-                self._collective(-1, self.dist.barrier)
                 return served
             if msg["op"] == "embed":
                 self._serve_embed(msg)
@@ -221,10 +219,11 @@ class DistributedExecutor(LocalExecutor):
         parameters, embeds its rows of the held-out split (``eval_images``)."""
         from dpemb.algorithms.client import load_flat_
 
-        vec = torch.empty_like(self.template[0], device=self.comm_device)
-        self._collective(-1, lambda: self.dist.broadcast(vec, src=0))
         model = self.trainer.model
-        load_flat_([p for p in model.parameters() if p.requires_grad], vec.to(self.data.device))
+        params = [p for p in model.parameters() if p.requires_grad]  # the backbone's (no global head)
+        vec = torch.empty(sum(p.numel() for p in params), device=self.comm_device)
+        self._collective(-1, lambda: self.dist.broadcast(vec, src=0))
+        load_flat_(params, vec.to(self.data.device))
         if self.eval_images is None or len(self.eval_images) != msg["rows"]:
             raise RankFailure(f"rank {self.rank} has no held-out split of {msg['rows']} rows to embed")
         self._embed_share(model, self.eval_images, msg["rows"], msg["batch_size"])
@@ -263,8 +262,8 @@ def init_distributed(env: DistributedEnv, device: torch.device) -> bool:
 
 
 def leave_distributed(created: bool) -> None:
-    """Destroy the process group ``init_distributed`` created (after the closing barrier:
-    a rank that exits while a peer still holds its connections can abort in gloo)."""
+    """Destroy the process group ``init_distributed`` created (a local operation: no
+    collective, so a rank that already left cannot make it fail)."""
     import torch.distributed as dist
 
     if created and dist.is_initialized():
