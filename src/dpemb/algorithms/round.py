@@ -7,8 +7,11 @@
       (SGD + momentum or FedAdam, with a round-indexed lr schedule: dpemb.algorithms.server;
       post-processing of the noised sum, so no change to the privacy guarantee)
 
-``map_clients`` and ``reduce_clients`` are separate so that a distributed executor
-can run the map on many processes and merge partial ``ClipAndSum`` accumulators.
+``map_clients`` (training, reading each client's rows through ``ClientData``) and
+``accumulate_clients`` (clipping into a ``ClipAndSum``) are separate from
+``round_stats`` so that a distributed executor (``dpemb.training.executor``) can run
+them on many processes and merge the partial accumulators and tallies before the
+statistics are taken; ``reduce_clients`` is the one-process composition.
 """
 
 from __future__ import annotations
@@ -106,19 +109,15 @@ def map_clients(
         images, labels, idx = data.client(users)
         if len(idx) == 0:
             continue
-        client = ClientInput(images, labels, idx, randomness.data_rng(rnd, key), randomness.init_generator(rnd, key))
+        rng, generator = randomness.data_rng(rnd, key), randomness.init_generator(rnd, key)
         if batch == 1:
-            yield trainer.update(start, *_update_args(client)), len(users)
+            yield trainer.update(start, images, labels, idx, rng, generator), len(users)
             continue
-        pending.append((client, len(users)))  # B clients at once (their images held meanwhile)
+        pending.append((ClientInput(images, labels, idx, rng, generator), len(users)))  # B at once
         if len(pending) == batch:
             yield from _train_pending(trainer, start, pending)
     if pending:
         yield from _train_pending(trainer, start, pending)
-
-
-def _update_args(client: "ClientInput") -> tuple[Any, ...]:
-    return client.images, client.labels, client.example_idx, client.rng, client.generator
 
 
 def _train_pending(trainer: "BatchedClientTrainer", start: torch.Tensor,

@@ -146,18 +146,19 @@ class DistributedExecutor(LocalExecutor):
         work = [[(slots[i], keys[i]) for i in part] for part in parts]
         msg = {"op": "round", "round": rnd, "work": work, "randomness": self.randomness.state_dict(),
                "clip": (acc.clip_norm, acc.sensitivity, acc.relation)}
-        self._collective(rnd, lambda: self.dist.broadcast_object_list([msg], src=0))
+        self._collective(f"round {rnd + 1}", lambda: self.dist.broadcast_object_list([msg], src=0))
         buf = start.detach().to(self.comm_device).clone()
-        self._collective(rnd, lambda: self.dist.broadcast(buf, src=0))
+        self._collective(f"round {rnd + 1}", lambda: self.dist.broadcast(buf, src=0))
         tally = self._run(rnd, start, work[0], acc)
         return self._merge(rnd, acc, tally)
 
     def _merge(self, rnd: int, acc: ClipAndSum, tally: ClientTally) -> ClientTally:
         """Reduce the clipped sums to rank 0 and gather the counts there."""
         total = acc.result().value[0].to(self.comm_device)
-        self._collective(rnd, lambda: self.dist.reduce(total, dst=0, op=self.dist.ReduceOp.SUM))
+        self._collective(f"round {rnd + 1}", lambda: self.dist.reduce(total, dst=0, op=self.dist.ReduceOp.SUM))
         gathered: list[Any] = [None] * self.world_size if self.is_main else None  # type: ignore[assignment]
-        self._collective(rnd, lambda: self.dist.gather_object((acc.counts(), tally), gathered, dst=0))
+        self._collective(f"round {rnd + 1}",
+                         lambda: self.dist.gather_object((acc.counts(), tally), gathered, dst=0))
         if self.is_main:
             acc.absorb([total], [c for c, _ in gathered[1:]])
             for _, t in gathered[1:]:
@@ -173,24 +174,25 @@ class DistributedExecutor(LocalExecutor):
         if self._closed:  # the other ranks have stopped serving: embed everything here
             return super().embed(model, images, batch_size)
         msg = {"op": "embed", "rows": len(images), "batch_size": batch_size}
-        self._collective(-1, lambda: self.dist.broadcast_object_list([msg], src=0))
+        self._collective("an evaluation", lambda: self.dist.broadcast_object_list([msg], src=0))
         params = [p for p in model.parameters() if p.requires_grad]
         buf = parameters_to_vector(params).detach().to(self.comm_device).clone()
-        self._collective(-1, lambda: self.dist.broadcast(buf, src=0))
+        self._collective("an evaluation", lambda: self.dist.broadcast(buf, src=0))
         return self._embed_share(model, images, len(images), batch_size)
 
     def _embed_share(self, model: torch.nn.Module, images: Any, rows: int, batch_size: int) -> torch.Tensor:
         lo, hi = rows * self.rank // self.world_size, rows * (self.rank + 1) // self.world_size
         mine = embed_images(model, images[lo:hi], batch_size=batch_size, device=self.data.device)
         shares: list[Any] = [None] * self.world_size if self.is_main else None  # type: ignore[assignment]
-        self._collective(-1, lambda: self.dist.gather_object(mine, shares, dst=0))
+        self._collective("an evaluation", lambda: self.dist.gather_object(mine, shares, dst=0))
         return torch.cat(shares) if self.is_main else mine
 
     def close(self) -> None:
         """Tell the other ranks that training is over (they return from ``serve``)."""
         if self.is_main and not self._closed:
             self._closed = True
-            self._collective(-1, lambda: self.dist.broadcast_object_list([{"op": "stop"}], src=0))
+            self._collective("the stop at the end of training",
+                             lambda: self.dist.broadcast_object_list([{"op": "stop"}], src=0))
 
     # ------------------------------------------------------------------ ranks > 0
     def serve(self) -> int:
@@ -198,7 +200,8 @@ class DistributedExecutor(LocalExecutor):
         served = 0
         while True:
             box: list[Any] = [None]
-            self._collective(served, lambda: self.dist.broadcast_object_list(box, src=0))
+            self._collective("the wait for rank 0's next message",
+                             lambda: self.dist.broadcast_object_list(box, src=0))
             msg = box[0]
             if msg["op"] == "stop":
                 return served
@@ -208,7 +211,7 @@ class DistributedExecutor(LocalExecutor):
             rnd = int(msg["round"])
             self.randomness.load_state_dict(msg["randomness"])
             start = torch.empty_like(self.template[0], device=self.comm_device)
-            self._collective(rnd, lambda: self.dist.broadcast(start, src=0))
+            self._collective(f"round {rnd + 1}", lambda: self.dist.broadcast(start, src=0))
             clip_norm, sensitivity, relation = msg["clip"]
             acc = ClipAndSum(self.template, clip_norm, sensitivity, relation)
             self._merge(rnd, acc, self._run(rnd, start.to(self.data.device), msg["work"][self.rank], acc))
@@ -222,7 +225,7 @@ class DistributedExecutor(LocalExecutor):
         model = self.trainer.model
         params = [p for p in model.parameters() if p.requires_grad]  # the backbone's (no global head)
         vec = torch.empty(sum(p.numel() for p in params), device=self.comm_device)
-        self._collective(-1, lambda: self.dist.broadcast(vec, src=0))
+        self._collective("an evaluation", lambda: self.dist.broadcast(vec, src=0))
         load_flat_(params, vec.to(self.data.device))
         if self.eval_images is None or len(self.eval_images) != msg["rows"]:
             raise RankFailure(f"rank {self.rank} has no held-out split of {msg['rows']} rows to embed")
@@ -235,16 +238,16 @@ class DistributedExecutor(LocalExecutor):
         keys = [tuple(k) for _, k in work]
         return super().run_round(rnd, start, slots, keys, acc)
 
-    def _collective(self, rnd: int, call: Any) -> None:
+    def _collective(self, where: str, call: Any) -> None:
+        """Run one collective; a failure becomes ``RankFailure`` naming ``where`` it happened."""
         t0 = time.perf_counter()
         try:
             call()
             self.collective_seconds += time.perf_counter() - t0
         except Exception as e:  # noqa: BLE001  (gloo/NCCL raise RuntimeError subclasses)
             self._closed = self.failed = True
-            where = f"round {rnd + 1}" if rnd >= 0 else "the end of training"
             raise RankFailure(
-                f"rank {self.rank} of {self.world_size}: a collective of {where} failed ({type(e).__name__}: "
+                f"rank {self.rank} of {self.world_size}: a collective failed during {where} ({type(e).__name__}: "
                 f"{str(e).splitlines()[0] if str(e) else ''}); a process of the job stopped or lost its connection"
             ) from e
 
