@@ -60,6 +60,7 @@ import numpy as np
 import torch
 
 from dpemb.privacy._checks import positive_finite, positive_int
+from dpemb.privacy.client_keys import seed_from
 from dpemb.privacy.clipping import ClipAndSum, ClippedSum
 from dpemb.privacy.relations import Relation, user_sensitivity
 
@@ -154,7 +155,7 @@ class CanaryClients:
             v = torch.zeros(self.dim, dtype=torch.float32)
             v[int(self._coords[i])] = float(self._signs[i])
             return v
-        seed = int(self._sequence(_STREAM_DIRECTION, i).generate_state(1, np.uint64)[0] >> np.uint64(1))
+        seed = seed_from(self._sequence(_STREAM_DIRECTION, i))
         v = torch.randn(self.dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
         return (v / torch.linalg.vector_norm(v)).to(torch.float32)
 
@@ -166,7 +167,7 @@ class CanaryClients:
 
     def bootstrap_seed(self) -> int:
         """A seed for the estimate's bootstrap, from the canary key (reproducible per run)."""
-        return int(self._sequence(_STREAM_BOOTSTRAP).generate_state(1, np.uint64)[0] >> np.uint64(1))
+        return seed_from(self._sequence(_STREAM_BOOTSTRAP))
 
     # ------------------------------------------------------------------ a round
     def split_round(self, slots: Sequence[np.ndarray], users_per_client: int) -> tuple[list[np.ndarray], np.ndarray]:

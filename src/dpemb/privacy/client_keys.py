@@ -39,6 +39,12 @@ _STREAM_DATA = 0
 _STREAM_INIT = 1
 
 
+def seed_from(sequence: np.random.SeedSequence) -> int:
+    """A non-negative 63-bit integer seed (for ``torch.Generator.manual_seed``) drawn from
+    ``sequence``: the one way keyed randomness of dpemb turns a key into a seed."""
+    return int(sequence.generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
 def client_keys(slots: Sequence[np.ndarray], users_per_client: int) -> list[tuple[int, int]]:
     """The key of each virtual client of a round, in the order of ``slots``.
 
@@ -77,7 +83,7 @@ class ClientRandomness:
     def init_generator(self, rnd: int, key: tuple[int, int]) -> torch.Generator:
         """A CPU generator for the client's fresh head initialisation (draw on the CPU,
         then copy to the device: the same numbers on every device)."""
-        seed = int(self._sequence(rnd, key, _STREAM_INIT).generate_state(1, np.uint64)[0] >> np.uint64(1))
+        seed = seed_from(self._sequence(rnd, key, _STREAM_INIT))
         return torch.Generator().manual_seed(seed)
 
     def state_dict(self) -> dict[str, Any]:

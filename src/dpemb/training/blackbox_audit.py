@@ -57,6 +57,7 @@ from dpemb.data.dataset import UserDataset
 from dpemb.data.tensors import to_float_tensor
 from dpemb.models import embed
 from dpemb.privacy.audit_report import MIN_CANARIES, Reported, accounted_poisson_tradeoff, audit_record
+from dpemb.privacy.client_keys import seed_from
 from dpemb.privacy.spec import PrivacySpec
 from dpemb.training.artifact import load_artifact, read_card
 from dpemb.training.audit_run import NOT_FOR_RELEASE, PRIVATE_FILE, RELEASED, AuditError, check_audit
@@ -85,7 +86,7 @@ class CanaryUsers:
         return int(self.images.shape[1])
 
     def bootstrap_seed(self) -> int:
-        return int(np.random.SeedSequence(self.key, spawn_key=(2,)).generate_state(1, np.uint64)[0] >> np.uint64(1))
+        return seed_from(np.random.SeedSequence(self.key, spawn_key=(2,)))
 
 
 def make_canary_users(n: int, image_shape: tuple[int, int, int], *, images_per_user: int = DEFAULT_IMAGES_PER_USER,

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from dpemb.privacy.audit_report import MIN_CANARIES, Reported, accounted_gaussian_tradeoff, audit_record
+from dpemb.privacy.client_keys import seed_from
 from dpemb.transfer.config import TransferConfig
 from dpemb.transfer.features import FeatureSet
 from dpemb.transfer.prepare import prepare_features, transform_features, with_absent_rows
@@ -68,7 +69,7 @@ class CanaryExamples:
         return int(self.features.shape[0])
 
     def bootstrap_seed(self) -> int:
-        return int(np.random.SeedSequence(self.key, spawn_key=(2,)).generate_state(1, np.uint64)[0] >> np.uint64(1))
+        return seed_from(np.random.SeedSequence(self.key, spawn_key=(2,)))
 
 
 def make_canary_examples(n: int, dim: int, num_classes: int, clip_norm: float, *,
