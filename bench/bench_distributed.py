@@ -12,6 +12,7 @@ invocation, against the one-process run. The models must agree to float toleranc
 one round; it grows with the rounds, fast when a large noise makes training chaotic).
 
     .venv/bin/python bench/bench_distributed.py [--procs 2] [--rounds 12] [--clients 16] [--users-per-client 4]
+        [--users 300] [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def train_args(data: Path, out: Path, a: argparse.Namespace) -> list[str]:
             "--clients-per-round", str(a.clients), "--users-per-client", str(a.users_per_client),
             "--rounds", str(a.rounds), "--noise-multiplier", str(a.noise_multiplier), "--noise-seed", "1",
             "--local-batch-size", "8", "--eval-every", str(10 * a.rounds), "--eval-max-pairs", "20000",
-            "--checkpoint-interval", "0", "--no-progress", "--out", str(out)]
+            "--checkpoint-interval", "0", "--no-progress", "--device", a.device, "--out", str(out)]
 
 
 def run(procs: int, data: Path, out: Path, a: argparse.Namespace) -> dict:
@@ -74,6 +75,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--clients", type=int, default=16, help="virtual clients per round (M)")
     ap.add_argument("--users-per-client", type=int, default=4)
+    ap.add_argument("--users", type=int, default=300, help="glyph writers (default 300)")
+    ap.add_argument("--device", default="cpu",
+                    help="cpu (default: gloo) or cuda (one GPU per rank: NCCL; ranks sharing a GPU: gloo)")
     ap.add_argument("--noise-multiplier", type=float, default=0.05,
                     help="z (default 0.05: training stays smooth; with a large z the rounds are chaotic and the "
                          "1e-8 differences of summation order between 1 and P processes grow ~4x per round)")
@@ -82,11 +86,14 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        make_glyphs(GlyphConfig(), progress=False).save(tmp / "data")
+        make_glyphs(GlyphConfig(num_users=a.users), progress=False).save(tmp / "data")
         results = [run(p, tmp / "data", tmp / f"p{p}", a) for p in [1, *a.procs]]
     base = results[0]
-    print(f"DP-FedEmb, LeNet, glyphs; M = {a.clients} clients x K = {a.users_per_client} users, {a.rounds} rounds, "
-          f"1 thread per process; load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
+    import torch
+
+    where = f"GPU {torch.cuda.get_device_name()} shared by the ranks" if a.device.startswith("cuda") else "CPU"
+    print(f"DP-FedEmb, LeNet, glyphs ({a.users} writers); M = {a.clients} clients x K = {a.users_per_client} users, "
+          f"{a.rounds} rounds, 1 thread per process, {where}; load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
     print(f"{'processes':>9} {'round (s)':>10} {'speed-up':>9} {'in collectives (s)':>19} {'wall (s)':>9} "
           f"{'max |w - w_1proc|':>18}")
     for r in results:

@@ -14,7 +14,15 @@ The runs are interleaved (centralized, federated, centralized, ...) and the medi
 the load average is printed. Then one DP-FedEmb run is profiled with cProfile and the
 time is split into buckets (forward/backward, optimizer, clip+noise, head init, ...).
 
+On a GPU (``--device cuda``) small clients leave the device idle one at a time:
+``--client-batch 1 16 64`` adds a DP-FedEmb row per number of virtual clients trained
+at once (vmap), ``--central-batch 32 256`` a centralized row per batch size, and
+``--backbone resnet-gn --image-size 64`` the larger backbone. Ratios are against
+centralized training at the clients' local batch size (the first ``--central-batch``).
+
     .venv/bin/python bench/bench_federated.py [--repeats 3] [--threads 1] [--no-profile]
+    python bench/bench_federated.py --device cuda --clients 64 --client-batch 1 16 64 \
+        --central-batch 32 256 [--backbone resnet-gn --image-size 64] [--bf16]
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import pstats
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -43,8 +52,8 @@ from dpemb.training.federated import train_federated
 BATCH = 32
 
 
-def data():
-    ds = make_glyphs(GlyphConfig(), progress=False)  # 300 writers x 40 characters x 2 images
+def data(image_size: int = 28, users: int = 300):
+    ds = make_glyphs(GlyphConfig(num_users=users, image_size=image_size), progress=False)  # x 40 characters x 2 images
     sp = ds.split()
     ev = sp.eval
     keep = np.zeros(ev.num_examples, dtype=bool)
@@ -52,22 +61,37 @@ def data():
     return sp.train, ev.select(keep, relabel=True)
 
 
-def run_central(train, ev, steps: int, out: Path, threads: int) -> float:
+@dataclass(frozen=True)
+class Setting:
+    """What every measurement shares (backbone, device, federated shape)."""
+
+    backbone: str = "lenet"
+    device: str = "cpu"
+    threads: int = 1
+    clients: int = 8  # M
+    users_per_client: int = 4  # K
+    bf16: bool = False
+
+    def run(self, out: Path, *, client_batch: int = 1) -> RunConfig:
+        return RunConfig(out=str(out), eval_every=10**9, progress=False, threads=self.threads, device=self.device,
+                         client_batch=client_batch, bf16=self.bf16)
+
+
+def run_central(train, ev, steps: int, out: Path, s: Setting, batch: int = BATCH) -> float:
     rep = train_centralized(
-        train, ev, ModelConfig("lenet"),
-        OptimConfig(lr=0.05, momentum=0.9, batch_size=BATCH, steps=steps),
-        RunConfig(out=str(out), eval_every=steps, progress=False, threads=threads),
+        train, ev, ModelConfig(s.backbone),
+        OptimConfig(lr=0.05, momentum=0.9, batch_size=batch, steps=steps),
+        s.run(out),
     )
     return rep["images_per_second"]
 
 
-def run_fed(train, ev, algorithm: str, rounds: int, out: Path, threads: int) -> float:
-    spec = PrivacySpec(population=train.num_users, clients_per_round=8, users_per_client=4,
+def run_fed(train, ev, algorithm: str, rounds: int, out: Path, s: Setting, client_batch: int = 1) -> float:
+    spec = PrivacySpec(population=train.num_users, clients_per_round=s.clients, users_per_client=s.users_per_client,
                        noise_multiplier=0.01, clip_norm=0.3, rounds=rounds)
     fed = FederatedConfig(algorithm=algorithm, local_batch_size=BATCH, client_lr=0.05,
                           head_lr_scale=3.0 if algorithm == "dp-fedemb" else 1.0)
-    rep = train_federated(train, ev, ModelConfig("lenet"), fed, spec,
-                          RunConfig(out=str(out), eval_every=rounds, progress=False, threads=threads),
+    rep = train_federated(train, ev, ModelConfig(s.backbone), fed, spec, s.run(out, client_batch=client_batch),
                           noise_seed=0)
     # the examples a round processed are a private count: the throughput is in the private diagnostics
     return [r for r in RunDir(out).read_diagnostics() if r.get("summary")][-1]["images_per_second"]
@@ -87,10 +111,10 @@ BUCKETS = [  # (bucket, substrings of "file:function" in the profile), first mat
 ]
 
 
-def profile_fed(train, ev, rounds: int, out: Path, threads: int) -> str:
+def profile_fed(train, ev, rounds: int, out: Path, s: Setting) -> str:
     prof = cProfile.Profile()
     prof.enable()
-    run_fed(train, ev, "dp-fedemb", rounds, out, threads)
+    run_fed(train, ev, "dp-fedemb", rounds, out, s)
     prof.disable()
     st = pstats.Stats(prof)
     total = sum(v[2] for v in st.stats.values())  # total tottime
@@ -105,7 +129,8 @@ def profile_fed(train, ev, rounds: int, out: Path, threads: int) -> str:
         else:
             buckets["other"] += tt
             others.append((tt, name))
-    lines = [f"\ncProfile of one DP-FedEmb run ({rounds} rounds, M=8, K=4, batch {BATCH}), "
+    lines = [f"\ncProfile of one DP-FedEmb run ({rounds} rounds, M={s.clients}, K={s.users_per_client}, "
+             f"batch {BATCH}), "
              f"self time by bucket (total {total:.2f} s):", f"{'bucket':32s} {'s':>7s} {'share':>6s}"]
     for b, t in sorted(buckets.items(), key=lambda kv: -kv[1]):
         lines.append(f"{b:32s} {t:7.2f} {t / total:6.1%}")
@@ -123,36 +148,58 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     ap.add_argument("--rounds", type=int, default=12, help="federated rounds per measurement")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
+    ap.add_argument("--backbone", default="lenet")
+    ap.add_argument("--image-size", type=int, default=28)
+    ap.add_argument("--users", type=int, default=300, help="glyph writers (default 300; M x K must stay below)")
+    ap.add_argument("--clients", type=int, default=8, help="virtual clients per round, M (default 8)")
+    ap.add_argument("--users-per-client", type=int, default=4, help="K (default 4)")
+    ap.add_argument("--client-batch", type=int, nargs="+", default=[1],
+                    help="DP-FedEmb rows: virtual clients trained at once (default 1)")
+    ap.add_argument("--central-batch", type=int, nargs="+", default=[BATCH],
+                    help="centralized rows: batch sizes; the first is the ratios' base (default 32)")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast (federated local training)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    s = Setting(args.backbone, args.device, args.threads, args.clients, args.users_per_client, args.bf16)
     load0 = os.getloadavg()
-    train, ev = data()
+    train, ev = data(args.image_size, args.users)
     # one federated round trains about M * K * (examples per user) examples; give the
     # centralized run the same number of examples
     per_user = train.num_examples / train.num_users
-    steps = max(20, int(args.rounds * 8 * 4 * per_user / BATCH))
-    rates: dict[str, list[float]] = {"centralized (non-private)": [], "DP-FedEmb": [], "DP-FedAvg": []}
+    examples = args.rounds * s.clients * s.users_per_client * per_user
+    central = {b: f"centralized, batch {b} (non-private)" for b in args.central_batch}
+    batched = {b: "DP-FedEmb" + (f", {b} clients at once" if args.client_batch != [1] else "")
+               for b in args.client_batch}
+    rates: dict[str, list[float]] = {name: [] for name in [*central.values(), *batched.values(), "DP-FedAvg"]}
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
-        run_central(train, ev, 20, t / "warm", args.threads)  # warm-up
+        for b in args.central_batch:  # warm-up (and CUDA kernels' first compilation)
+            run_central(train, ev, 20, t / "warm", s, b)
+        run_fed(train, ev, "dp-fedemb", 2, t / "warmf", s, max(args.client_batch))
         for r in range(args.repeats):
-            rates["centralized (non-private)"].append(run_central(train, ev, steps, t / f"c{r}", args.threads))
-            rates["DP-FedEmb"].append(run_fed(train, ev, "dp-fedemb", args.rounds, t / f"e{r}", args.threads))
-            rates["DP-FedAvg"].append(run_fed(train, ev, "dp-fedavg", args.rounds, t / f"a{r}", args.threads))
-        prof = "" if args.no_profile else profile_fed(train, ev, args.rounds, t / "prof", args.threads)
+            for b, name in central.items():
+                rates[name].append(run_central(train, ev, max(20, int(examples / b)), t / f"c{b}-{r}", s, b))
+            for b, name in batched.items():
+                rates[name].append(run_fed(train, ev, "dp-fedemb", args.rounds, t / f"e{b}-{r}", s, b))
+            rates["DP-FedAvg"].append(run_fed(train, ev, "dp-fedavg", args.rounds, t / f"a{r}", s))
+        prof = "" if args.no_profile else profile_fed(train, ev, args.rounds, t / "prof", s)
     load1 = os.getloadavg()
-    base = statistics.median(rates["centralized (non-private)"])
-    print(f"lenet, glyphs (shared regime, {train.num_users} users, {train.num_examples} images, "
-          f"{train.num_classes} identities), batch {BATCH}, {args.threads} thread(s), "
-          f"{args.repeats} interleaved repeats (median); centralized {steps} steps, federated "
-          f"{args.rounds} rounds of M=8 x K=4")
+    base = statistics.median(rates[central[args.central_batch[0]]])
+    dev = torch.device(args.device)
+    where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"{args.threads} CPU thread(s)"
+    print(f"{args.backbone} at {args.image_size} px, glyphs (shared regime, {train.num_users} users, "
+          f"{train.num_examples} images, {train.num_classes} identities), local batch {BATCH}, {where}"
+          f"{', bf16' if args.bf16 else ''}, {args.repeats} interleaved repeats (median); centralized "
+          f"{int(examples)} examples per run, federated {args.rounds} rounds of M={s.clients} x "
+          f"K={s.users_per_client}")
     print(f"load average before {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, "
           f"after {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f} (cores: {os.cpu_count()})")
-    print(f"\n{'training':28s} {'images/s':>9s} {'min':>7s} {'max':>7s} {'ratio':>6s}")
+    print(f"\n{'training':42s} {'images/s':>9s} {'min':>7s} {'max':>7s} {'ratio':>6s}")
     for name, v in rates.items():
         m = statistics.median(v)
-        print(f"{name:28s} {m:9.0f} {min(v):7.0f} {max(v):7.0f} {m / base:6.2f}")
-    print("\ngoal: DP-FedEmb / centralized >= 0.90")
+        print(f"{name:42s} {m:9.0f} {min(v):7.0f} {max(v):7.0f} {m / base:6.2f}")
+    print(f"\ngoal: DP-FedEmb / centralized (batch {args.central_batch[0]}) >= 0.90")
     if prof:
         print(prof)
     return 0

@@ -14,6 +14,14 @@ calibration run on a subset), it runs on the largest subset that fits, and dpemb
 on that same subset too, so the ratio compares like with like; both sizes are printed.
 
 Run: ``.venv/bin/python bench/bench_recall.py`` (add ``--n 6000`` for a quick look).
+
+``--devices cuda cpu`` instead compares dpemb with itself across devices on all N
+embeddings (no scikit-learn: at N = 100k it would need about 50 GB for the 5e9 pairs):
+seconds, peak host memory, peak GPU memory (``torch.cuda.max_memory_allocated``) and
+the Recall@FAR, which must be identical on every device; ratios against the last
+device named (the baseline, e.g. the CPU):
+
+    python bench/bench_recall.py --n 100000 --identities 10000 --devices cuda cpu
 """
 
 from __future__ import annotations
@@ -79,18 +87,25 @@ def _load(data_dir: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def _worker_ours(data_dir: Path, n: int) -> dict:
+def _worker_ours(data_dir: Path, n: int, device: str | None = None) -> dict:
     import torch
 
     from dpemb.metrics import verification_metrics
 
     x, y = _load(data_dir, n)
-    verification_metrics(x[:200], y[:200], fars=(FAR,))  # warm up kernels
+    verification_metrics(x[:200], y[:200], fars=(FAR,), device=device)  # warm up kernels
+    cuda = device is not None and device.startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     with _PeakRss() as mem:
         t0 = time.perf_counter()
-        res = verification_metrics(x, y, fars=(FAR,), progress=True)
+        res = verification_metrics(x, y, fars=(FAR,), progress=True, device=device)
+        if cuda:
+            torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
     return {
+        "gpu_peak_bytes": torch.cuda.max_memory_allocated() if cuda else 0,
         "seconds": seconds,
         "peak_bytes": mem.delta,
         "maxrss_bytes": mem.maxrss_delta,
@@ -155,8 +170,10 @@ def _worker_sklearn(data_dir: Path, n: int) -> dict:
 
 
 # ------------------------------------------------------------------- driver side
-def _run_worker(kind: str, data_dir: Path, n: int) -> dict:
+def _run_worker(kind: str, data_dir: Path, n: int, device: str | None = None) -> dict:
     cmd = [sys.executable, __file__, "--worker", kind, "--data", str(data_dir), "--n", str(n)]
+    if device is not None:
+        cmd += ["--device", device]
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -173,6 +190,26 @@ def _n_for_pairs(pairs: float) -> int:
     return int((1 + math.sqrt(1 + 8 * pairs)) // 2)
 
 
+def _compare_devices(x: np.ndarray, y: np.ndarray, devices: list[str]) -> int:
+    """dpemb's exact Recall@FAR on every device, each in its own process; ratios against
+    the last device."""
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = Path(tmp)
+        np.save(data_dir / "x.npy", x)
+        np.save(data_dir / "y.npy", y)
+        rows = [(d, _run_worker("ours", data_dir, len(x), d)) for d in devices]
+    base = rows[-1][1]
+    print(f"\n| device | pairs | seconds | speed-up vs {devices[-1]} | peak host RSS above start (MB) "
+          f"| peak GPU memory (MB) | Recall@FAR={FAR:g} |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for d, r in rows:
+        print(f"| {d} | {r['pairs']:,} | {r['seconds']:.1f} | {base['seconds'] / r['seconds']:.1f}x | "
+              f"{r['peak_bytes'] / 2**20:.0f} | {r['gpu_peak_bytes'] / 2**20:.0f} | {r['recall']:.6f} |")
+    same = len({r["recall"] for _, r in rows}) == 1
+    print(f"\nRecall@FAR={FAR:g} on every device: {'IDENTICAL' if same else 'DIFFERENT'}")
+    return 0 if same else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=20_000, help="embeddings (default 20000)")
@@ -184,11 +221,14 @@ def main() -> int:
     ap.add_argument("--calibration-n", type=int, default=4_000)
     ap.add_argument("--worker", choices=["ours", "sklearn"], help=argparse.SUPPRESS)
     ap.add_argument("--data", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--device", help=argparse.SUPPRESS)
+    ap.add_argument("--devices", nargs="+", help="compare dpemb across these devices (no scikit-learn)")
     args = ap.parse_args()
 
     if args.worker:
-        fn = _worker_ours if args.worker == "ours" else _worker_sklearn
-        print(json.dumps(fn(args.data, args.n)))
+        res = _worker_ours(args.data, args.n, args.device) if args.worker == "ours" else \
+            _worker_sklearn(args.data, args.n)
+        print(json.dumps(res))
         return 0
 
     rng = np.random.default_rng(args.seed)
@@ -201,6 +241,9 @@ def main() -> int:
         f"data: {args.n} embeddings x {args.dim}-d, {args.identities} identities, "
         f"{full_pairs:,} pairs; FAR {FAR:g}; {os.cpu_count()} CPU cores"
     )
+
+    if args.devices:
+        return _compare_devices(x, y, args.devices)
 
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp)

@@ -18,7 +18,7 @@ from torch.nn.utils import parameters_to_vector
 
 import dpemb.training.federated as fed
 from dpemb.training.checkpoint import load_checkpoint
-from dpemb.training.executor import assign_clients
+from dpemb.training.executor import DistributedEnv, assign_clients, collective_backend
 from dpemb.training.modelinit import build_model
 from tests.training.dist_ranks import launch
 from tests.training.test_federated import MODEL, crash_in_round_3, setup
@@ -42,6 +42,21 @@ def test_assign_clients_balances_examples_deterministically():
     assert assign_clients([3, 3], 4) == [[0], [1], [], []]
     assert sorted(i for p in assign_clients(list(range(1, 30)), 3) for i in p) == list(range(29))
 
+
+
+def test_ranks_sharing_a_gpu_use_gloo_and_environment_is_read(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert collective_backend(cpu, DistributedEnv(0, 2, 0, 2)) == "gloo"
+    assert collective_backend(gpu, DistributedEnv(0, 4, 0, 2)) == "nccl"  # one GPU per rank on this node
+    assert collective_backend(gpu, DistributedEnv(0, 4, 0, 4)) == "gloo"  # two ranks per GPU: NCCL refuses
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert DistributedEnv.from_environ() == DistributedEnv(5, 8, 1, 4)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert DistributedEnv.from_environ() is None
 
 @pytest.mark.parametrize("algorithm", ["dp-fedemb", "dp-fedavg",  # (DP-FedAvg: the global head too)
                                        pytest.param("dp-ftrl-fedemb", marks=pytest.mark.slow)])

@@ -66,6 +66,7 @@ class DistributedEnv:
     rank: int
     world_size: int
     local_rank: int
+    local_world_size: int = 1  # ranks on this node
 
     @classmethod
     def from_environ(cls) -> "DistributedEnv | None":
@@ -73,7 +74,8 @@ class DistributedEnv:
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world <= 1 or "RANK" not in os.environ:
             return None
-        return cls(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
+        return cls(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")),
+                   int(os.environ.get("LOCAL_WORLD_SIZE", world)))
 
 
 def rank_device(device: torch.device, env: DistributedEnv | None) -> torch.device:
@@ -259,9 +261,17 @@ def init_distributed(env: DistributedEnv, device: torch.device) -> bool:
 
     if dist.is_initialized():
         return False
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT)
+    dist.init_process_group(collective_backend(device, env), timeout=COLLECTIVE_TIMEOUT)
     return True
+
+
+def collective_backend(device: torch.device, env: DistributedEnv) -> str:
+    """NCCL when every rank of this node has a GPU of its own; gloo on CPUs and when
+    several ranks share a GPU (``--nproc-per-node`` above the GPU count: NCCL refuses
+    two ranks on one device), the clipped sums then travel through host memory."""
+    if device.type != "cuda":
+        return "gloo"
+    return "nccl" if env.local_world_size <= torch.cuda.device_count() else "gloo"
 
 
 def leave_distributed(created: bool) -> None:

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The GPU checks and benchmarks of issue #13 on a machine with one CUDA GPU, in two parts
+# that each fit a 10-minute slot. Each step's whole output goes to OUTDIR/<step>.log and
+# its last lines to stdout; a step that fails or times out does not stop the others.
+#
+#   bench/gpu_checks.sh part1 OUTDIR   # clients batched, local training vs centralized (LeNet 28 px),
+#                                      # Recall@FAR on 100k embeddings GPU vs CPU, ranks sharing the GPU
+#   bench/gpu_checks.sh part2 OUTDIR   # ResNet-GN at 64 px, rounds on P CPU processes, the test suite
+#
+# Needs python with torch (CUDA build) and dpemb's dependencies; dpemb runs from src/.
+set -u
+part=${1:?part1 or part2}
+out=${2:?OUTDIR}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+PY=${PYTHON:-python3}
+
+step() {  # step NAME SECONDS CMD...
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  echo "=== $name: rc $rc, $((SECONDS - t0)) s: $*"
+  grep -v -E "it/s\]|tile/s\]|s/it\]|^\s*$" "$out/$name.log" | tail -n "${TAIL:-28}"
+}
+
+if [ "$part" = part1 ]; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  $PY -c "import torch, dp_accounting; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
+  step batched_lenet 100 $PY bench/bench_batched_clients.py --clients 64 --batch-clients 1 8 32 64 --seconds 5
+  step batched_lenet_bf16 100 $PY bench/bench_batched_clients.py --clients 64 --batch-clients 1 32 64 \
+    --seconds 4 --bf16
+  step federated_lenet 240 $PY bench/bench_federated.py --device cuda --threads 4 --users 3000 --clients 64 \
+    --users-per-client 4 --rounds 4 --repeats 2 --client-batch 1 16 64 --central-batch 32 256 --no-profile
+  step recall_100k 150 $PY bench/bench_recall.py --n 100000 --identities 10000 --devices cuda cpu
+  step ranks_share_gpu 120 $PY bench/bench_distributed.py --device cuda --procs 2 4 --clients 32 --rounds 8
+elif [ "$part" = part2 ]; then
+  step batched_resnet64 100 $PY bench/bench_batched_clients.py --backbone resnet-gn --image-size 64 \
+    --clients 32 --batch-clients 1 8 32 --seconds 5
+  step federated_resnet64 240 $PY bench/bench_federated.py --device cuda --threads 4 --backbone resnet-gn \
+    --image-size 64 --users 800 --clients 32 --users-per-client 4 --rounds 3 --repeats 2 --client-batch 1 8 32 \
+    --central-batch 32 256 --no-profile
+  step distributed_cpu 150 $PY bench/bench_distributed.py --procs 2 4 8 --clients 32 --rounds 10
+  TAIL=40 step tests_on_gpu 200 $PY -m pytest -q --maxfail 40 -p no:cacheprovider -n 12 --timeout 150 -m "not slow" tests
+else
+  echo "unknown part $part" >&2
+  exit 2
+fi
