@@ -23,6 +23,7 @@ the start moves by one float32 rounding (start x (1 + 2^-23)).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -58,8 +59,12 @@ def timed(runs: list, device: torch.device, seconds: float) -> tuple[list[float]
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    results = [run() for run in runs]  # warm-up: allocator, oneDNN / cuDNN primitives
-    sync()
+    results = []
+    for i, run in enumerate(runs):  # warm-up: allocator, oneDNN / cuDNN primitives
+        t0 = time.perf_counter()
+        results.append(run())
+        sync()
+        print(f"  run {i}: warm-up pass in {time.perf_counter() - t0:.2f} s", file=sys.stderr, flush=True)
     spent = [0.0] * len(runs)
     passes = [0] * len(runs)
     while min(spent) < seconds or min(passes) < 2:
@@ -69,6 +74,7 @@ def timed(runs: list, device: torch.device, seconds: float) -> tuple[list[float]
             sync()
             spent[i] += time.perf_counter() - t0
             passes[i] += 1
+            print(f"  run {i}: pass {passes[i]} in {time.perf_counter() - t0:.2f} s", file=sys.stderr, flush=True)
     return [p / s for p, s in zip(passes, spent)], results
 
 

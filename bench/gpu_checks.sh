@@ -27,9 +27,9 @@ step() {  # step NAME SECONDS CMD...
 if [ "$part" = part1 ]; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   $PY -c "import torch, dp_accounting; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
-  step batched_lenet 100 $PY bench/bench_batched_clients.py --clients 64 --batch-clients 1 8 32 64 --seconds 5
-  step batched_lenet_bf16 100 $PY bench/bench_batched_clients.py --clients 64 --batch-clients 1 32 64 \
-    --seconds 4 --bf16
+  step batched_lenet 90 $PY bench/bench_batched_clients.py --clients 64 --batch-clients 1 8 32 64 --seconds 3
+  step batched_lenet_bf16 60 $PY bench/bench_batched_clients.py --clients 64 --batch-clients 1 32 64 \
+    --seconds 3 --bf16
   step federated_lenet 240 $PY bench/bench_federated.py --device cuda --threads 4 --users 3000 --clients 64 \
     --users-per-client 4 --rounds 4 --repeats 2 --client-batch 1 16 64 --central-batch 32 256 --no-profile
   step recall_100k 150 $PY bench/bench_recall.py --n 100000 --identities 10000 --devices cuda cpu

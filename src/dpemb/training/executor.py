@@ -79,9 +79,11 @@ class DistributedEnv:
 
 
 def rank_device(device: torch.device, env: DistributedEnv | None) -> torch.device:
-    """A CUDA device without an index becomes this rank's local GPU (cuda:LOCAL_RANK)."""
-    if env is not None and device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", env.local_rank % max(torch.cuda.device_count(), 1))
+    """A CUDA device without an index becomes this rank's local GPU (cuda:LOCAL_RANK,
+    modulo the GPUs present), or the current GPU outside torchrun."""
+    if device.type == "cuda" and device.index is None:
+        index = env.local_rank % max(torch.cuda.device_count(), 1) if env is not None else torch.cuda.current_device()
+        device = torch.device("cuda", index)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     return device
