@@ -56,10 +56,15 @@ def run(procs: int, data: Path, out: Path, a: argparse.Namespace) -> dict:
                "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
                "-m", "dpemb", *train_args(data, out, a)]
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT, timeout=a.run_timeout)
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+        sys.exit(f"{' '.join(cmd)} ran past {a.run_timeout} s:\n{err[-3000:]}")
     if done.returncode:
         sys.exit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
     wall = time.perf_counter() - t0
+    print(f"{procs} process(es): {wall:.1f} s", file=sys.stderr, flush=True)
     recs = [json.loads(line) for line in (out / "private" / "diagnostics.jsonl").read_text().splitlines()]
     secs = [r["seconds"] for r in recs if "seconds" in r]
     secs = secs[1:-1] or secs  # without warm-up and the evaluating last round, when there are more
@@ -76,6 +81,7 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=16, help="virtual clients per round (M)")
     ap.add_argument("--users-per-client", type=int, default=4)
     ap.add_argument("--users", type=int, default=300, help="glyph writers (default 300)")
+    ap.add_argument("--run-timeout", type=float, default=None, help="seconds one training run may take")
     ap.add_argument("--device", default="cpu",
                     help="cpu (default: gloo) or cuda (one GPU per rank: NCCL; ranks sharing a GPU: gloo)")
     ap.add_argument("--noise-multiplier", type=float, default=0.05,

@@ -3,9 +3,11 @@
 # that each fit a 10-minute slot. Each step's whole output goes to OUTDIR/<step>.log and
 # its last lines to stdout; a step that fails or times out does not stop the others.
 #
-#   bench/gpu_checks.sh part1 OUTDIR   # clients batched, local training vs centralized (LeNet 28 px),
-#                                      # Recall@FAR on 100k embeddings GPU vs CPU, ranks sharing the GPU
-#   bench/gpu_checks.sh part2 OUTDIR   # ResNet-GN at 64 px, rounds on P CPU processes, the test suite
+#   bench/gpu_checks.sh part1 OUTDIR   # local training vs centralized (LeNet 28 px), Recall@FAR on
+#                                      # 100k embeddings GPU vs CPU
+#   bench/gpu_checks.sh part2 OUTDIR   # clients batched (LeNet, ResNet-GN 64 px), local training vs
+#                                      # centralized (ResNet-GN 64 px), ranks sharing the GPU, the test
+#                                      # suite on the GPU machine, rounds on P CPU processes
 #
 # Needs python with torch (CUDA build) and dpemb's dependencies; dpemb runs from src/.
 set -u
@@ -27,21 +29,20 @@ step() {  # step NAME SECONDS CMD...
 if [ "$part" = part1 ]; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   $PY -c "import torch, dp_accounting; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
-  step batched_lenet 90 $PY bench/bench_batched_clients.py --clients 64 --batch-clients 1 8 32 64 --seconds 3
-  step batched_lenet_bf16 60 $PY bench/bench_batched_clients.py --clients 64 --batch-clients 1 32 64 \
-    --seconds 3 --bf16
   step federated_lenet 240 $PY bench/bench_federated.py --device cuda --threads 4 --users 3000 --clients 64 \
     --users-per-client 4 --rounds 4 --repeats 2 --client-batch 1 16 64 --central-batch 32 256 --no-profile
   step recall_100k 150 $PY bench/bench_recall.py --n 100000 --identities 10000 --devices cuda cpu
-  step ranks_share_gpu 120 $PY bench/bench_distributed.py --device cuda --procs 2 4 --clients 32 --rounds 8
 elif [ "$part" = part2 ]; then
-  step batched_resnet64 100 $PY bench/bench_batched_clients.py --backbone resnet-gn --image-size 64 \
-    --clients 32 --batch-clients 1 8 32 --seconds 5
-  step federated_resnet64 240 $PY bench/bench_federated.py --device cuda --threads 4 --backbone resnet-gn \
+  step batched_lenet 45 $PY bench/bench_batched_clients.py --clients 64 --batch-clients 1 8 32 64 --seconds 3
+  step batched_resnet64 45 $PY bench/bench_batched_clients.py --backbone resnet-gn --image-size 64 \
+    --clients 32 --batch-clients 1 8 32 --seconds 3
+  step federated_resnet64 190 $PY bench/bench_federated.py --device cuda --threads 4 --backbone resnet-gn \
     --image-size 64 --users 800 --clients 32 --users-per-client 4 --rounds 3 --repeats 2 --client-batch 1 8 32 \
     --central-batch 32 256 --no-profile
-  step distributed_cpu 150 $PY bench/bench_distributed.py --procs 2 4 8 --clients 32 --rounds 10
-  TAIL=40 step tests_on_gpu 200 $PY -m pytest -q --maxfail 40 -p no:cacheprovider -n 12 --timeout 150 -m "not slow" tests
+  step ranks_share_gpu 120 $PY bench/bench_distributed.py --device cuda --procs 2 4 --clients 16 --rounds 4 \
+    --run-timeout 45
+  TAIL=40 step tests_on_gpu 120 $PY -m pytest -q --maxfail 40 -p no:cacheprovider -n 12 --timeout 100 -m "not slow" tests
+  step distributed_cpu 60 $PY bench/bench_distributed.py --procs 2 4 8 --clients 32 --rounds 5 --run-timeout 25
 else
   echo "unknown part $part" >&2
   exit 2
