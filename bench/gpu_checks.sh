@@ -6,8 +6,9 @@
 #   bench/gpu_checks.sh part1 OUTDIR   # local training vs centralized (LeNet 28 px), Recall@FAR on
 #                                      # 100k embeddings GPU vs CPU
 #   bench/gpu_checks.sh part2 OUTDIR   # clients batched (LeNet, ResNet-GN 64 px), local training vs
-#                                      # centralized (ResNet-GN 64 px), ranks sharing the GPU, the test
-#                                      # suite on the GPU machine, rounds on P CPU processes
+#                                      # centralized (ResNet-GN 64 px), ranks sharing the GPU, rounds on
+#                                      # P CPU processes
+#   bench/gpu_checks.sh part3 OUTDIR   # the test suite with CUDA present (about 5 minutes on 16 cores)
 #
 # Needs python with torch (CUDA build) and dpemb's dependencies; dpemb runs from src/.
 set -u
@@ -41,8 +42,12 @@ elif [ "$part" = part2 ]; then
     --central-batch 32 256 --no-profile
   step ranks_share_gpu 120 $PY bench/bench_distributed.py --device cuda --procs 2 4 --clients 16 --rounds 4 \
     --run-timeout 45
-  TAIL=40 step tests_on_gpu 120 $PY -m pytest -q --maxfail 40 -p no:cacheprovider -n 12 --timeout 100 -m "not slow" tests
   step distributed_cpu 60 $PY bench/bench_distributed.py --procs 2 4 8 --clients 32 --rounds 5 --run-timeout 25
+elif [ "$part" = part3 ]; then  # the test suite with CUDA present; -v streams each failure's name
+  timeout 560 $PY -m pytest -v -p no:cacheprovider -p no:benchmark -n 15 --timeout 120 -m "not slow" --tb=line \
+    tests >"$out/tests_on_gpu.log" 2>&1
+  echo "=== tests_on_gpu: rc $?"
+  grep -E "FAILED|ERROR|[0-9]+ (passed|failed)" "$out/tests_on_gpu.log" | grep -v "^\[gw[0-9]*\] \[.*PASSED" | tail -n 60
 else
   echo "unknown part $part" >&2
   exit 2
