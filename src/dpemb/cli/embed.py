@@ -58,10 +58,11 @@ def run(args: argparse.Namespace) -> int:
     from dpemb.models import embed
     from dpemb.training.artifact import load_artifact
     from dpemb.cli.model_input import check_input, resize_note
-    from dpemb.training.evaluate import compute_embeddings
+    from dpemb.training.evaluate import embed_images
+    from dpemb.training.shards import RowShards
     from dpemb.atomic import atomic_write, atomic_write_text
 
-    device = device_from(args)
+    shards, device = RowShards.join(device_from(args))  # under torchrun: each rank embeds a share
     model, card = load_artifact(args.model, device)
     kw = card["backbone"]["kwargs"]
     if len(args.inputs) == 1 and (Path(args.inputs[0]) / "meta.json").is_file():
@@ -69,20 +70,23 @@ def run(args: argparse.Namespace) -> int:
         size = check_input(model, card, ds, args.inputs[0], resize=args.resize)
         if size is not None:
             print(resize_note(model, card, ds, args.inputs[0]))
-        emb = compute_embeddings(model, ds, batch_size=args.batch_size, device=device, resize_to=size).numpy()
+        emb = shards.gather(embed_images(model, shards.share_of(ds.images), batch_size=args.batch_size,
+                                         device=device, resize_to=size).numpy())
         names = [f"{ds.user_names[u]}\t{ds.label_names[l]}" for u, l in zip(ds.user_of_example(), ds.labels)]
     else:
         files = _collect(args.inputs)
         if not files:
             raise FileNotFoundError("no image files found in the inputs")
-        chunks = []
-        for i in range(0, len(files), args.batch_size):
+        lo, hi = shards.span(len(files))
+        chunks = [np.zeros((0, model.embedding_dim), dtype=np.float32)]
+        for i in range(lo, hi, args.batch_size):
             batch = np.stack([decode_image(f, image_size=kw["image_size"], channels=kw["in_channels"])
-                              for f in files[i : i + args.batch_size]])
+                              for f in files[i : min(i + args.batch_size, hi)]])
             with torch.no_grad():
                 chunks.append(embed(model, to_float_tensor(batch, device)).cpu().numpy())
-        emb = np.concatenate(chunks)
+        emb = shards.gather(np.concatenate(chunks))
         names = [str(f) for f in files]
+    shards.finish()  # a worker rank exits here
     out = Path(args.out)
     def write(p: Path) -> None:
         with open(p, "wb") as f:

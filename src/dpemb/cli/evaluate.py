@@ -103,7 +103,10 @@ def _flat(table: Any, other: dict[str, float]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from dpemb.cli.model_input import check_input, resize_note
-    from dpemb.training.evaluate import compute_embeddings
+    import torch
+
+    from dpemb.training.evaluate import embed_images
+    from dpemb.training.shards import RowShards
     from dpemb.metrics import plot_roc
     from dpemb.metrics.far_table import far_table, format_far_tables
     from dpemb.training.artifact import load_artifact
@@ -114,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-pairs must be a positive integer; got {args.max_pairs}")
     paths = list(args.model) + list(args.compare)
     names = run_names(paths)
-    device = device_from(args)
+    shards, device = RowShards.join(device_from(args))  # under torchrun: each rank embeds a share
     ds = load_dataset(args.data)
     part = ds if args.split == "all" else ds.split().get(args.split)
     if part.num_examples < 2:
@@ -127,12 +130,15 @@ def run(args: argparse.Namespace) -> int:
         model, card = load_artifact(path, device)
         loaded.append((model, card, check_input(model, card, part, args.data, resize=args.resize)))
     notes = sys.stderr if args.json else sys.stdout
+    embeddings = [shards.gather(embed_images(model, shards.share_of(part.images), batch_size=args.batch_size,
+                                             device=device, resize_to=size).numpy()) for model, _, size in loaded]
+    shards.finish()  # a worker rank exits here; rank 0 computes the metrics
     tables, flats = {}, {}
-    for name, path, (model, card, size) in zip(names, paths, loaded):
+    for name, path, (model, card, size), emb in zip(names, paths, loaded, embeddings):
         if size is not None:
             print(resize_note(model, card, part, args.data) + (f" for {name}" if len(paths) > 1 else ""),
                   file=notes)
-        emb = compute_embeddings(model, part, batch_size=args.batch_size, device=device, resize_to=size)
+        emb = torch.from_numpy(emb)
         table = far_table(emb, part.labels, bootstrap=args.bootstrap, seed=args.bootstrap_seed,
                           max_pairs=args.max_pairs, device=device)
         tables[name] = table

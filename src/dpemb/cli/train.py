@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from dpemb.cli.common import add_device_flag, add_secure_noise_flag, device_from, fmt, guarded, load_dataset
@@ -303,14 +302,13 @@ def print_privacy_advice(args: argparse.Namespace, spec) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dpemb.training.executor import DistributedEnv
+    from dpemb.training.executor import DistributedEnv, exit_worker
 
-    env = DistributedEnv.from_environ()  # under torchrun: rank 0 speaks, the other ranks only compute
+    env = DistributedEnv.from_environ()  # under torchrun: rank 0 speaks (cli.main quiets the others)
     if env is not None:
         if args.algorithm == "centralized":
             raise UsageError("centralized training runs in one process; start it without torchrun")
         if env.rank != 0:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (for the life of this worker process)
             args.no_progress = True
     check_privacy_flags(args)
     model_cfg, optim_cfg, run_cfg = configs(args)
@@ -340,11 +338,7 @@ def run(args: argparse.Namespace) -> int:
                                  audit_canaries=canaries, audit_release=args.release_audit_run,
                                  audit_score=getattr(args, "audit_score", "final"))
         if env is not None and env.rank != 0:  # a worker rank: rank 0 holds the run and prints its summary
-            # leave at once: the worker has nothing to save, and letting the interpreter tear down
-            # gloo's threads intermittently aborts ("terminate called without an active exception",
-            # exit -6, which torchrun would report as a failed job; seen in about 1 of 4 test runs)
-            sys.stderr.flush()
-            os._exit(0)
+            exit_worker()
     print_summary(report)
     return 0
 

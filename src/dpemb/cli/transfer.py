@@ -53,6 +53,7 @@ def _register_features(sub: argparse._SubParsersAction) -> None:
 
 def run_features(args: argparse.Namespace) -> int:
     from dpemb.cli.main import UsageError
+    from dpemb.training.shards import RowShards
     from dpemb.transfer.features import extract_features, load_backbone, load_image_dataset, save_features
 
     if args.image_size < 8:
@@ -80,8 +81,11 @@ def run_features(args: argparse.Namespace) -> int:
         )
     except ValueError as e:
         raise UsageError(f"--backbone-model: {e}" if args.backbone_model else str(e)) from e
-    fs = extract_features(ds, model, batch_size=args.batch_size, progress=not args.quiet,
-                          meta={"data": spec, **desc}, device=device_from(args))
+    shards, device = RowShards.join(device_from(args))  # under torchrun: each rank extracts a share
+    fs = extract_features(ds, model, batch_size=args.batch_size, progress=not args.quiet and shards.is_main,
+                          meta={"data": spec, **desc}, device=device, shards=shards)
+    shards.finish()  # a worker rank exits here
+    assert fs is not None  # rank 0 holds the whole set
     save_features(args.out, fs)
     print(f"wrote {fs.num_examples} x {fs.dim} features of {spec} ({fs.num_classes} classes, "
           f"{len(set(fs.users.tolist())) if fs.users is not None else 'unknown'} users; backbone "

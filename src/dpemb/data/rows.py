@@ -323,6 +323,14 @@ def row_view(images: Any, rows: Any = None) -> Any:
     return images if rows is None else images[np.asarray(rows)]
 
 
+def row_span(images: Any, lo: int, hi: int) -> Any:
+    """Rows ``lo:hi`` of ``images``, lazily when it is lazy (a memmap or a RowView:
+    nothing is read), else as a numpy slice (a view)."""
+    if is_lazy(images):
+        return row_view(images, np.arange(lo, hi))
+    return images[lo:hi]
+
+
 def iter_batches(images: Any, batch_size: int) -> Iterator[tuple[int, np.ndarray]]:
     """``(start, rows start:start + batch_size)`` over ``images`` (an ndarray, a memmap
     or a RowView), each batch a ndarray read on its own: a memmapped array is read

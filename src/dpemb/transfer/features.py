@@ -19,7 +19,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -30,6 +30,9 @@ from dpemb.data.dataset import DataError, UserDataset
 from dpemb.data.rows import iter_batches
 from dpemb.data.tensors import default_device, resize_square, to_float_tensor
 from dpemb.atomic import atomic_write
+
+if TYPE_CHECKING:
+    from dpemb.training.shards import RowShards
 
 #: backbone names ``load_backbone`` accepts (besides a trained model's release artifact)
 BACKBONE_CHOICES: tuple[str, ...] = ("imagenet-mobilenetv2",)
@@ -249,11 +252,14 @@ def extract_features(
     device: torch.device | str | None = None,
     progress: bool = True,
     meta: dict[str, Any] | None = None,
-) -> FeatureSet:
+    shards: "RowShards | None" = None,
+) -> FeatureSet | None:
     """Features ``backbone.forward_features`` of every example, batched, with progress.
 
     Images are converted to float in [0, 1], resized to ``image_size`` (default: the
-    backbone's own ``image_size``) and fed in eval mode without gradients.
+    backbone's own ``image_size``) and fed in eval mode without gradients. With
+    ``shards`` (a torchrun job, ``dpemb.training.shards``) each rank extracts its share
+    of the rows and rank 0 returns the whole set; the other ranks return None.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -267,10 +273,13 @@ def extract_features(
     size = int(image_size or getattr(backbone, "image_size"))
     device = torch.device(device) if device is not None else default_device()
     backbone = backbone.to(device).eval()
-    n = dataset.num_examples
+    if dataset.num_examples == 0:
+        raise DataError("the dataset has no examples")
+    images = dataset.images if shards is None else shards.share_of(dataset.images)
+    n = len(images)
     out: np.ndarray | None = None
     bar = tqdm(total=n, desc="features", unit="img", disable=not progress)
-    for start, batch in iter_batches(dataset.images, batch_size):  # a memmap is read batch by batch
+    for start, batch in iter_batches(images, batch_size):  # a memmap is read batch by batch
         stop = start + len(batch)
         x = resize_square(to_float_tensor(batch, device=device), size)
         f = backbone.forward_features(x).float().cpu().numpy()
@@ -279,8 +288,14 @@ def extract_features(
         out[start:stop] = f
         bar.update(stop - start)
     bar.close()
-    if out is None:
-        raise DataError("the dataset has no examples")
+    if out is None:  # an empty share (more ranks than rows): the width from one forward pass
+        with torch.no_grad():
+            probe = torch.zeros(1, channels, size, size, device=device)
+            out = np.empty((0, backbone.forward_features(probe).shape[1]), dtype=np.float32)
+    if shards is not None:
+        out = shards.gather(out)
+        if out is None:
+            return None
     return FeatureSet(
         features=out,
         labels=dataset.labels.astype(np.int64),

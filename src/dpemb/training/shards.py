@@ -1,0 +1,82 @@
+"""Rows split across the ranks of a torchrun job: ``dpemb embed``, ``eval`` and ``features``.
+
+``torchrun --nproc-per-node P -m dpemb embed|eval|features ...``: every rank reads
+and embeds one contiguous share of the rows on its own device (cuda:LOCAL_RANK when
+each rank has a GPU). Rank 0 gathers the shares in row order and does the rest as one
+process would: the metrics, the files and the output. The other ranks print nothing.
+Outside torchrun nothing changes.
+
+Privacy: these commands run a released model over data the user passes in. No
+private training state takes part, so how the rows are split changes no guarantee.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from dpemb.data.rows import row_span
+from dpemb.training.executor import DistributedEnv, exit_worker, init_distributed, leave_distributed, rank_device
+
+
+@dataclass(frozen=True)
+class RowShards:
+    """This process's share of a job's rows: all of them outside torchrun."""
+
+    rank: int = 0
+    world_size: int = 1
+    created_group: bool = False  # this process joined the process group (and leaves it)
+
+    @classmethod
+    def join(cls, device: torch.device) -> tuple["RowShards", torch.device]:
+        """Join the torchrun job this process runs in, if any; return the shards and the
+        device this rank computes on."""
+        env = DistributedEnv.from_environ()
+        if env is None:
+            return cls(), device
+        device = rank_device(device, env)
+        return cls(env.rank, env.world_size, init_distributed(env, device)), device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def span(self, rows: int) -> tuple[int, int]:
+        """``[lo, hi)``: this rank's contiguous rows of ``rows`` (balanced within one row)."""
+        return rows * self.rank // self.world_size, rows * (self.rank + 1) // self.world_size
+
+    def share_of(self, images: Any) -> Any:
+        """This rank's rows of ``images`` (lazy when ``images`` is: nothing is read)."""
+        return images if self.world_size == 1 else row_span(images, *self.span(len(images)))
+
+    def gather(self, part: np.ndarray) -> np.ndarray | None:
+        """Every rank's ``part`` (its ``span``'s rows), concatenated in rank order on rank
+        0; None on the other ranks."""
+        if self.world_size == 1:
+            return part
+        import torch.distributed as dist
+
+        parts: list[np.ndarray] | None = [None] * self.world_size if self.is_main else None  # type: ignore[list-item]
+        dist.gather_object(part, parts, dst=0)
+        return np.concatenate(parts) if parts is not None else None
+
+    def finish(self) -> None:
+        """End of the job: rank 0 leaves the process group; a worker rank exits at once
+        (its share is delivered; see ``exit_worker``)."""
+        if self.world_size == 1:
+            return
+        if not self.is_main:
+            exit_worker()
+        leave_distributed(self.created_group)
+
+
+def quiet_worker() -> None:
+    """A worker rank of a torchrun job prints nothing (rank 0 speaks for the job);
+    errors still reach stderr."""
+    import os
+
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (for the life of this worker process)
