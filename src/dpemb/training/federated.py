@@ -20,7 +20,6 @@ ledger for the rounds actually run.
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import replace
 from typing import Any
@@ -32,16 +31,14 @@ from torch.nn.utils import parameters_to_vector
 from dpemb.algorithms.client import ClientTrainer, glorot_
 from dpemb.algorithms.batched_client import BatchedClientTrainer
 from dpemb.algorithms.config import FederatedConfig, LocalPerformance
-from dpemb.algorithms.round import ClientData, RoundStats, round_stats, server_step
+from dpemb.algorithms.round import ClientData, server_step
 from dpemb.algorithms.server import check_server_schedule, make_server_optimizer, server_lr_at, set_server_lr
 from dpemb.data.dataset import UserDataset
 from dpemb.data.tensors import resolve_device
-from dpemb.metrics import plot_roc
 from dpemb.privacy.accounting import (
     PrivacyLedger,
     PrivacySpec,
     describe_epsilon,
-    epsilon_for,
     extrapolate,
     supported_accountants,
 )
@@ -52,7 +49,6 @@ from dpemb.privacy.plan import PrivacyPlan
 from dpemb.privacy.statements import describe_adaptive_clipping
 from dpemb.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from dpemb.training.config import ModelConfig, RunConfig, config_json, describe_differences, to_dict
-from dpemb.progress import progress
 from dpemb.training.errors import TrainingDiverged
 from dpemb.training.executor import (
     DistributedEnv, DistributedExecutor, LocalExecutor, RankFailure, init_distributed, leave_distributed,
@@ -65,44 +61,10 @@ from dpemb.training.modelinit import build_model
 from dpemb.training.artifact import Release
 from dpemb.training.audit_run import AuditRun
 from dpemb.training.provenance import Provenance
-from dpemb.training.plots import plot_training
+from dpemb.training.round_log import PLD_MAX_RDP_EPSILON, RoundLog, epsilons
 from dpemb.training.rundir import RunDir
 
-ACCOUNTANTS = ("rdp", "pld")
 EXTRAPOLATE_TO = (1_000_000, 10_000_000)
-
-
-# PLD is tight but its cost grows with epsilon: beyond these RDP epsilons it is computed
-# only at evaluation rounds, then not at all (the guarantee is vacuous by then anyway).
-PLD_EVERY_ROUND_MAX_RDP_EPSILON = 50.0
-PLD_MAX_RDP_EPSILON = 1000.0
-
-
-def epsilons(ledger: PrivacyLedger, spec: PrivacySpec, *, with_pld: bool = True) -> dict[str, Any]:
-    """Epsilon from every accountant that supports the mechanism; None where one does
-    not (PLD for tree aggregation) or where PLD is skipped (see the limits above)."""
-    if spec.nonprivate:
-        return {f"epsilon_{a}": None for a in ACCOUNTANTS} | {"privacy": "not private"}
-    ok = supported_accountants(spec)
-    out: dict[str, Any] = {f"epsilon_{a}": None for a in ACCOUNTANTS}
-    if "rdp" in ok:
-        out["epsilon_rdp"] = ledger.epsilon("rdp")
-    if "pld" in ok and with_pld and (out["epsilon_rdp"] or 0.0) <= PLD_MAX_RDP_EPSILON:
-        out["epsilon_pld"] = ledger.epsilon("pld")
-    return out
-
-
-PRIVATE_LABEL = "[private diagnostic: an un-noised statistic of the private users; keep this log private] "
-
-
-def diagnostics(stats: RoundStats) -> dict[str, Any]:
-    """A round's un-noised statistics of the sampled users (PRIVATE: they are not
-    covered by the guarantee and go to ``private/diagnostics.jsonl`` only)."""
-    return {
-        "train_loss": stats.loss, "clients": stats.clients, "users": stats.users, "examples": stats.examples,
-        "preclip_norm_mean": stats.preclip_norm_mean, "fraction_clipped": stats.fraction_clipped,
-        "nonfinite_deltas": stats.nonfinite, "unclipped_clients": stats.unclipped,
-    }
 
 
 def divergence_message(spec: PrivacySpec, cfg: FederatedConfig, rnd: int, run: RunDir) -> str:
@@ -117,16 +79,6 @@ def divergence_message(spec: PrivacySpec, cfg: FederatedConfig, rnd: int, run: R
         "the noise on the average falls with M), a larger population or a larger --target-epsilon, a lower "
         "--server-lr, or a smaller --clip-norm. `dpemb account` shows the noise a cohort implies."
     )
-
-
-def zero_delta_warning(cfg: FederatedConfig, rnd: int) -> str:
-    """What to say when every client of a round sent an all-zero backbone delta."""
-    msg = f"warning: round {rnd}: every client's backbone delta was exactly zero, so the model does not move."
-    if cfg.algorithm != "dp-fedavg" and cfg.head_init == "zeros":
-        msg += (" A zero-initialised fresh head passes no gradient to the backbone on the first local"
-                " step, so a client needs at least 2 local steps: lower --local-batch-size, raise"
-                " --local-epochs, or use --head-init glorot.")
-    return msg
 
 
 def train_federated(
@@ -211,10 +163,6 @@ def train_federated(
     # audit run: canary users clipped and noised with the real clients (training.audit_run)
     audit = AuditRun(audit_canaries, spec, train.num_users, server_params, resume=resume, release=audit_release,
                      seed=noise_seed + 3 if seeded else None, score=audit_score) if audit_canaries else None
-    pld_every_round = spec.nonprivate or "rdp" not in supported_accountants(spec) or (
-        epsilon_for(spec, "rdp") <= PLD_EVERY_ROUND_MAX_RDP_EPSILON
-    )
-
     rnd = 0
     if resume_from_checkpoint(run, resume):
         rnd = load_state(run, config, spec, model, global_head, server_opt, plan, device)
@@ -239,13 +187,8 @@ def train_federated(
             "model_config": to_dict(model_cfg),
         })
 
-    last_ver = None
-    if rnd == 0:
-        metrics, last_ver = evaluate()  # round 0: the initialisation's score (pretrained-only, or random)
-        run.append_metrics({"round": 0, **epsilons(plan.ledger, spec), **metrics})
+    log = RoundLog(run, spec, plan.ledger, fed_cfg, run_cfg, evaluate, start_round=rnd)  # round 0 evaluated
     stopped_by_budget = False
-    t0, seen, start_round, warned_zero_delta = time.perf_counter(), 0, rnd, False
-    bar = progress(total=spec.rounds, initial=rnd, desc=fed_cfg.algorithm, unit="round", enabled=run_cfg.progress)
     try:
         with GracefulStop() as stop:  # SIGTERM/SIGINT: finish the round, checkpoint, stop
             schedule = CheckpointSchedule(run_cfg.checkpoint_every, run_cfg.checkpoint_interval_s, stop)
@@ -275,65 +218,29 @@ def train_federated(
                 rnd += 1
                 if not torch.isfinite(parameters_to_vector(server_params)).all():  # the released model: public
                     raise TrainingDiverged(divergence_message(spec, fed_cfg, rnd, run))
-                stats = round_stats(clipped, tally)
-                if stats.clients and stats.preclip_norm_mean == 0.0 and not warned_zero_delta:
-                    warned_zero_delta = True
-                    bar.write(PRIVATE_LABEL + zero_delta_warning(fed_cfg, rnd), file=sys.stderr)
-                seen += stats.examples  # local training examples processed (epochs included)
-                # un-noised statistics of the private users: the private diagnostics file only
-                run.append_diagnostics({"round": rnd, **diagnostics(stats), "seconds": time.perf_counter() - t_round,
-                                        "collective_seconds": executor.collective_seconds - t_collective})
-                # released: the round, its epsilon and evaluation on users never trained on
-                is_eval = rnd % run_cfg.eval_every == 0 or rnd == spec.rounds
-                rec: dict[str, Any] = {"round": rnd, **epsilons(plan.ledger, spec, with_pld=pld_every_round or is_eval)}
-                if plan.clip_state is not None:
-                    rec["clip_norm"] = clip_used  # the round's clip: a function of earlier noised counts
-                if is_eval:
-                    metrics, last_ver = evaluate()
-                    rec.update(metrics)
-                    bar.set_postfix(r1e3=f"{metrics['recall_at_far_0.001']:.3f}")
-                run.append_metrics(rec)
+                # 7. record: private diagnostics; released epsilon and evaluation on held-out users
+                is_eval = log.round_done(rnd, clipped, tally, seconds=time.perf_counter() - t_round,
+                                         collective_seconds=executor.collective_seconds - t_collective,
+                                         clip_used=clip_used if plan.clip_state is not None else None)
                 if schedule.due(rnd, at_eval=is_eval):
                     checkpoint()
-                bar.update(1)
                 if stop.requested:
-                    bar.close()
+                    log.close()
                 schedule.raise_if_stopped("round", rnd, run.checkpoint)
     finally:
         executor.close()  # the other ranks stop serving (a no-op in one process)
         if executor.world_size > 1 and not executor.failed:  # the final evaluation, if any, runs here alone
             leave_distributed(created_group)
-    bar.close()
-    elapsed = time.perf_counter() - t0
-    if stopped_by_budget or last_ver is None or run.read_metrics()[-1].get("recall_at_far_0.001") is None:
-        metrics, last_ver = evaluate()
-        run.append_metrics({"round": rnd, **epsilons(plan.ledger, spec), **metrics, "final": True})
+    log.close()
+    if log.needs_final_evaluation(stopped_by_budget):
+        log.record(rnd, evaluated=True, final=True)
         checkpoint()
 
-    records = run.read_metrics()
-    final = [r for r in records if "recall_at_far_0.001" in r][-1]
-    plot_roc({fed_cfg.algorithm: last_ver}, run.path / "roc.png", title=f"ROC on the {run_cfg.eval_split} split (held-out users and identities)")
-    plot_training(records, run.path / "training.png", x="round")
-    report = {
-        "algorithm": fed_cfg.algorithm,
-        "loss": to_dict(fed_cfg.loss),
-        "rounds": rnd,
-        "stopped_by_epsilon_budget": stopped_by_budget,
-        "privacy": release.privacy(privacy_report(spec, plan.ledger, plan.seeded, plan.clip_state)),
-        "provenance": release.provenance,
-        # N is the population the accountant's sampling rate uses, treated as public
-        "train_users": train.num_users, "eval_split": run_cfg.eval_split, "eval_identities": eval_ds.num_classes,
-        "initial": {k: v for k, v in records[0].items() if k.startswith(("recall", "roc", "prec", "map"))},
-        "final": {k: v for k, v in final.items() if k.startswith(("recall", "roc", "prec", "map"))},
-        "run_dir": str(run.path),
-    }
-    # counts of the private data, and the throughput and timing they imply, are not released
-    run.append_diagnostics({
-        "summary": True, "round": rnd, "train_examples": train.num_examples,
-        "train_identities": train.num_classes, "processes": executor.world_size,
-        "images_per_second": seen / elapsed if elapsed > 0 and seen else None,
-        "rounds_per_second": (rnd - start_round) / elapsed if elapsed > 0 and rnd > start_round else None,
-    })
+    report = log.report(rnd, stopped_by_budget=stopped_by_budget,
+                        privacy=release.privacy(privacy_report(spec, plan.ledger, plan.seeded, plan.clip_state)),
+                        provenance=release.provenance, train_users=train.num_users,
+                        train_examples=train.num_examples, train_identities=train.num_classes,
+                        eval_identities=eval_ds.num_classes, processes=executor.world_size)
     if audit is not None:  # released: the audit summary only (canaries: private/)
         report["privacy"]["audit"] = audit.finish(server_params, report["privacy"], run.make_private_dir())
     run.write_report(report)

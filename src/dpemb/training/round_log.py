@@ -1,0 +1,159 @@
+"""What a federated run records after each round, and its final report.
+
+Released (``metrics.jsonl``, ``report.json``, the plots): the round, its epsilon, the
+clip norm (adaptive clipping: a function of earlier noised counts only) and the
+evaluations on held-out users who were never trained on. Private
+(``private/diagnostics.jsonl``): the un-noised statistics of each round's clients
+(counts, pre-clip norms, losses) and the timings and throughput they imply.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable
+
+from dpemb.algorithms.config import FederatedConfig
+from dpemb.algorithms.round import RoundStats, round_stats
+from dpemb.metrics import plot_roc
+from dpemb.privacy.accounting import PrivacyLedger, PrivacySpec, epsilon_for, supported_accountants
+from dpemb.privacy.clipping import ClippedSum
+from dpemb.progress import progress
+from dpemb.training.config import RunConfig, to_dict
+from dpemb.training.plots import plot_training
+from dpemb.training.rundir import RunDir
+
+ACCOUNTANTS = ("rdp", "pld")
+
+# PLD is tight but its cost grows with epsilon: beyond these RDP epsilons it is computed
+# only at evaluation rounds, then not at all (the guarantee is vacuous by then anyway).
+PLD_EVERY_ROUND_MAX_RDP_EPSILON = 50.0
+PLD_MAX_RDP_EPSILON = 1000.0
+
+PRIVATE_LABEL = "[private diagnostic: an un-noised statistic of the private users; keep this log private] "
+METRIC_PREFIXES = ("recall", "roc", "prec", "map")
+
+
+def epsilons(ledger: PrivacyLedger, spec: PrivacySpec, *, with_pld: bool = True) -> dict[str, Any]:
+    """Epsilon from every accountant that supports the mechanism; None where one does
+    not (PLD for tree aggregation) or where PLD is skipped (see the limits above)."""
+    if spec.nonprivate:
+        return {f"epsilon_{a}": None for a in ACCOUNTANTS} | {"privacy": "not private"}
+    ok = supported_accountants(spec)
+    out: dict[str, Any] = {f"epsilon_{a}": None for a in ACCOUNTANTS}
+    if "rdp" in ok:
+        out["epsilon_rdp"] = ledger.epsilon("rdp")
+    if "pld" in ok and with_pld and (out["epsilon_rdp"] or 0.0) <= PLD_MAX_RDP_EPSILON:
+        out["epsilon_pld"] = ledger.epsilon("pld")
+    return out
+
+
+def diagnostics(stats: RoundStats) -> dict[str, Any]:
+    """A round's un-noised statistics of the sampled users (PRIVATE: they are not
+    covered by the guarantee and go to ``private/diagnostics.jsonl`` only)."""
+    return {
+        "train_loss": stats.loss, "clients": stats.clients, "users": stats.users, "examples": stats.examples,
+        "preclip_norm_mean": stats.preclip_norm_mean, "fraction_clipped": stats.fraction_clipped,
+        "nonfinite_deltas": stats.nonfinite, "unclipped_clients": stats.unclipped,
+    }
+
+
+def zero_delta_warning(cfg: FederatedConfig, rnd: int) -> str:
+    """What to say when every client of a round sent an all-zero backbone delta."""
+    msg = f"warning: round {rnd}: every client's backbone delta was exactly zero, so the model does not move."
+    if cfg.algorithm != "dp-fedavg" and cfg.head_init == "zeros":
+        msg += (" A zero-initialised fresh head passes no gradient to the backbone on the first local"
+                " step, so a client needs at least 2 local steps: lower --local-batch-size, raise"
+                " --local-epochs, or use --head-init glorot.")
+    return msg
+
+
+class RoundLog:
+    """The records of one federated run (module docstring): the progress bar, the
+    released metrics with their epsilons, the private diagnostics, the report.
+
+    ``evaluate()`` returns the held-out metrics and the verification result (ROC)."""
+
+    def __init__(self, run: RunDir, spec: PrivacySpec, ledger: PrivacyLedger, fed_cfg: FederatedConfig,
+                 run_cfg: RunConfig, evaluate: Callable[[], tuple[dict[str, Any], Any]], start_round: int) -> None:
+        self.run, self.spec, self.ledger, self.fed_cfg, self.run_cfg = run, spec, ledger, fed_cfg, run_cfg
+        self.evaluate = evaluate
+        self.pld_every_round = spec.nonprivate or "rdp" not in supported_accountants(spec) or (
+            epsilon_for(spec, "rdp") <= PLD_EVERY_ROUND_MAX_RDP_EPSILON)
+        self.start_round, self.seen, self.warned_zero_delta, self.last_ver = start_round, 0, False, None
+        if start_round == 0:  # round 0: the initialisation's score (pretrained-only, or random)
+            self.record(0, evaluated=True)
+        self.t0 = time.perf_counter()
+        self.bar = progress(total=spec.rounds, initial=start_round, desc=fed_cfg.algorithm, unit="round",
+                            enabled=run_cfg.progress)
+
+    def record(self, rnd: int, *, evaluated: bool, **extra: Any) -> None:
+        """Append round ``rnd``'s released record (its epsilons; evaluated: the metrics)."""
+        rec: dict[str, Any] = {"round": rnd, **epsilons(self.ledger, self.spec,
+                                                        with_pld=self.pld_every_round or evaluated)}
+        if evaluated:
+            metrics, self.last_ver = self.evaluate()
+            rec.update(metrics)
+            self.bar_postfix(metrics)
+        self.run.append_metrics({**rec, **extra})
+
+    def bar_postfix(self, metrics: dict[str, Any]) -> None:
+        if hasattr(self, "bar"):
+            self.bar.set_postfix(r1e3=f"{metrics['recall_at_far_0.001']:.3f}")
+
+    def round_done(self, rnd: int, clipped: ClippedSum, tally: Any, *, seconds: float, collective_seconds: float,
+                   clip_used: float | None) -> bool:
+        """Record round ``rnd`` (private diagnostics, released metrics); whether it evaluated."""
+        stats = round_stats(clipped, tally)
+        if stats.clients and stats.preclip_norm_mean == 0.0 and not self.warned_zero_delta:
+            self.warned_zero_delta = True
+            self.bar.write(PRIVATE_LABEL + zero_delta_warning(self.fed_cfg, rnd), file=sys.stderr)
+        self.seen += stats.examples  # local training examples processed (epochs included)
+        self.run.append_diagnostics({"round": rnd, **diagnostics(stats), "seconds": seconds,
+                                     "collective_seconds": collective_seconds})
+        is_eval = rnd % self.run_cfg.eval_every == 0 or rnd == self.spec.rounds
+        self.record(rnd, evaluated=is_eval, **({"clip_norm": clip_used} if clip_used is not None else {}))
+        self.bar.update(1)
+        return is_eval
+
+    def close(self) -> None:
+        """The rounds are over: the bar closes and the training time stops."""
+        self.bar.close()
+        self.elapsed = time.perf_counter() - self.t0
+
+    def needs_final_evaluation(self, stopped_early: bool) -> bool:
+        """Whether the last record lacks an evaluation of the model as it ends."""
+        return stopped_early or self.last_ver is None or \
+            self.run.read_metrics()[-1].get("recall_at_far_0.001") is None
+
+    def report(self, rnd: int, *, stopped_by_budget: bool, privacy: dict[str, Any], provenance: Any,
+               train_users: int, train_examples: int, train_identities: int, eval_identities: int,
+               processes: int) -> dict[str, Any]:
+        """The run's report (released) and the plots; the throughput and the counts of the
+        private data go to the private diagnostics."""
+        elapsed = self.elapsed
+        records = self.run.read_metrics()
+        final = [r for r in records if "recall_at_far_0.001" in r][-1]
+        plot_roc({self.fed_cfg.algorithm: self.last_ver}, self.run.path / "roc.png",
+                 title=f"ROC on the {self.run_cfg.eval_split} split (held-out users and identities)")
+        plot_training(records, self.run.path / "training.png", x="round")
+        self.run.append_diagnostics({
+            "summary": True, "round": rnd, "train_examples": train_examples,
+            "train_identities": train_identities, "processes": processes,
+            "images_per_second": self.seen / elapsed if elapsed > 0 and self.seen else None,
+            "rounds_per_second": (rnd - self.start_round) / elapsed if elapsed > 0 and rnd > self.start_round
+            else None,
+        })
+        return {
+            "algorithm": self.fed_cfg.algorithm,
+            "loss": to_dict(self.fed_cfg.loss),
+            "rounds": rnd,
+            "stopped_by_epsilon_budget": stopped_by_budget,
+            "privacy": privacy,
+            "provenance": provenance,
+            # N is the population the accountant's sampling rate uses, treated as public
+            "train_users": train_users, "eval_split": self.run_cfg.eval_split, "eval_identities": eval_identities,
+            "initial": {k: v for k, v in records[0].items() if k.startswith(METRIC_PREFIXES)},
+            "final": {k: v for k, v in final.items() if k.startswith(METRIC_PREFIXES)},
+            "run_dir": str(self.run.path),
+        }
