@@ -18,7 +18,7 @@ from torch.nn.utils import parameters_to_vector
 
 import dpemb.training.federated as fed
 from dpemb.training.checkpoint import load_checkpoint
-from dpemb.training.executor import DistributedEnv, assign_clients, collective_backend
+from dpemb.training.executor import DistributedEnv, assign_clients, collective_backend, rank_device
 from dpemb.training.modelinit import build_model
 from tests.training.dist_ranks import launch
 from tests.training.test_federated import MODEL, crash_in_round_3, setup
@@ -42,6 +42,26 @@ def test_assign_clients_balances_examples_deterministically():
     assert assign_clients([3, 3], 4) == [[0], [1], [], []]
     assert sorted(i for p in assign_clients(list(range(1, 30)), 3) for i in p) == list(range(29))
 
+
+
+def test_a_cuda_device_without_index_gets_one(monkeypatch):
+    """torch.cuda.set_device refuses a plain 'cuda' (found on an H100: `dpemb train --device
+    cuda` failed there); the rank's device always carries an index."""
+    chosen = []
+
+    def set_device(d):
+        if torch.device(d).index is None:
+            raise ValueError("Expected a torch.device with a specified index")
+        chosen.append(torch.device(d))
+
+    monkeypatch.setattr(torch.cuda, "set_device", set_device)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert rank_device(torch.device("cuda"), None) == torch.device("cuda", 0)
+    assert rank_device(torch.device("cuda"), DistributedEnv(3, 4, 3, 4)) == torch.device("cuda", 1)
+    assert rank_device(torch.device("cuda", 1), DistributedEnv(0, 4, 0, 4)) == torch.device("cuda", 1)
+    assert chosen == [torch.device("cuda", 0), torch.device("cuda", 1), torch.device("cuda", 1)]
+    assert rank_device(torch.device("cpu"), None) == torch.device("cpu")
 
 
 def test_ranks_sharing_a_gpu_use_gloo_and_environment_is_read(monkeypatch):
