@@ -81,11 +81,11 @@ class RoundLog:
         self.pld_every_round = spec.nonprivate or "rdp" not in supported_accountants(spec) or (
             epsilon_for(spec, "rdp") <= PLD_EVERY_ROUND_MAX_RDP_EPSILON)
         self.start_round, self.seen, self.warned_zero_delta, self.last_ver = start_round, 0, False, None
+        self.bar = progress(total=spec.rounds, initial=start_round, desc=fed_cfg.algorithm, unit="round",
+                            enabled=run_cfg.progress)
         if start_round == 0:  # round 0: the initialisation's score (pretrained-only, or random)
             self.record(0, evaluated=True)
         self.t0 = time.perf_counter()
-        self.bar = progress(total=spec.rounds, initial=start_round, desc=fed_cfg.algorithm, unit="round",
-                            enabled=run_cfg.progress)
 
     def record(self, rnd: int, *, evaluated: bool, **extra: Any) -> None:
         """Append round ``rnd``'s released record (its epsilons; evaluated: the metrics)."""
@@ -94,12 +94,8 @@ class RoundLog:
         if evaluated:
             metrics, self.last_ver = self.evaluate()
             rec.update(metrics)
-            self.bar_postfix(metrics)
-        self.run.append_metrics({**rec, **extra})
-
-    def bar_postfix(self, metrics: dict[str, Any]) -> None:
-        if hasattr(self, "bar"):
             self.bar.set_postfix(r1e3=f"{metrics['recall_at_far_0.001']:.3f}")
+        self.run.append_metrics({**rec, **extra})
 
     def round_done(self, rnd: int, clipped: ClippedSum, tally: Any, *, seconds: float, collective_seconds: float,
                    clip_used: float | None) -> bool:
