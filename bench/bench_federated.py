@@ -169,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     per_user = train.num_examples / train.num_users
     examples = args.rounds * s.clients * s.users_per_client * per_user
     central = {b: f"centralized, batch {b} (non-private)" for b in args.central_batch}
-    batched = {b: "DP-FedEmb" + (f", {b} clients at once" if args.client_batch != [1] else "")
-               for b in args.client_batch}
+    batched = {b: "DP-FedEmb" + ("" if args.client_batch == [1] else ", one client at a time" if b == 1
+                                 else f", {b} clients at once") for b in args.client_batch}
     rates: dict[str, list[float]] = {name: [] for name in [*central.values(), *batched.values(), "DP-FedAvg"]}
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
