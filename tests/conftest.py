@@ -14,6 +14,13 @@ if torch.cuda.is_available():
     # (measured: batched LeNet updates 5e-3 apart on an H100, 8e-6 on CPU).
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
+    # Resume-equals-uninterrupted and 2-vs-1-process tests compare runs: deterministic
+    # kernels where CUDA has them (cuBLAS needs its workspace fixed before first use).
+    import os
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True, warn_only=True)
 
 
 def make_tiny_dataset(
