@@ -258,6 +258,14 @@ class DistributedExecutor(LocalExecutor):
             ) from e
 
 
+def join_job(device: torch.device) -> tuple[DistributedEnv | None, torch.device, bool]:
+    """The torchrun job this process runs in (None outside one), the device this rank
+    computes on, and whether this process joined the process group (and leaves it)."""
+    env = DistributedEnv.from_environ()
+    device = rank_device(device, env)
+    return env, device, (init_distributed(env, device) if env is not None else False)
+
+
 def init_distributed(env: DistributedEnv, device: torch.device) -> bool:
     """Join torchrun's process group (NCCL for CUDA devices, gloo otherwise); False when
     the caller had joined one already (then it is theirs to destroy)."""

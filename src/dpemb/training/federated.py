@@ -50,10 +50,7 @@ from dpemb.privacy.statements import describe_adaptive_clipping
 from dpemb.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from dpemb.training.config import ModelConfig, RunConfig, config_json, describe_differences, to_dict
 from dpemb.training.errors import TrainingDiverged
-from dpemb.training.executor import (
-    DistributedEnv, DistributedExecutor, LocalExecutor, RankFailure, init_distributed, leave_distributed,
-    rank_device,
-)
+from dpemb.training.executor import DistributedExecutor, LocalExecutor, RankFailure, join_job, leave_distributed
 from dpemb.training.interrupt import CheckpointSchedule, GracefulStop
 from dpemb.training.resume import check_same_config, resume_from_checkpoint
 from dpemb.training.evaluate import evaluate_embeddings
@@ -125,9 +122,7 @@ def train_federated(
     check_server_schedule(fed_cfg, spec.rounds)  # the warmup must end before the last round
     if run_cfg.threads:
         torch.set_num_threads(run_cfg.threads)
-    env = DistributedEnv.from_environ()
-    device = rank_device(resolve_device(run_cfg.device), env)
-    created_group = init_distributed(env, device) if env is not None else False
+    env, device, created_group = join_job(resolve_device(run_cfg.device))  # env None outside torchrun
 
     # --- the server model (for DP-FedAvg with the global head that is aggregated too)
     torch.manual_seed(run_cfg.seed)

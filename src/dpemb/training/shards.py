@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from dpemb.data.rows import row_span
-from dpemb.training.executor import DistributedEnv, exit_worker, init_distributed, leave_distributed, rank_device
+from dpemb.training.executor import exit_worker, join_job, leave_distributed
 
 
 @dataclass(frozen=True)
@@ -35,11 +35,8 @@ class RowShards:
     def join(cls, device: torch.device) -> tuple["RowShards", torch.device]:
         """Join the torchrun job this process runs in, if any; return the shards and the
         device this rank computes on."""
-        env = DistributedEnv.from_environ()
-        if env is None:
-            return cls(), device
-        device = rank_device(device, env)
-        return cls(env.rank, env.world_size, init_distributed(env, device)), device
+        env, device, created = join_job(device)
+        return (cls(), device) if env is None else (cls(env.rank, env.world_size, created), device)
 
     @property
     def is_main(self) -> bool:
