@@ -26,6 +26,7 @@ COMMAND_MODULES = [
 
 
 from dpemb.cli.common import UsageError  # noqa: E402  (re-exported for command modules)
+from dpemb.training.job_env import DistributedEnv  # noqa: E402  (no torch import)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,24 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
 DISTRIBUTED_COMMANDS = ("train", "eval", "embed", "features")
 
 
-def _torchrun_rank() -> int | None:
-    """This process's rank in a torchrun job of several processes; None outside one."""
-    import os
-
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or "RANK" not in os.environ:
-        return None
-    return int(os.environ["RANK"])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    rank = _torchrun_rank()
-    if rank is not None:
+    job = DistributedEnv.from_environ()  # None outside torchrun
+    if job is not None:
         if args.command not in DISTRIBUTED_COMMANDS:
             parser.exit(2, f"dpemb {args.command}: error: runs in one process; start it without torchrun "
                            f"(under torchrun: {', '.join(DISTRIBUTED_COMMANDS)})\n")
-        if rank != 0:
+        if job.rank != 0:
             from dpemb.training.shards import quiet_worker
 
             quiet_worker()  # rank 0 speaks for the job

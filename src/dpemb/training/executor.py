@@ -39,7 +39,6 @@ import datetime
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -51,6 +50,7 @@ from dpemb.privacy.client_keys import ClientRandomness
 from dpemb.data.rows import row_span
 from dpemb.privacy.clipping import ClipAndSum
 from dpemb.training.evaluate import embed_images
+from dpemb.training.job_env import DistributedEnv, contiguous_share
 
 #: how long a rank waits in a collective before giving up (rank 0 evaluates and
 #: checkpoints while the others wait)
@@ -59,25 +59,6 @@ COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=60)
 
 class RankFailure(RuntimeError):
     """A collective of a distributed round failed: a process stopped or lost its connection."""
-
-
-@dataclass(frozen=True)
-class DistributedEnv:
-    """This process's place in a torchrun job (from its environment variables)."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int = 1  # ranks on this node
-
-    @classmethod
-    def from_environ(cls) -> "DistributedEnv | None":
-        """The job torchrun started this process in; None outside torchrun or for one process."""
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world <= 1 or "RANK" not in os.environ:
-            return None
-        return cls(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")),
-                   int(os.environ.get("LOCAL_WORLD_SIZE", world)))
 
 
 def rank_device(device: torch.device, env: DistributedEnv | None) -> torch.device:
@@ -187,7 +168,7 @@ class DistributedExecutor(LocalExecutor):
         return self._embed_share(model, images, len(images), batch_size)
 
     def _embed_share(self, model: torch.nn.Module, images: Any, rows: int, batch_size: int) -> torch.Tensor:
-        lo, hi = rows * self.rank // self.world_size, rows * (self.rank + 1) // self.world_size
+        lo, hi = contiguous_share(rows, self.rank, self.world_size)
         mine = embed_images(model, row_span(images, lo, hi), batch_size=batch_size, device=self.data.device)
         shares: list[Any] = [None] * self.world_size if self.is_main else None  # type: ignore[assignment]
         self._collective("an evaluation", lambda: self.dist.gather_object(mine, shares, dst=0))

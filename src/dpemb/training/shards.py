@@ -21,6 +21,7 @@ import torch
 
 from dpemb.data.rows import row_span
 from dpemb.training.executor import exit_worker, join_job, leave_distributed
+from dpemb.training.job_env import contiguous_share
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,8 @@ class RowShards:
         return self.rank == 0
 
     def span(self, rows: int) -> tuple[int, int]:
-        """``[lo, hi)``: this rank's contiguous rows of ``rows`` (balanced within one row)."""
-        return rows * self.rank // self.world_size, rows * (self.rank + 1) // self.world_size
+        """``[lo, hi)``: this rank's contiguous rows of ``rows``."""
+        return contiguous_share(rows, self.rank, self.world_size)
 
     def share_of(self, images: Any) -> Any:
         """This rank's rows of ``images`` (lazy when ``images`` is: nothing is read)."""
