@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -74,6 +75,12 @@ def test_eval_under_torchrun_equals_one_process(setup, tmp_path, capsys):
     assert two["eval_positive_pairs"] == one["eval_positive_pairs"] > 0
     for k in ("recall_at_far_0.001", "roc_auc", "precision_at_1", "map_at_r"):
         assert two[k] == pytest.approx(one[k], abs=1e-6), k
+    # several models: every rank embeds its share of each in turn, rank 0 scores each
+    shutil.copytree(setup / "model", tmp_path / "again")
+    both = json.loads(torchrun([*flags, "--compare", str(tmp_path / "again")]).stdout)["models"]
+    assert len(both) == 2
+    for m in both:
+        assert m["recall_at_far_0.001"] == pytest.approx(one["recall_at_far_0.001"], abs=1e-6)
 
 
 def test_features_under_torchrun_equal_one_process(setup, tmp_path):

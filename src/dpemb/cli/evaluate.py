@@ -130,20 +130,23 @@ def run(args: argparse.Namespace) -> int:
         model, card = load_artifact(path, device)
         loaded.append((model, card, check_input(model, card, part, args.data, resize=args.resize)))
     notes = sys.stderr if args.json else sys.stdout
-    embeddings = [shards.gather(embed_images(model, shards.share_of(part.images), batch_size=args.batch_size,
-                                             device=device, resize_to=size).numpy()) for model, _, size in loaded]
-    shards.finish()  # a worker rank exits here; rank 0 computes the metrics
     tables, flats = {}, {}
-    for name, path, (model, card, size), emb in zip(names, paths, loaded, embeddings):
-        if size is not None:
+    for name, path, (model, card, size) in zip(names, paths, loaded):
+        if size is not None and shards.is_main:
             print(resize_note(model, card, part, args.data) + (f" for {name}" if len(paths) > 1 else ""),
                   file=notes)
+        share = embed_images(model, shards.share_of(part.images), batch_size=args.batch_size, device=device,
+                             resize_to=size)
+        emb = shards.gather(share.numpy())
+        if emb is None:  # a worker rank: its share is delivered; rank 0 computes the metrics
+            continue
         emb = torch.from_numpy(emb)
         table = far_table(emb, part.labels, bootstrap=args.bootstrap, seed=args.bootstrap_seed,
                           max_pairs=args.max_pairs, device=device)
         tables[name] = table
         flats[name] = {"model": path, "name": name, "split": args.split,
                        "resized_to": size, **_flat(table, _other_metrics(emb, part.labels))}
+    shards.finish()  # a worker rank exits here
     if args.roc:
         plot_roc({n: t.result for n, t in tables.items()}, args.roc,
                  title=f"ROC ({args.split} split of {Path(args.data).name})")
