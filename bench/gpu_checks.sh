@@ -42,7 +42,7 @@ elif [ "$part" = part2 ]; then
     --central-batch 32 256 --no-profile
   step ranks_share_gpu 120 $PY bench/bench_distributed.py --device cuda --procs 2 4 --clients 16 --rounds 4 \
     --run-timeout 45
-  step distributed_cpu 60 $PY bench/bench_distributed.py --procs 2 4 8 --clients 32 --rounds 5 --run-timeout 25
+  step distributed_cpu 150 $PY bench/bench_distributed.py --procs 2 4 8 --clients 32 --rounds 5 --run-timeout 45
 elif [ "$part" = part3 ]; then  # the test suite with CUDA present; -v streams each failure's name
   timeout 560 $PY -m pytest -v -p no:cacheprovider -p no:benchmark -n 15 --timeout 120 -m "not slow" --tb=line \
     tests >"$out/tests_on_gpu.log" 2>&1
