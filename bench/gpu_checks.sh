@@ -8,7 +8,8 @@
 #   bench/gpu_checks.sh part2 OUTDIR   # clients batched (LeNet, ResNet-GN 64 px), local training vs
 #                                      # centralized (ResNet-GN 64 px), ranks sharing the GPU, rounds on
 #                                      # P CPU processes
-#   bench/gpu_checks.sh part3 OUTDIR   # the test suite with CUDA present (about 5 minutes on 16 cores)
+#   bench/gpu_checks.sh part3 OUTDIR [TESTS...]  # the test suite (or TESTS) with CUDA present
+#                                      # (15 workers of one thread each: tests/conftest.py)
 #
 # Needs python with torch (CUDA build) and dpemb's dependencies; dpemb runs from src/.
 set -u
@@ -44,8 +45,9 @@ elif [ "$part" = part2 ]; then
     --run-timeout 45
   step distributed_cpu 150 $PY bench/bench_distributed.py --procs 2 4 8 --clients 32 --rounds 5 --run-timeout 45
 elif [ "$part" = part3 ]; then  # the test suite with CUDA present; -v streams each failure's name
-  timeout 560 $PY -m pytest -v -p no:cacheprovider -p no:benchmark -n 15 --timeout 120 -m "not slow" --tb=line \
-    tests >"$out/tests_on_gpu.log" 2>&1
+  shift 2
+  timeout 560 $PY -m pytest -v -p no:cacheprovider -p no:benchmark -n 15 --timeout 240 -m "not slow" --tb=short \
+    "${@:-tests}" >"$out/tests_on_gpu.log" 2>&1
   echo "=== tests_on_gpu: rc $?"
   grep -E "FAILED|ERROR|[0-9]+ (passed|failed)" "$out/tests_on_gpu.log" | grep -v "^\[gw[0-9]*\] \[.*PASSED" | tail -n 60
 else

@@ -22,6 +22,24 @@ if torch.cuda.is_available():
     torch.backends.cudnn.benchmark = False
     torch.use_deterministic_algorithms(True, warn_only=True)
 
+# Under pytest-xdist every worker would start one torch thread per core: 15 workers on 16
+# cores ran 240 threads and tests hit their timeouts. One thread per worker instead (2 per
+# worker crashed the H100 machine's torch 2.11.0+cu130 in oneDNN: docs/SCALE.md).
+if "PYTEST_XDIST_WORKER_COUNT" in __import__("os").environ:
+    torch.set_num_threads(1)
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment for a test's child process (torchrun, a fresh interpreter): this
+    checkout's src/ and root put first on PYTHONPATH, the caller's PYTHONPATH kept after
+    them (a machine whose dependencies live on PYTHONPATH still finds them)."""
+    import os
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    path = os.pathsep.join([str(root / "src"), str(root)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
 
 def make_tiny_dataset(
     num_users: int = 24, num_labels: int = 12, per_user: int = 6, size: int = 28, seed: int = 0

@@ -4,7 +4,6 @@ what one process gives; the other commands refuse to run under torchrun."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from dpemb.cli.main import main as dpemb
 from dpemb.data.dataset import UserDataset
 from dpemb.data.rows import RowView
 from dpemb.training.shards import RowShards
-from tests.conftest import make_tiny_dataset
+from tests.conftest import make_tiny_dataset, subprocess_env
 from tests.training.dist_ranks import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,8 +28,7 @@ def torchrun(args: list[str], procs: int = 2) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(procs),
          "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "dpemb", *args],
         capture_output=True, text=True, timeout=180, cwd=ROOT,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
-             "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"},
+        env=subprocess_env(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo"),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done

@@ -37,7 +37,8 @@ def dp_train(work, out, *extra):
 
 
 def embed(model, work, out):
-    rc = dpemb(["embed", str(model), str(work / "data"), "--out", str(out)])
+    # on CPU like the library calls it is compared with (on a GPU, auto picks CUDA)
+    rc = dpemb(["embed", str(model), str(work / "data"), "--out", str(out), "--device", "cpu"])
     assert rc == 0
     return np.load(out)
 

@@ -167,12 +167,13 @@ def test_torchrun_restarts_a_job_whose_rank_died_and_it_finishes_from_the_checkp
     from pathlib import Path
 
     from dpemb.cli.main import main as dpemb
+    from tests.conftest import subprocess_env
     from tests.training.dist_ranks import free_port
 
     flags = ["train", "--data", tiny_data_dir, "--algorithm", "dp-fedemb", "--backbone", "lenet",
              "--embedding-dim", "16", "--clients-per-round", "3", "--users-per-client", "2", "--rounds", "4",
              "--noise-multiplier", "0.5", "--noise-seed", "7", "--local-batch-size", "4", "--eval-every", "2",
-             "--checkpoint-interval", "0", "--no-progress", "--resume", "auto"]
+             "--checkpoint-interval", "0", "--no-progress", "--resume", "auto", "--device", "cpu"]
     script = Path(__file__).with_name("torchrun_faulty.py")
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
@@ -181,7 +182,7 @@ def test_torchrun_restarts_a_job_whose_rank_died_and_it_finishes_from_the_checkp
          str(script), *flags,
          "--out", str(tmp_path / "restarted")],
         capture_output=True, text=True, timeout=150, cwd=root,
-        env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root), "GLOO_SOCKET_IFNAME": "lo"},
+        env=subprocess_env(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo"),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "RankFailure" in done.stderr or "exitcode" in done.stderr  # the first attempt failed

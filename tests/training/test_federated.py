@@ -336,12 +336,18 @@ def test_batched_clients_and_bf16_are_performance_flags(tmp_path):
     from dataclasses import replace
 
     train, ev, spec, cfg, run = setup(tmp_path, "one")
+    # CPU: float summation order only. CUDA (run picks it when present): cuDNN runs the
+    # batched (vmapped) and the single convolutions with different float32 kernels and
+    # training amplifies the rounding; measured 4.8e-4 on an H100 with TF32 off. A batched
+    # step that mixed up clients would be off by the size of an update.
+    tol = 2e-3 if torch.cuda.is_available() else 1e-5
     rep1 = fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=7)
     rep3 = fed.train_federated(train, ev, MODEL, cfg, spec, replace(run, out=str(tmp_path / "b3"), client_batch=3),
                                noise_seed=7)
     a, b = load_checkpoint(tmp_path / "one"), load_checkpoint(tmp_path / "b3")
     for k in a["backbone"]:
-        assert torch.allclose(a["backbone"][k], b["backbone"][k], atol=1e-5, rtol=0), k
+        gap = float((a["backbone"][k] - b["backbone"][k]).abs().max())
+        assert gap <= tol, (k, gap)
     assert rep3["privacy"]["epsilon_rdp"] == rep1["privacy"]["epsilon_rdp"]
     rep_bf = fed.train_federated(train, ev, MODEL, cfg, spec, replace(run, out=str(tmp_path / "bf"), bf16=True),
                                  noise_seed=7)

@@ -120,7 +120,9 @@ def train_centralized(
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         order.load_state_dict(state["batch_order"])
-        torch.set_rng_state(state["torch_rng"])
+        torch.set_rng_state(state["torch_rng"].cpu())  # loaded onto `device` with the rest
+        if device.type == "cuda" and "cuda_rng" in state:
+            torch.cuda.set_rng_state(state["cuda_rng"].cpu(), device)
         step, loss_ema = int(state["step"]), state["loss_ema"]
         run.truncate_metrics_after("step", step)
     else:
@@ -151,6 +153,7 @@ def train_centralized(
                 "scheduler": sched.state_dict(),
                 "batch_order": order.state_dict(),
                 "torch_rng": torch.get_rng_state(),
+                **({"cuda_rng": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {}),
                 "step": step,
                 "loss_ema": loss_ema,
                 "config": config,
