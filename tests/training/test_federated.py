@@ -9,6 +9,8 @@ import pytest
 import torch
 
 import dpemb.training.federated as fed
+import dpemb.training.server_state as server_state
+from dpemb.training.errors import TrainingDiverged
 from dpemb.algorithms.config import FederatedConfig
 from dpemb.algorithms.server import server_lr_at
 from dpemb.privacy.accounting import PrivacyLedger, PrivacySpec
@@ -46,7 +48,7 @@ def setup(tmp_path, name="run", rounds=4, clip=0.5, z=0.5, algorithm="dp-fedemb"
 def crash_in_round_3(monkeypatch, train, ev, cfg, spec, run, step=None) -> dict:
     """Run until the server step of round 3 raises (after the round-2 checkpoint), restore
     ``step`` (default: the real server step) and return the private checkpoint left behind."""
-    real_step, calls = step or fed.server_step, {"n": 0}
+    real_step, calls = step or server_state.server_step, {"n": 0}
 
     def crashing_step(*a, **k):
         if calls["n"] == 3:
@@ -54,10 +56,10 @@ def crash_in_round_3(monkeypatch, train, ev, cfg, spec, run, step=None) -> dict:
         calls["n"] += 1
         return real_step(*a, **k)
 
-    monkeypatch.setattr(fed, "server_step", crashing_step)
+    monkeypatch.setattr(server_state, "server_step", crashing_step)
     with pytest.raises(RuntimeError):
         fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=7)
-    monkeypatch.setattr(fed, "server_step", real_step)
+    monkeypatch.setattr(server_state, "server_step", real_step)
     return load_checkpoint(run.out)
 
 
@@ -178,7 +180,7 @@ def test_released_outputs_hold_no_unnoised_statistics(tmp_path, algorithm):
 
 def test_nonfinite_model_stops_with_round_cause_and_remedy(tmp_path, monkeypatch):
     train, ev, spec, cfg, run = setup(tmp_path, rounds=6, z=0.5)
-    real_step, calls = fed.server_step, {"n": 0}
+    real_step, calls = server_state.server_step, {"n": 0}
 
     def exploding_step(params, opt, noised, normaliser):
         calls["n"] += 1
@@ -186,8 +188,8 @@ def test_nonfinite_model_stops_with_round_cause_and_remedy(tmp_path, monkeypatch
             noised = torch.full_like(noised, float("inf"))
         return real_step(params, opt, noised, normaliser)
 
-    monkeypatch.setattr(fed, "server_step", exploding_step)
-    with pytest.raises(fed.TrainingDiverged) as e:
+    monkeypatch.setattr(server_state, "server_step", exploding_step)
+    with pytest.raises(TrainingDiverged) as e:
         fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=1)
     msg = str(e.value)
     assert "round 3" in msg and "noise on the average" in msg and "--clients-per-round" in msg
@@ -294,13 +296,13 @@ def test_resume_with_server_adam_and_cosine_equals_uninterrupted(tmp_path, monke
     function of the round: a crash and resume reproduce the uninterrupted run exactly."""
     train, ev, spec, cfg, run_a = setup(tmp_path, "a", algorithm=algorithm, **server)
     lrs = []
-    real_step = fed.server_step
+    real_step = server_state.server_step
 
     def recording_step(*a, **k):
         lrs.append(a[1].param_groups[0]["lr"])  # the round's lr, set before the step
         return real_step(*a, **k)
 
-    monkeypatch.setattr(fed, "server_step", recording_step)
+    monkeypatch.setattr(server_state, "server_step", recording_step)
     rep_a = fed.train_federated(train, ev, MODEL, cfg, spec, run_a, noise_seed=7)
     assert lrs == [server_lr_at(cfg, r, 4) for r in range(4)]
     assert lrs[0] == cfg.server_lr / 2 and lrs[1] == cfg.server_lr > lrs[2] > lrs[3] > 0  # warmup, cosine
@@ -309,7 +311,7 @@ def test_resume_with_server_adam_and_cosine_equals_uninterrupted(tmp_path, monke
     assert mid["round"] == 2
     if cfg.server_optimizer == "adam":
         assert all(int(s["step"]) == 2 for s in mid["server_optimizer"]["state"].values())
-    monkeypatch.setattr(fed, "server_step", recording_step)
+    monkeypatch.setattr(server_state, "server_step", recording_step)
     lrs.clear()
     rep_b = fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=7, resume=True)
     assert lrs == [server_lr_at(cfg, r, 4) for r in (2, 3)]  # the schedule continues where it stopped

@@ -13,6 +13,7 @@ import torch
 
 import dpemb.training.centralized as central
 import dpemb.training.federated as fed
+import dpemb.training.server_state as server_state
 from dpemb.training.checkpoint import CheckpointError, load_checkpoint
 from dpemb.training.config import OptimConfig
 from dpemb.training.interrupt import TrainingInterrupted
@@ -40,14 +41,14 @@ def test_signal_checkpoints_then_resume_equals_uninterrupted(tmp_path, monkeypat
     fed.train_federated(train, ev, MODEL, cfg, spec, run_a, noise_seed=3)
 
     run_b = dataclasses.replace(run_a, out=str(tmp_path / "b"))
-    real = _signal_in_round(monkeypatch, fed, 3, signum)
+    real = _signal_in_round(monkeypatch, server_state, 3, signum)
     with pytest.raises(TrainingInterrupted) as e:
         fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=3)
     assert e.value.exit_code == 128 + signum and "--resume" in str(e.value)
     assert load_checkpoint(tmp_path / "b")["round"] == 3  # written on the signal, not at an evaluation
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
 
-    monkeypatch.setattr(fed, "server_step", real)
+    monkeypatch.setattr(server_state, "server_step", real)
     fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=3, resume=True)
     a, b = load_checkpoint(tmp_path / "a"), load_checkpoint(tmp_path / "b")
     for k in a["backbone"]:
@@ -76,7 +77,7 @@ def test_centralized_signal_checkpoints(tmp_path, monkeypatch):
 def test_time_interval_checkpoints_every_round_when_due(tmp_path, monkeypatch):
     train, ev, spec, cfg, run = setup(tmp_path, rounds=6)
     run = dataclasses.replace(run, eval_every=100, checkpoint_interval_s=1e-9)  # always due
-    real, calls = fed.server_step, {"n": 0}
+    real, calls = server_state.server_step, {"n": 0}
 
     def crash(*a, **k):
         calls["n"] += 1
@@ -84,7 +85,7 @@ def test_time_interval_checkpoints_every_round_when_due(tmp_path, monkeypatch):
             raise RuntimeError("killed")
         return real(*a, **k)
 
-    monkeypatch.setattr(fed, "server_step", crash)
+    monkeypatch.setattr(server_state, "server_step", crash)
     with pytest.raises(RuntimeError):
         fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=3)
     assert load_checkpoint(tmp_path / "run")["round"] == 4

@@ -323,7 +323,7 @@ def _legacy_privacy(state: dict[str, Any], path: str | os.PathLike) -> Any:
         return NOT_PRIVATE
     try:
         from dpemb.privacy.accounting import PrivacyLedger, PrivacySpec
-        from dpemb.training.federated import privacy_report
+        from dpemb.training.privacy_report import privacy_report
 
         spec = PrivacySpec(**state["privacy_spec"])
         ledger = PrivacyLedger(spec)

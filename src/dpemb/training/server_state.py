@@ -1,0 +1,132 @@
+"""What the server (rank 0) of a federated run holds between rounds, and how it is
+saved, restored and released.
+
+``ServerState`` owns the server model (the trainable backbone, and DP-FedAvg's global
+head), the server optimizer, the privacy plan (sampler, client keys, noise, adaptive
+clip, ledger) and the round number. ``checkpoint`` writes the release artifact (the model
+and its model card: only what the guarantee covers) and the private checkpoint (0600:
+generator and sampler states, optimizer, ledger) atomically; ``ServerState.open``
+resumes from that checkpoint only under the same privacy spec, so the ledger's epsilon
+stays the epsilon of the whole run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.nn.utils import parameters_to_vector
+
+from dpemb.algorithms.config import FederatedConfig
+from dpemb.algorithms.round import server_step
+from dpemb.algorithms.server import make_server_optimizer, server_lr_at, set_server_lr
+from dpemb.privacy.accounting import PrivacySpec
+from dpemb.privacy.plan import PrivacyPlan
+from dpemb.training.artifact import Release
+from dpemb.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from dpemb.training.config import ModelConfig, describe_differences, to_dict
+from dpemb.training.errors import TrainingDiverged
+from dpemb.training.privacy_report import privacy_report
+from dpemb.training.resume import check_same_config, resume_from_checkpoint
+from dpemb.training.rundir import RunDir
+
+
+@dataclass
+class ServerState:
+    """The server model, its optimizer, the privacy plan and the round; see the module."""
+
+    model: torch.nn.Module
+    params: list[torch.nn.Parameter]  # what the server updates (backbone; + global head)
+    global_head: torch.nn.Parameter | None  # DP-FedAvg only
+    optimizer: torch.optim.Optimizer
+    plan: PrivacyPlan
+    spec: PrivacySpec
+    fed_cfg: FederatedConfig
+    model_cfg: ModelConfig
+    run: RunDir
+    release: Release
+    config: str  # the run's settings as JSON (config.json, and the checkpoint's check)
+    ckpt_meta: dict[str, Any]
+    round: int = 0
+
+    @classmethod
+    def open(cls, model: torch.nn.Module, params: list[torch.nn.Parameter],
+             global_head: torch.nn.Parameter | None, plan: PrivacyPlan, spec: PrivacySpec,
+             fed_cfg: FederatedConfig, model_cfg: ModelConfig, run: RunDir, release: Release,
+             config: str, ckpt_meta: dict[str, Any], resume: bool | str, device: torch.device) -> ServerState:
+        """A fresh run (config.json written, old metrics removed) or, when ``resume`` finds
+        a checkpoint, the state it holds."""
+        state = cls(model, params, global_head, make_server_optimizer(params, fed_cfg), plan, spec, fed_cfg,
+                    model_cfg, run, release, config, ckpt_meta)
+        if resume_from_checkpoint(run, resume):
+            state.load(device)
+        else:
+            run.write_config(config)
+            run.metrics.unlink(missing_ok=True)
+        return state
+
+    def vector(self) -> torch.Tensor:
+        """The server parameters as one flat vector (the clients' start)."""
+        return parameters_to_vector(self.params).detach()
+
+    def step(self, noised_sum: torch.Tensor) -> None:
+        """Divide the noised SUM by the PUBLIC expected number of clients and take the
+        server optimizer's step at this round's (public) learning rate; then count the
+        round. Post-processing of the released sum: no privacy cost."""
+        set_server_lr(self.optimizer, server_lr_at(self.fed_cfg, self.round, self.spec.rounds))
+        server_step(self.params, self.optimizer, noised_sum, self.plan.expected_clients)
+        self.round += 1
+        if not torch.isfinite(self.vector()).all():  # the released model: public
+            raise TrainingDiverged(self.divergence_message())
+
+    def privacy(self) -> dict[str, Any]:
+        """The privacy section of the report and model card (public quantities only)."""
+        return privacy_report(self.spec, self.plan.ledger, self.plan.seeded, self.plan.clip_state)
+
+    def checkpoint(self) -> None:
+        """Release artifact and private checkpoint, both atomically."""
+        card = self.release.write(self.model, self.privacy(), rounds=self.round)  # released
+        save_checkpoint(self.run.checkpoint, {  # private (0600)
+            "provenance": card["provenance"], "model_card": card, "kind": self.fed_cfg.algorithm, **self.ckpt_meta,
+            "backbone": self.model.state_dict(),
+            "global_head": self.global_head.detach().cpu() if self.global_head is not None else None,
+            "server_optimizer": self.optimizer.state_dict(), **self.plan.state_dict(), "round": self.round,
+            "config": self.config, "privacy_fingerprint": self.spec.fingerprint(),
+            "privacy_spec": to_dict(self.spec), "model_config": to_dict(self.model_cfg),
+        })
+
+    def load(self, device: torch.device) -> None:
+        """Restore the checkpoint; refused when it was written under another privacy spec
+        (the epsilon would be wrong) or other settings."""
+        run, state = self.run, load_checkpoint(self.run.checkpoint, map_location=device)
+        if state.get("privacy_fingerprint") != self.spec.fingerprint():
+            raise CheckpointError(
+                f"{run.checkpoint} was trained under a different privacy spec ("
+                + (describe_differences(state["config"], self.config) or "noise, clip norm, sampling, clients, "
+                   "rounds or delta differ")
+                + "); resuming would make the reported epsilon wrong. Resume with the original privacy flags."
+            )
+        check_same_config(run, state.get("config"), self.config)
+        self.model.load_state_dict(state["backbone"])
+        if self.global_head is not None:
+            with torch.no_grad():
+                self.global_head.copy_(state["global_head"])
+        self.optimizer.load_state_dict(state["server_optimizer"])
+        self.plan.load_state_dict(state)
+        self.round = int(state["round"])
+        run.truncate_metrics_after("round", self.round)
+
+    def divergence_message(self) -> str:
+        """Which round, the likely cause and what to do, from public quantities only."""
+        spec, cfg = self.spec, self.fed_cfg
+        per_coord = spec.value_noise_multiplier * spec.sensitivity / spec.clients_per_round
+        return (
+            f"training diverged at round {self.round}: the model has non-finite weights after the server step, "
+            f"so training stopped (the last checkpoint in {self.run.path} is intact). The likely cause is the "
+            f"noise on the average update: z x sensitivity / M = {spec.value_noise_multiplier:.3g} x "
+            f"{spec.sensitivity:.3g} / {spec.clients_per_round} = {per_coord:.2e} per coordinate, applied with "
+            f"server lr {cfg.server_lr:g}. What to do: more clients per round (--clients-per-round; at a fixed "
+            "epsilon the noise on the average falls with M), a larger population or a larger --target-epsilon, "
+            "a lower --server-lr, or a smaller --clip-norm. `dpemb account` shows the noise a cohort implies."
+        )
