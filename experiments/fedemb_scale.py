@@ -55,6 +55,10 @@ FIG_EPS = (1.0, 2.0)
 PREMISE_KS = (1, 2, 4, 8)
 PREMISE_EPS, PREMISE_POP = 8.0, 100_000  # where noise costs utility (2.2e-3 on the average)
 M0 = 8
+# part 5 (issue #11 goal 2): the moonshot's lever at the large populations, where the
+# softmax runs stop at their no-noise utility: (N', epsilon) cells, the goals' first
+GOAL2_CELLS = ((1_000_000, 1.0), (10_000_000, 0.5), (1_000_000, 0.5))
+GOAL2_TARGET = {1_000_000: 0.95, 10_000_000: 0.97}  # x centralized at these populations
 # part 3: levers for the 100k moonshot, at one (epsilon, N') where noise costs utility. Each
 # lever: (name, label, job fields, FederatedConfig knobs). The baseline is the headline run.
 LEVER_EPS, LEVER_POP = 2.0, 100_000
@@ -95,7 +99,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "ks": (1, 2) if q else PREMISE_KS, "pops": (PREMISE_POP,) if q else POPS,
         "eps": (PREMISE_EPS,) if q else EPSILONS, "with_10k": args.with_10k,
         "lever_seeds": args.seeds or 1, "levers": LEVERS[:2] if q else LEVERS,
-        "parts": ("premise", "headline", "levers", "moonshot") if args.part == "all" else (args.part,),
+        "parts": ("premise", "headline", "levers", "moonshot", "large") if args.part == "all" else (args.part,),
     }
 
 
@@ -143,6 +147,14 @@ def moonshot_jobs(st: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     training with the same loss (the fair reference)."""
     return [central_job(st, seed, "arcface")] + [
         fed_run(st, "dp-fedemb", seed, eps=e, pop=LEVER_POP, lever=MOONSHOT_LEVER) for e in st["eps"]]
+
+
+def large_jobs(st: dict[str, Any]) -> list[dict[str, Any]]:
+    """Part 5: DP-FedEmb with the moonshot's lever (ArcFace) at 1M and 10M users, every
+    seed of a cell before the next cell."""
+    cells = GOAL2_CELLS[:1] if st["quick"] else GOAL2_CELLS
+    return [fed_run(st, "dp-fedemb", s, eps=e, pop=n, lever=MOONSHOT_LEVER)
+            for n, e in cells for s in range(st["headline_seeds"])]
 
 
 def lever_jobs(st: dict[str, Any], seed: int) -> list[dict[str, Any]]:
@@ -198,7 +210,8 @@ def headline_jobs(st: dict[str, Any], algo: str, seed: int, pops: tuple[int, ...
 
 def plan(st: dict[str, Any], z0: float) -> dict[str, list[dict[str, Any]]]:
     """Jobs per part, each list in priority order (most important first)."""
-    parts: dict[str, list[dict[str, Any]]] = {"premise": [], "headline": [], "levers": [], "moonshot": []}
+    parts: dict[str, list[dict[str, Any]]] = {"premise": [], "headline": [], "levers": [], "moonshot": [],
+                                              "large": large_jobs(st)}
     for s in range(st["headline_seeds"]):
         parts["moonshot"] += moonshot_jobs(st, s)
     for s in range(st["lever_seeds"]):
@@ -234,6 +247,8 @@ def ordered(st: dict[str, Any], parts: dict[str, list[dict[str, Any]]]) -> list[
         queue += parts["levers"]
     if "moonshot" in st["parts"]:
         queue += parts["moonshot"]
+    if "large" in st["parts"]:
+        queue += parts["large"]
     seen: set[str] = set()
     return [j for j in queue if not (j["key"] in seen or seen.add(j["key"]))]
 
@@ -359,7 +374,7 @@ def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: d
 def main() -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", choices=("premise", "headline", "levers", "moonshot", "all"), default="all")
+    ap.add_argument("--part", choices=("premise", "headline", "levers", "moonshot", "large", "all"), default="all")
     ap.add_argument("--work", default=str(ROOT / "runs" / "fedemb_glyphs"),
                     help="fedemb_glyphs' work folder (data, pretraining; ignored with --quick)")
     ap.add_argument("--doc", help=f"results page (default {REAL_DOC.relative_to(ROOT)}; --quick: {QUICK_DOC})")
@@ -649,6 +664,34 @@ def moonshot_section(st: dict[str, Any], lk: Lookup) -> tuple[list[str], list[st
     return L + [""], found
 
 
+def large_section(st: dict[str, Any], lk: Lookup) -> tuple[list[str], list[str]]:
+    """Part 5: the moonshot's lever at 1M and 10M users against the goals of issue #11
+    (>= 0.95x centralized at 1M and epsilon <= 1, >= 0.97x at 10M and epsilon <= 0.5)."""
+    S = st["headline_seeds"]
+    cen = stats(lk.seeds(lambda s: central_job(st, s), S))
+    cen_arc = stats(lk.seeds(lambda s: central_job(st, s, "arcface"), S))
+    ref = max(cen[0], cen_arc[0]) if cen_arc[2] else cen[0]
+    L = ["## Part 5: the moonshot's lever at 1M and 10M users\n",
+         (f"DP-FedEmb with the {MOONSHOT_LEVER[1]}, other knobs as above, where the softmax runs of part 2 "
+          "stop at their no-noise utility. The goal is >= 0.95x centralized at 1M users and "
+          "epsilon <= 1, and >= 0.97x at 10M users and epsilon <= 0.5. The ratio is to the better "
+          f"centralized run, {ref:.3f}.\n"),
+         "| N' | ε | DP-FedEmb, ArcFace | x centralized | goal | DP-FedEmb, softmax (part 2) |",
+         "|---|---|---|---|---|---|"]
+    found = []
+    for n, e in (GOAL2_CELLS[:1] if st["quick"] else GOAL2_CELLS):
+        m = stats(lk.seeds(lambda s, n=n, e=e: fed_run(st, "dp-fedemb", s, eps=e, pop=n, lever=MOONSHOT_LEVER), S))
+        soft = stats(lk.seeds(lambda s, n=n, e=e: fed_run(st, "dp-fedemb", s, eps=e, pop=n), S))
+        goal = GOAL2_TARGET.get(n, math.nan)
+        ratio = m[0] / ref if m[2] else math.nan
+        L.append(f"| {_pop(n)} | {e:g} | {cell(*m, S)} | {'n/a' if ratio != ratio else f'{ratio:.3f}'} | "
+                 f"{goal:.2f}x | {cell(*soft, S)} |")
+        if m[2]:
+            verdict = "reached" if ratio >= goal else "not reached"
+            found.append(f"{_pop(n)} ε {e:g}: {ratio:.3f}x (goal {goal:.2f}x, {verdict}, n={m[2]})")
+    return L + [""], ([f"- **Large populations with ArcFace**: {'; '.join(found)}."] if found else [])
+
+
 def _plot_population(st: dict[str, Any], grid: dict, pops: tuple[int, ...], cen: tuple,
                      pre: dict[str, Any] | None, path: Path) -> None:
     """Utility at epsilon 1 and 2 versus the extrapolated population."""
@@ -808,9 +851,9 @@ def write_report(st: dict[str, Any], lk: Lookup, info: dict[str, Any], timing: d
     L += protocol(st, info, lk, z0)
     prem = premise_section(st, lk, z0, img)
     head = headline_section(st, lk, img)
-    lev, moon = lever_section(st, lk), moonshot_section(st, lk)
-    L += prem[0] + head[0] + lev[0] + moon[0] + privacy_table(st, lk, info["train"]["users"])
-    found = findings(st, prem[1], head[1], lev[1] + moon[1])
+    lev, moon, large = lever_section(st, lk), moonshot_section(st, lk), large_section(st, lk)
+    L += prem[0] + head[0] + lev[0] + moon[0] + large[0] + privacy_table(st, lk, info["train"]["users"])
+    found = findings(st, prem[1], head[1], lev[1] + moon[1] + large[1])
     L += timing_section(st, lk, timing, parts) + found
     atomic_write_text(doc, "\n".join(L) + "\n")
     if doc.resolve() == REAL_DOC.resolve():  # the real page: its headline too
