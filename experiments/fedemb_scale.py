@@ -371,6 +371,15 @@ def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: d
             "runs_done": sum(1 for j in todo if j["key"] in results), "runs_planned": len(todo)}
 
 
+def add_run_flags(ap: argparse.ArgumentParser) -> None:
+    """The flags every experiment built on fedemb_glyphs' runner takes."""
+    ap.add_argument("--jobs", type=int, default=2, help="parallel training processes")
+    ap.add_argument("--budget-min", type=float, help="start no run after this many minutes")
+    ap.add_argument("--quick", action="store_true", help="tiny smoke-test version")
+    ap.add_argument("--report-only", action="store_true", help="only rewrite the page from the results")
+    ap.add_argument("--font-dir", action="append", default=[], help="extra font files/directories")
+
+
 def main() -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -382,11 +391,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, help="rounds per run (default 150; --quick 6)")
     ap.add_argument("--seeds", type=int, help="seeds for every part (default: premise 2, headline 3; --quick 1)")
     ap.add_argument("--with-10k", action="store_true", help="add N' = 10k (eps 1 and 2) to the population figure")
-    ap.add_argument("--jobs", type=int, default=2, help="parallel training processes")
-    ap.add_argument("--budget-min", type=float, help="start no run after this many minutes")
-    ap.add_argument("--quick", action="store_true", help="tiny smoke-test version")
-    ap.add_argument("--report-only", action="store_true", help="only rewrite the page from the results")
-    ap.add_argument("--font-dir", action="append", default=[], help="extra font files/directories")
+    add_run_flags(ap)
     args = ap.parse_args()
     st, work, doc = settings(args), work_dir(args), doc_path(args)
     work.mkdir(parents=True, exist_ok=True)
