@@ -185,7 +185,22 @@ def regime_section(st: dict[str, Any], lk: sc.Lookup, base: dict[str, Any], regi
                      f"(K {PUBLISHED['K']}, M {PUBLISHED['M']}, {published_job(st, cell, 0)['rounds']} rounds) | - | "
                      f"{PUBLISHED['K']} | {sc.cell(*m, S)} |")
         found.append(verdict(regime, cell, res))
+    if regime == "hand":
+        L.append("\n" + published_cost(st, info))
     return L + [""], [f for f in found if f]
+
+
+def published_cost(st: dict[str, Any], info: dict[str, Any]) -> str:
+    """What one run of the authors' configuration costs here, in local images."""
+    p, per_user = PUBLISHED, info["train"]["examples"] / info["train"]["users"]
+    j = published_job(st, CELLS[0], 0)
+    rounds, epochs = j["rounds"], j["fed"]["local_epochs"]
+    client = min(p["K"] * per_user, p["fed"]["max_examples_per_client"])
+    images = rounds * p["M"] * client * epochs
+    k16 = st["rounds"]["hand"] * M * min(16 * per_user, st["regs"]["hand"]["max_examples"] or math.inf)
+    return (f"The authors' configuration trains {images / 1e6:.1f}M local images per run ({rounds} rounds x "
+            f"{p['M']} clients x {client:.0f} examples x {epochs} epochs), "
+            f"{images / k16:.0f}x a K = 16 run of this table; its rows read 'n/a' until `--part published` has run.")
 
 
 def verdict(regime: str, cell: tuple[int, float], res: dict[str, Any]) -> str:
