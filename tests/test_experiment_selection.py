@@ -1,0 +1,50 @@
+"""experiments/fedemb_vs_fedavg.py: K is selected on the VALIDATION split only, the test
+runs exist only for the selected K, and test scores never change the selection."""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+
+import fedemb_vs_fedavg as vs  # noqa: E402
+
+
+def settings():
+    args = argparse.Namespace(quick=False, part="all")
+    return vs.settings(args)
+
+
+def record(score: float) -> dict:
+    return {"final": score, "job": {}}
+
+
+def test_k_is_chosen_on_validation_and_test_runs_follow_it():
+    st, base = settings(), {}
+    cell, regime, algo = vs.CELLS[0], "face", "dp-fedemb"
+    val = {K: vs.job(st, base, regime, algo, K, cell, 0, "validation")["key"] for K in st["ks"]}
+    results = {val[4]: record(0.60), val[16]: record(0.70)}  # K 32 not run yet
+    lk = vs.sc.Lookup(results, base)
+    assert vs.chosen_k(st, lk, base, regime, algo, cell) is None  # no choice before every K ran
+    assert not any(j["eval_split"] == "test" and j["regime"] == regime and j["fed"]["algorithm"] == algo
+                   and j.get("population") == cell[0] for j in vs.plan(st, lk, base))
+
+    results[val[32]] = record(0.65)
+    # test-split runs of another K, however good, do not move the choice
+    for K in (4, 32):
+        for s in range(st["seeds"]):
+            results[vs.job(st, base, regime, algo, K, cell, s, "test")["key"]] = record(0.99)
+    assert vs.chosen_k(st, lk, base, regime, algo, cell) == 16
+    tests = [j for j in vs.plan(st, lk, base) if j["eval_split"] == "test" and j["regime"] == regime
+             and j["fed"]["algorithm"] == algo and j.get("population") == cell[0]]
+    assert {j["fed"]["K"] for j in tests} == {16} and len(tests) == st["seeds"]
+    assert all(j["key"].endswith("@test") for j in tests)
+    assert len({j["noise_seed"] for j in tests}) == st["seeds"]  # a fresh seed per test run
+
+
+def test_selection_and_test_keys_never_collide():
+    st, base = settings(), {}
+    keys = [vs.job(st, base, r, a, K, c, s, split)["key"] for r in vs.REGIMES for a in vs.ALGOS
+            for K in st["ks"] for c in st["cells"] for s in range(st["seeds"]) for split in ("validation", "test")]
+    keys += [vs.published_job(st, c, s)["key"] for c in st["cells"] for s in range(st["seeds"])]
+    assert len(keys) == len(set(keys))
