@@ -2,7 +2,7 @@
 tuned on the VALIDATION split, in both glyph regimes (issue #11, goal 5).
 
     .venv/bin/python experiments/fedemb_vs_fedavg.py                 # everything (resumes)
-    .venv/bin/python experiments/fedemb_vs_fedavg.py --part select   # the K selection only
+    .venv/bin/python experiments/fedemb_vs_fedavg.py --part select test  # without the published row
     .venv/bin/python experiments/fedemb_vs_fedavg.py --quick         # smoke test, /tmp
 
 Protocol. Each algorithm keeps the knobs fedemb_glyphs selected for it on validation
@@ -61,7 +61,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     return {"quick": q, "regs": regs, "regimes": ("hand",) if q else REGIMES, "ks": (4, 16) if q else K_GRID,
             "cells": CELLS[:1] if q else CELLS, "seeds": 1 if q else SEEDS,
             "rounds": {r: (6 if q else regs[r]["rounds"]) for r in REGIMES},
-            "parts": ("select", "test", "published") if args.part == "all" else (args.part,)}
+            "parts": ("select", "test", "published") if "all" in args.part else tuple(args.part)}
 
 
 def knobs_of(base: dict[str, Any], st: dict[str, Any], regime: str, algo: str) -> dict[str, Any]:
@@ -239,7 +239,8 @@ def write_report(st: dict[str, Any], lk: sc.Lookup, base: dict[str, Any], work: 
 def main() -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", choices=("select", "test", "published", "all"), default="all")
+    ap.add_argument("--part", nargs="+", choices=("select", "test", "published", "all"), default=["all"],
+                    help="parts to run (test runs need the selection's results)")
     ap.add_argument("--work", default=str(ROOT / "runs" / "fedemb_glyphs"), help="fedemb_glyphs' work folder")
     ap.add_argument("--doc", help=f"results page (default {REAL_DOC.relative_to(ROOT)}; --quick: {QUICK_DOC})")
     sc.add_run_flags(ap)

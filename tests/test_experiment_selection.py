@@ -11,7 +11,7 @@ import fedemb_vs_fedavg as vs  # noqa: E402
 
 
 def settings():
-    args = argparse.Namespace(quick=False, part="all")
+    args = argparse.Namespace(quick=False, part=["all"])
     return vs.settings(args)
 
 
