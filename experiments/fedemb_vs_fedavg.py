@@ -160,7 +160,12 @@ def regime_section(st: dict[str, Any], lk: sc.Lookup, base: dict[str, Any], regi
          (f"{info['train']['users']:,} training users, {info['train']['identities']:,} training identities. "
           f"DP-FedAvg aggregates a global head of {info['train']['identities']:,} x {fg.EMB} parameters, "
           f"{ratio:.1f}x the backbone's {fg._backbone_params(fg.WIDTH_MAIN):,}: clipped and noised with it. "
-          f"{st['rounds'][regime]} rounds, M = {M}.\n"),
+          f"{st['rounds'][regime]} rounds, M = {M}"
+          + (f"; a client trains on at most {st['regs'][regime]['max_examples']} examples (Nmax), so a larger K "
+             "spreads the same number of examples over more users" if st["regs"][regime]["max_examples"] else
+             "; a client trains on all its users' examples, so a larger K means more examples and more "
+             "identities per client")
+          + ".\n"),
          "Knobs (fedemb_glyphs' validation selection): "
          + "; ".join(f"{fg.ALGO_NAME[a]}: {fg._knobs(knobs_of(base, st, regime, a))}" for a in ALGOS) + ".\n",
          "| N' | ε | algorithm | validation R@1e-3 by K | chosen K | TEST R@1e-3 (chosen K) |",
@@ -234,6 +239,15 @@ def write_report(st: dict[str, Any], lk: sc.Lookup, base: dict[str, Any], work: 
         found += f
     L += ["## Findings (generated)\n"] + ([f"- {f}" for f in found] or ["- no cell has both algorithms' test runs yet"])
     atomic_write_text(doc, "\n".join(L) + "\n")
+    if doc.resolve() == REAL_DOC.resolve():  # the real page: its findings in docs/RESULTS.md too
+        from results_page import update_section
+
+        update_section(ROOT / "docs", "vs", "\n".join([
+            "## DP-FedEmb vs DP-FedAvg, K tuned on validation per algorithm\n",
+            "`.venv/bin/python experiments/fedemb_vs_fedavg.py`: both regimes, K in "
+            f"{', '.join(map(str, st['ks']))} chosen on the validation split for each algorithm and (N', ε), "
+            f"{st['seeds']} seeds on the test split; tables in [RESULTS_VS.md](RESULTS_VS.md).\n",
+            *([f"- {f}" for f in found] or ["- no cell has both algorithms' test runs yet"])]))
 
 
 def main() -> int:
