@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -16,8 +19,6 @@ if torch.cuda.is_available():
     torch.backends.cuda.matmul.allow_tf32 = False
     # Resume-equals-uninterrupted and 2-vs-1-process tests compare runs: deterministic
     # kernels where CUDA has them (cuBLAS needs its workspace fixed before first use).
-    import os
-
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.backends.cudnn.benchmark = False
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -25,7 +26,7 @@ if torch.cuda.is_available():
 # Under pytest-xdist every worker would start one torch thread per core: 15 workers on 16
 # cores ran 240 threads and tests hit their timeouts. One thread per worker instead (2 per
 # worker crashed the H100 machine's torch 2.11.0+cu130 in oneDNN: docs/SCALE.md).
-if "PYTEST_XDIST_WORKER_COUNT" in __import__("os").environ:
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     torch.set_num_threads(1)
 
 
@@ -33,9 +34,6 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment for a test's child process (torchrun, a fresh interpreter): this
     checkout's src/ and root put first on PYTHONPATH, the caller's PYTHONPATH kept after
     them (a machine whose dependencies live on PYTHONPATH still finds them)."""
-    import os
-    from pathlib import Path
-
     root = Path(__file__).resolve().parents[1]
     path = os.pathsep.join([str(root / "src"), str(root)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     return {**os.environ, "PYTHONPATH": path, **extra}

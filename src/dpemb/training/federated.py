@@ -117,7 +117,7 @@ def train_federated(
                       provenance=provenance, source=train.source, private_training=not spec.nonprivate,
                       loss=fed_cfg.loss)
     plan = PrivacyPlan.build(spec, seed=noise_seed, efficient_tree=fed_cfg.efficient_tree)
-    server = ServerState.open(model, params, global_head, plan, spec, fed_cfg, model_cfg, run, release, config,
+    server = ServerState.open(model, params, global_head, plan, fed_cfg, model_cfg, run, release, config,
                               ckpt_meta, resume, device)
     executor = (DistributedExecutor(trainer, data, plan.randomness, env, template) if env is not None
                 else LocalExecutor(trainer, data, plan.randomness))
@@ -156,7 +156,7 @@ def train_federated(
 def run_rounds(server: ServerState, executor: LocalExecutor, template: list[torch.Tensor], log: RoundLog,
                audit: AuditRun | None, run_cfg: RunConfig, epsilon_budget: float | None) -> bool:
     """The training loop: rounds until ``spec.rounds``, a signal (SIGTERM/SIGINT: the round
-    finishes, a checkpoint is written, ``TrainingStopped`` raised) or, with
+    finishes, a checkpoint is written, ``TrainingInterrupted`` is raised) or, with
     ``epsilon_budget``, the round that would spend more; returns whether the budget
     stopped it. Privacy: each round's only release is the noised sum (step 4) and the
     ledger composes it (step 5); everything after is post-processing."""

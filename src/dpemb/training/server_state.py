@@ -41,7 +41,6 @@ class ServerState:
     global_head: torch.nn.Parameter | None  # DP-FedAvg only
     optimizer: torch.optim.Optimizer
     plan: PrivacyPlan
-    spec: PrivacySpec
     fed_cfg: FederatedConfig
     model_cfg: ModelConfig
     run: RunDir
@@ -50,14 +49,18 @@ class ServerState:
     ckpt_meta: dict[str, Any]
     round: int = 0
 
+    @property
+    def spec(self) -> PrivacySpec:
+        """The privacy spec the plan was built from (one copy: the plan's)."""
+        return self.plan.spec
+
     @classmethod
     def open(cls, model: torch.nn.Module, params: list[torch.nn.Parameter],
-             global_head: torch.nn.Parameter | None, plan: PrivacyPlan, spec: PrivacySpec,
-             fed_cfg: FederatedConfig, model_cfg: ModelConfig, run: RunDir, release: Release,
+             global_head: torch.nn.Parameter | None, plan: PrivacyPlan, fed_cfg: FederatedConfig, model_cfg: ModelConfig, run: RunDir, release: Release,
              config: str, ckpt_meta: dict[str, Any], resume: bool | str, device: torch.device) -> ServerState:
         """A fresh run (config.json written, old metrics removed) or, when ``resume`` finds
         a checkpoint, the state it holds."""
-        state = cls(model, params, global_head, make_server_optimizer(params, fed_cfg), plan, spec, fed_cfg,
+        state = cls(model, params, global_head, make_server_optimizer(params, fed_cfg), plan, fed_cfg,
                     model_cfg, run, release, config, ckpt_meta)
         if resume_from_checkpoint(run, resume):
             state.load(device)
