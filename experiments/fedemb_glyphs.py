@@ -354,6 +354,18 @@ def fed_job(regime: str, reg: dict[str, Any], algo: str, K: int, eps: float | No
                 rounds=reg["rounds"], eps=eps, fed=fed, knobs=knobs, eval_split=eval_split)
 
 
+def seeded_fed_job(key: str, regime: str, rounds: int, fed: dict[str, Any], knobs: dict[str, Any],
+                   eps: float | None, *, seed: int, noise_seed: int, population: int | None = None,
+                   eval_split: str = "test", **fields: Any) -> dict[str, Any]:
+    """A federated job from the public pretraining with an explicit run seed and noise
+    seed (``run_job``'s optional fields); ``population``: the N' ``eps`` is calibrated at;
+    ``fields``: other optional job fields (``z``, ``clip``, ``adaptive_quantile``)."""
+    job = dict(key=key, kind="fed", regime=regime, width=WIDTH_MAIN, init=pre_key(regime, WIDTH_MAIN),
+               rounds=rounds, eps=eps, fed=fed, knobs=knobs, eval_split=eval_split, seed=seed,
+               noise_seed=noise_seed)
+    return job | ({"population": population} if population is not None else {}) | fields
+
+
 def tune_job(regime: str, reg: dict[str, Any], algo: str, knobs: dict[str, Any]) -> dict[str, Any]:
     """A tuning run: K = 4, TUNE_EPS, from the public pretraining, scored on VALIDATION."""
     return fed_job(regime, reg, algo, 4, TUNE_EPS, init=pre_key(regime, WIDTH_MAIN),
@@ -377,6 +389,12 @@ def best_knobs(results: dict[str, Any], regime: str, reg: dict[str, Any], algo: 
 
 def pre_key(regime: str, width: float) -> str:
     return f"{regime}/pretrain/w{width:g}"
+
+
+def pretrain_job(regime: str, reg: dict[str, Any], width: float = WIDTH_MAIN) -> dict[str, Any]:
+    """Centralized training on the regime's public users: the start of every "pre" run."""
+    return dict(key=pre_key(regime, width), kind="pretrain", regime=regime, width=width,
+                steps=reg["pretrain_steps"])
 
 
 def main() -> int:
@@ -408,10 +426,8 @@ def main() -> int:
         for name, reg in regs.items():
             p1.append(dict(key=f"{name}/central/w{WIDTH_MAIN:g}", kind="central", regime=name,
                            width=WIDTH_MAIN, steps=reg["central_steps"]))
-            p1.append(dict(key=pre_key(name, WIDTH_MAIN), kind="pretrain", regime=name,
-                           width=WIDTH_MAIN, steps=reg["pretrain_steps"]))
-        p1.append(dict(key=pre_key("face", WIDTH_BIG), kind="pretrain", regime="face",
-                       width=WIDTH_BIG, steps=regs["face"]["pretrain_steps"]))
+            p1.append(pretrain_job(name, reg))
+        p1.append(pretrain_job("face", regs["face"], WIDTH_BIG))
         print("phase 1: centralized and public pretraining", flush=True)
         run_all(p1, results, work, args.jobs, deadline)
         # phase 2: tuning grid (same budget per algorithm)

@@ -126,17 +126,9 @@ def fed_run(st: dict[str, Any], algo: str, seed: int, *, M: int = M0, eps: float
         noise += f"/{lever[0]}"
         fed = {**fed, **lever[3]}
     key = f"scale/{algo}/K{st['K']}/M{M}/r{st['rounds']}/{noise}/s{seed}"
-    job = {"key": key, "kind": "fed", "regime": REGIME, "width": fg.WIDTH_MAIN,
-           "init": fg.pre_key(REGIME, fg.WIDTH_MAIN), "rounds": st["rounds"], "eps": eps, "fed": fed,
-           "knobs": KNOBS, "eval_split": "test", "seed": seed,
-           "noise_seed": NOISE_SEED0 + SEED_STRIDE * seed}
-    if z is not None:
-        job["z"] = z
-    if pop is not None:
-        job["population"] = pop
-    if lever is not None:
-        job.update(lever[2])
-    return job
+    return fg.seeded_fed_job(key, REGIME, st["rounds"], fed, KNOBS, eps, seed=seed,
+                             noise_seed=NOISE_SEED0 + SEED_STRIDE * seed, population=pop,
+                             **({"z": z} if z is not None else {}), **(lever[2] if lever is not None else {}))
 
 
 MOONSHOT_LEVER = next(lv for lv in LEVERS if lv[0] == "arcface")
@@ -161,12 +153,6 @@ def lever_jobs(st: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     """DP-FedEmb at (LEVER_EPS, LEVER_POP): the baseline (a headline run) and every lever."""
     return [fed_run(st, "dp-fedemb", seed, eps=LEVER_EPS, pop=LEVER_POP)] + [
         fed_run(st, "dp-fedemb", seed, eps=LEVER_EPS, pop=LEVER_POP, lever=lv) for lv in st["levers"]]
-
-
-def pretrain_job(st: dict[str, Any]) -> dict[str, Any]:
-    """fedemb_glyphs' public pretraining job (the start of every run here)."""
-    return {"key": fg.pre_key(REGIME, fg.WIDTH_MAIN), "kind": "pretrain", "regime": REGIME,
-            "width": fg.WIDTH_MAIN, "steps": st["reg"]["pretrain_steps"]}
 
 
 def central_job(st: dict[str, Any], seed: int, loss: str = "softmax") -> dict[str, Any]:
@@ -360,7 +346,7 @@ def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: d
     print(f"data: train {info['train']}, test {info['eval']} ({time.time() - t0:.0f} s)", flush=True)
     if fg.pre_key(REGIME, fg.WIDTH_MAIN) not in base:
         print("public pretraining", flush=True)
-        fg.run_all([pretrain_job(st)], results, work, args.jobs, deadline, RESULTS_FILE)
+        fg.run_all([fg.pretrain_job(REGIME, st["reg"])], results, work, args.jobs, deadline, RESULTS_FILE)
     queue = ordered(st, plan(st, z0_for(st, info["train"]["users"])))
     todo = [j for j in queue if j["key"] not in results and j["key"] not in base]
     print(f"plan: {len(queue)} runs ({len(queue) - len(todo)} finished already); "

@@ -77,11 +77,9 @@ def job(st: dict[str, Any], base: dict[str, Any], regime: str, algo: str, K: int
     noise = "np" if cell is None else f"e{cell[1]:g}@{sc._pop(cell[0])}"
     ks = "-".join(f"{k}{v}" for k, v in sorted(knobs.items())) or "base"
     key = f"vs/{regime}/{algo}/K{K}/M{M}/r{st['rounds'][regime]}/{noise}/{ks}/s{seed}@{split}"
-    j = {"key": key, "kind": "fed", "regime": regime, "width": fg.WIDTH_MAIN,
-         "init": fg.pre_key(regime, fg.WIDTH_MAIN), "rounds": st["rounds"][regime],
-         "eps": None if cell is None else cell[1], "fed": fed, "knobs": knobs, "eval_split": split,
-         "seed": seed, "noise_seed": NOISE_SEED0 + SEED_STRIDE * seed}
-    return j | ({"population": cell[0]} if cell is not None else {})
+    return fg.seeded_fed_job(key, regime, st["rounds"][regime], fed, knobs, None if cell is None else cell[1],
+                             seed=seed, noise_seed=NOISE_SEED0 + SEED_STRIDE * seed,
+                             population=None if cell is None else cell[0], eval_split=split)
 
 
 def published_job(st: dict[str, Any], cell: tuple[int, float], seed: int) -> dict[str, Any]:
@@ -91,10 +89,8 @@ def published_job(st: dict[str, Any], cell: tuple[int, float], seed: int) -> dic
     fed = {**fg.BASE_FED, "algorithm": "dp-fedemb", "M": p["M"], "K": p["K"], **p["fed"],
            **({"local_epochs": 1} if st["quick"] else {})}  # quick: a smoke test of the wiring
     key = f"vs/hand/published/K{p['K']}/M{p['M']}/r{rounds}/e{cell[1]:g}@{sc._pop(cell[0])}/s{seed}@test"
-    return {"key": key, "kind": "fed", "regime": "hand", "width": fg.WIDTH_MAIN,
-            "init": fg.pre_key("hand", fg.WIDTH_MAIN), "rounds": rounds, "eps": cell[1], "population": cell[0],
-            "fed": fed, "knobs": p["fed"], "clip": p["clip"], "eval_split": "test", "seed": seed,
-            "noise_seed": NOISE_SEED0 + SEED_STRIDE * seed}
+    return fg.seeded_fed_job(key, "hand", rounds, fed, p["fed"], cell[1], seed=seed,
+                             noise_seed=NOISE_SEED0 + SEED_STRIDE * seed, population=cell[0], clip=p["clip"])
 
 
 def chosen_k(st: dict[str, Any], lk: sc.Lookup, base: dict[str, Any], regime: str, algo: str,
@@ -129,8 +125,7 @@ def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: d
     deadline = time.time() + 60 * args.budget_min if args.budget_min else math.inf
     for regime in st["regimes"]:
         fg.build_data(work, regime, st["regs"][regime], args.font_dir)
-        pre = {"key": fg.pre_key(regime, fg.WIDTH_MAIN), "kind": "pretrain", "regime": regime,
-               "width": fg.WIDTH_MAIN, "steps": st["regs"][regime]["pretrain_steps"]}
+        pre = fg.pretrain_job(regime, st["regs"][regime])
         if pre["key"] not in base:
             fg.run_all([pre], results, work, args.jobs, deadline, RESULTS_FILE)
     while time.time() < deadline:
