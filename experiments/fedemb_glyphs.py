@@ -203,8 +203,13 @@ def privacy_numbers(spec: Any) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- jobs
 
 
-def run_job(job: dict[str, Any], work: str, threads: int) -> dict[str, Any]:
+def run_job(job: dict[str, Any], work: str, threads: int, perf: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run one training job in a worker process; returns its result record.
+
+    ``perf``: performance-only ``RunConfig`` fields (``device``, ``checkpoint_every``;
+    ``client_batch``, used by federated jobs only), which change the model only by float
+    rounding, and ``resume``: a federated job continues from the checkpoint an
+    interrupted attempt left in its run folder (resuming equals uninterrupted training).
 
     Optional job fields (absent in this experiment's own jobs, whose defaults they keep):
     ``z`` (an explicit simulation noise multiplier instead of calibrating ``eps``),
@@ -227,7 +232,9 @@ def run_job(job: dict[str, Any], work: str, threads: int) -> dict[str, Any]:
     if init != "random":
         init = str(Path(work) / "runs" / init)  # the run's release artifact
     mcfg = ModelConfig("lenet", EMB, job["width"], init)
-    rcfg_kw = dict(out=str(out), seed=job.get("seed", 0), progress=False, threads=threads)
+    perf = dict(perf or {})
+    client_batch, resume = perf.pop("client_batch", 1), perf.pop("resume", False)
+    rcfg_kw = dict(out=str(out), seed=job.get("seed", 0), progress=False, threads=threads, **perf)
     rec: dict[str, Any] = {"job": job}
     if job["kind"] in ("central", "pretrain"):
         from dpemb.training.centralized import train_centralized
@@ -263,8 +270,8 @@ def run_job(job: dict[str, Any], work: str, threads: int) -> dict[str, Any]:
         fkw = {k: v for k, v in fed.items() if k not in ("M", "K")}
         fcfg = FederatedConfig(**fkw)
         rep = train_federated(tr, ev, mcfg, fcfg, spec,
-                              RunConfig(eval_every=job["rounds"], **rcfg_kw),
-                              noise_seed=job.get("noise_seed", 1234),
+                              RunConfig(eval_every=job["rounds"], client_batch=client_batch, **rcfg_kw),
+                              noise_seed=job.get("noise_seed", 1234), resume="auto" if resume else False,
                               provenance=Provenance(str(data), "private"))
         rows, ips = _run_rows(out, rep)
         losses = [r["train_loss"] for r in rows if r.get("train_loss") is not None]
@@ -277,6 +284,9 @@ def run_job(job: dict[str, Any], work: str, threads: int) -> dict[str, Any]:
                    final_clip_norm=(rep["privacy"].get("adaptive_clipping") or {}).get("final_clip_norm"),
                    **privacy_numbers(spec))
     rec["seconds"] = time.time() - t0
+    rec["perf"] = {"threads": threads, "client_batch": client_batch, "resume": resume, **perf,
+                   "device_name": torch.cuda.get_device_name() if torch.cuda.is_available()
+                   and perf.get("device", "auto") != "cpu" else "cpu"}
     rec["started_at"], rec["finished_at"] = t0, time.time()
     return rec
 
@@ -296,13 +306,15 @@ def _run_rows(out: Path, rep: dict[str, Any]) -> tuple[list[dict[str, Any]], flo
 
 
 def run_all(jobs: list[dict[str, Any]], results: dict[str, Any], work: Path, nproc: int,
-            deadline: float, results_file: str = "results.json") -> None:
+            deadline: float, results_file: str = "results.json", perf: dict[str, Any] | None = None) -> None:
     """Run the jobs not yet in ``results`` on ``nproc`` processes; save after each
-    (to ``<work>/<results_file>``)."""
+    (to ``<work>/<results_file>``). ``perf``: see ``run_job``; its ``threads`` (torch
+    threads per process) defaults to the cores divided among the processes."""
     todo = [j for j in jobs if j["key"] not in results]
     if not todo:
         return
-    threads = max(1, (os.cpu_count() or 2) // nproc)
+    perf = dict(perf or {})
+    threads = perf.pop("threads", 0) or max(1, (os.cpu_count() or 2) // nproc)
     print(f"  {len(todo)} runs on {nproc} processes x {threads} threads", flush=True)
     with ProcessPoolExecutor(nproc, mp_context=get_context("spawn")) as pool:
         pending = {}
@@ -310,7 +322,7 @@ def run_all(jobs: list[dict[str, Any]], results: dict[str, Any], work: Path, npr
         while queue or pending:
             while queue and len(pending) < nproc and time.time() < deadline:
                 j = queue.pop(0)
-                pending[pool.submit(run_job, j, str(work), threads)] = j
+                pending[pool.submit(run_job, j, str(work), threads, perf)] = j
             if not pending:
                 print("  time budget exhausted; re-run the command to continue", flush=True)
                 return

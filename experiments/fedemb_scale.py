@@ -243,17 +243,19 @@ def ordered(st: dict[str, Any], parts: dict[str, list[dict[str, Any]]]) -> list[
 
 
 def run_cost(job: dict[str, Any], c: float, ref: dict[str, float]) -> float:
-    """Rough seconds for one job on one thread: user-rounds x c for federated jobs, the
-    reference run's time (scaled by steps) for centralized ones."""
+    """Rough seconds for one job on one thread: user-rounds x local epochs x c for
+    federated jobs, the reference run's time (scaled by steps) for centralized ones."""
     if job["kind"] == "fed":
-        return RUN_OVERHEAD_S + c * job["rounds"] * job["fed"]["M"] * job["fed"]["K"]
+        fed = job["fed"]
+        return RUN_OVERHEAD_S + c * job["rounds"] * fed["M"] * fed["K"] * fed.get("local_epochs", 1)
     return ref.get(job["kind"], 50.0) * job["steps"] / ref.get(job["kind"] + "_steps", 1000)
 
 
 def cost_model(done: dict[str, Any]) -> tuple[float, dict[str, float], str]:
-    """Seconds per user-round from this script's finished federated runs (the probe's 3.6 ms
+    """Seconds per user-round (per local epoch) from this script's finished federated runs (the probe's 3.6 ms
     if none), reference times of centralized / pretraining runs, and where c came from."""
-    per = [(v["seconds"] - RUN_OVERHEAD_S) / (j["rounds"] * j["fed"]["M"] * j["fed"]["K"])
+    per = [(v["seconds"] - RUN_OVERHEAD_S) / (j["rounds"] * j["fed"]["M"] * j["fed"]["K"]
+                                            * j["fed"].get("local_epochs", 1))
            for k, v in done.items()
            if k.startswith("scale/") and (j := v["job"])["kind"] == "fed" and v.get("seconds")]
     ref: dict[str, float] = {}
@@ -346,12 +348,13 @@ def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: d
     print(f"data: train {info['train']}, test {info['eval']} ({time.time() - t0:.0f} s)", flush=True)
     if fg.pre_key(REGIME, fg.WIDTH_MAIN) not in base:
         print("public pretraining", flush=True)
-        fg.run_all([fg.pretrain_job(REGIME, st["reg"])], results, work, args.jobs, deadline, RESULTS_FILE)
+        fg.run_all([fg.pretrain_job(REGIME, st["reg"])], results, work, args.jobs, deadline, RESULTS_FILE,
+                   perf_of(args))
     queue = ordered(st, plan(st, z0_for(st, info["train"]["users"])))
     todo = [j for j in queue if j["key"] not in results and j["key"] not in base]
     print(f"plan: {len(queue)} runs ({len(queue) - len(todo)} finished already); "
           + estimate(todo, {**base, **results}, args.jobs), flush=True)
-    fg.run_all(todo, results, work, args.jobs, deadline, RESULTS_FILE)
+    fg.run_all(todo, results, work, args.jobs, deadline, RESULTS_FILE, perf_of(args))
     return {"wall_s": time.time() - t0, "started": t0, "finished_at": time.time(),
             "finished": time.strftime("%Y-%m-%d %H:%M"), "parts": list(st["parts"]),
             "runs_done": sum(1 for j in todo if j["key"] in results), "runs_planned": len(todo)}
@@ -364,6 +367,20 @@ def add_run_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--quick", action="store_true", help="tiny smoke-test version")
     ap.add_argument("--report-only", action="store_true", help="only rewrite the page from the results")
     ap.add_argument("--font-dir", action="append", default=[], help="extra font files/directories")
+    ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (performance only)")
+    ap.add_argument("--client-batch", type=int, default=1,
+                    help="virtual clients trained at once (vmap; for GPUs; performance only: results agree "
+                         "to float rounding)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads per process (0: cores / jobs)")
+    ap.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every N rounds (0: on a timer)")
+    ap.add_argument("--resume-runs", action="store_true",
+                    help="a run whose folder holds a checkpoint (an interrupted attempt) continues from it")
+
+
+def perf_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The performance-only run settings of ``add_run_flags`` (``fedemb_glyphs.run_job``)."""
+    return {"device": args.device, "client_batch": args.client_batch, "checkpoint_every": args.checkpoint_every,
+            "resume": args.resume_runs, "threads": args.threads}
 
 
 def main() -> int:

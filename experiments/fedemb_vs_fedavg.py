@@ -127,7 +127,7 @@ def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: d
         fg.build_data(work, regime, st["regs"][regime], args.font_dir)
         pre = fg.pretrain_job(regime, st["regs"][regime])
         if pre["key"] not in base:
-            fg.run_all([pre], results, work, args.jobs, deadline, RESULTS_FILE)
+            fg.run_all([pre], results, work, args.jobs, deadline, RESULTS_FILE, sc.perf_of(args))
     while time.time() < deadline:
         lk = sc.Lookup(results, base)
         todo = [j for j in plan(st, lk, base) if lk.get(j["key"]) is None]
@@ -136,7 +136,7 @@ def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: d
         # run the selection first: the test runs it unlocks join the next pass
         batch = [j for j in todo if j["eval_split"] == "validation"] or todo
         print(f"plan: {sc.estimate(batch, {**base, **results}, args.jobs)}", flush=True)
-        fg.run_all(batch, results, work, args.jobs, deadline, RESULTS_FILE)
+        fg.run_all(batch, results, work, args.jobs, deadline, RESULTS_FILE, sc.perf_of(args))
 
 
 # ----------------------------------------------------------------------------- report
@@ -191,16 +191,17 @@ def regime_section(st: dict[str, Any], lk: sc.Lookup, base: dict[str, Any], regi
 
 
 def published_cost(st: dict[str, Any], info: dict[str, Any]) -> str:
-    """What one run of the authors' configuration costs here, in local images."""
+    """What one run of the authors' configuration costs here, in local images (their Nmax
+    caps a client's whole stream of ``local_epochs`` passes, as ``client_batches`` does)."""
     p, per_user = PUBLISHED, info["train"]["examples"] / info["train"]["users"]
     j = published_job(st, CELLS[0], 0)
     rounds, epochs = j["rounds"], j["fed"]["local_epochs"]
-    client = min(p["K"] * per_user, p["fed"]["max_examples_per_client"])
-    images = rounds * p["M"] * client * epochs
+    client = min(p["K"] * per_user * epochs, p["fed"]["max_examples_per_client"])
+    images = rounds * p["M"] * client
     k16 = st["rounds"]["hand"] * M * min(16 * per_user, st["regs"]["hand"]["max_examples"] or math.inf)
     return (f"The authors' configuration trains {images / 1e6:.1f}M local images per run ({rounds} rounds x "
-            f"{p['M']} clients x {client:.0f} examples x {epochs} epochs), "
-            f"{images / k16:.0f}x a K = 16 run of this table; its rows read 'n/a' until `--part published` has run.")
+            f"{p['M']} clients x {client:.0f} images: {epochs} passes over {p['K'] * per_user:.0f} examples, cut at "
+            f"their Nmax {p['fed']['max_examples_per_client']}), {images / k16:.0f}x a K = 16 run of this table.")
 
 
 def verdict(regime: str, cell: tuple[int, float], res: dict[str, Any]) -> str:

@@ -48,3 +48,24 @@ def test_selection_and_test_keys_never_collide():
             for K in st["ks"] for c in st["cells"] for s in range(st["seeds"]) for split in ("validation", "test")]
     keys += [vs.published_job(st, c, s)["key"] for c in st["cells"] for s in range(st["seeds"])]
     assert len(keys) == len(set(keys))
+
+
+def test_published_cost_counts_the_images_the_client_trains_on():
+    """The page's cost of the authors' configuration is what ``client_batches`` yields:
+    their Nmax caps the whole stream of local epochs, not each epoch."""
+    import numpy as np
+
+    from dpemb.algorithms.client import client_batches
+    from dpemb.algorithms.config import FederatedConfig
+
+    st = settings()
+    per_user, users = 80, 100
+    info = {"train": {"examples": per_user * users, "users": users}}
+    text = vs.published_cost(st, info)
+    fed = {k: v for k, v in vs.published_job(st, vs.CELLS[0], 0)["fed"].items() if k not in ("M", "K")}
+    stream = client_batches(np.arange(vs.PUBLISHED["K"] * per_user), FederatedConfig(**fed),
+                            np.random.default_rng(0))
+    per_client = sum(len(b) for b in stream)
+    assert per_client == 2048  # 8 passes over 640 examples, cut at Nmax
+    images = vs.PUBLISHED["rounds"] * vs.PUBLISHED["M"] * per_client
+    assert f"{images / 1e6:.1f}M local images" in text
