@@ -1,0 +1,34 @@
+"""experiments/fedemb_glyphs.py's runner: the page's wall time counts only invocations
+that ran something, and the performance flags become the runner's settings."""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+
+import fedemb_glyphs as fg  # noqa: E402
+import fedemb_scale as sc  # noqa: E402
+
+
+def test_wall_time_adds_up_over_invocations():
+    first = fg.add_invocation({}, 600.0, [1.5])
+    assert first["wall_minutes"] == 10.0 and first["invocations"] == 1
+    assert fg.invocations_txt(first) == ""
+    second = fg.add_invocation(first, 300.0, [2.0])
+    assert second["wall_minutes"] == 15.0 and second["invocations"] == 2
+    assert second["load_samples"] == [1.5, 2.0]
+    assert fg.invocations_txt(second) == " in 2 invocations"
+    # a timing file written before invocations were counted was one invocation
+    assert fg.add_invocation({"wall_minutes": 36.0}, 60.0, [])["invocations"] == 2
+
+
+def test_performance_flags_reach_the_runner():
+    ap = argparse.ArgumentParser()
+    sc.add_run_flags(ap)
+    args = ap.parse_args(["--device", "cuda", "--client-batch", "32", "--threads", "1",
+                          "--checkpoint-every", "2", "--resume-runs"])
+    assert sc.perf_of(args) == {"device": "cuda", "client_batch": 32, "checkpoint_every": 2, "resume": True,
+                                "threads": 1}
+    plain = sc.perf_of(ap.parse_args([]))
+    assert plain == {"device": "auto", "client_batch": 1, "checkpoint_every": 0, "resume": False, "threads": 0}
