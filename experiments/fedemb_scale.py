@@ -402,10 +402,12 @@ def main() -> int:
     base = load_json(work / "results.json")  # fedemb_glyphs' runs, never written here
     timing = load_json(work / TIMING_FILE) or {"invocations": []}
     if not args.report_only:
-        timing["invocations"].append(execute(args, st, work, results, base))
-        from dpemb.atomic import atomic_write_json
+        ran = execute(args, st, work, results, base)
+        if ran["runs_planned"]:  # an invocation that found every run cached adds no row to the wall time
+            timing["invocations"].append(ran)
+            from dpemb.atomic import atomic_write_json
 
-        atomic_write_json(work / TIMING_FILE, timing)
+            atomic_write_json(work / TIMING_FILE, timing)
     info = load_json(work / "data" / REGIME / "info.json")
     if not info:
         sys.exit(f"no data in {work}: run without --report-only first")
