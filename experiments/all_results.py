@@ -59,6 +59,39 @@ def cached(results_file: str) -> tuple[int, float]:
     return len(recs), sum(r.get("seconds", 0.0) for r in recs.values()) / 60
 
 
+def longest_minutes(results_file: str) -> float:
+    """The longest single run in one stage's cache, in minutes (0 if none)."""
+    p = WORK / results_file
+    recs = json.loads(p.read_text()).values() if p.exists() else []
+    return max((r.get("seconds", 0.0) for r in recs), default=0.0) / 60
+
+
+def cost_section() -> str:
+    """The docs/RESULTS.md section on what the cached results took to compute."""
+    rows, total = [], 0.0
+    for stage, script, own, results_file, _ in STAGES:
+        n, minutes = cached(results_file)
+        total += minutes
+        shown = " ".join([script, *(a for a in own if a not in ("--budget-minutes", "100000"))])
+        rows.append(f"| `{shown}` | {n} | {minutes:.0f} | {longest_minutes(results_file):.1f} |")
+    return "\n".join([
+        "## What the results cost",
+        "",
+        "`.venv/bin/python experiments/all_results.py` runs every stage above in order; each caches its "
+        "finished runs, so it resumes where it stopped (`--dry-run` prints what is cached). Process-minutes "
+        "of the cached runs, each on one process with one torch thread (2 processes on the 2-core "
+        "machine, so the two shared the cores):",
+        "",
+        "| stage | runs | process-minutes | longest run, minutes |",
+        "|---|---:|---:|---:|",
+        *rows,
+        f"| all | | {total:.0f} | |",
+        "",
+        f"On 2 cores that is at least {total / 2 / 60:.1f} hours of wall time: only `fedemb_glyphs.py` "
+        "fits in an hour there. More processes (`--jobs`) on more cores divide it, down to the longest run.",
+    ])
+
+
 def main() -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -67,7 +100,20 @@ def main() -> int:
     ap.add_argument("--client-batch", type=int, default=1, help="virtual clients trained at once (vmap; GPUs)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per process (0: cores / jobs)")
     ap.add_argument("--dry-run", action="store_true", help="print the stages and their caches, run nothing")
+    ap.add_argument("--cost-only", action="store_true",
+                    help="only rewrite docs/RESULTS.md's cost section from the caches")
     args = ap.parse_args()
+    rc = 0 if args.cost_only else run_stages(args)
+    if not args.dry_run:
+        from results_page import update_section
+
+        update_section(ROOT / "docs", "cost", cost_section())
+        print("wrote docs/RESULTS.md (section cost)")
+    return rc
+
+
+def run_stages(args: argparse.Namespace) -> int:
+    """Each stage in order (a failed stage stops the rest); returns the first failure's exit code."""
     timing_path = WORK / "all_timing.json"
     timing: list[dict[str, Any]] = json.loads(timing_path.read_text()) if timing_path.exists() else []
     for stage, script, own, results_file, perf in STAGES:
