@@ -69,3 +69,13 @@ def test_published_cost_counts_the_images_the_client_trains_on():
     assert per_client == 2048  # 8 passes over 640 examples, cut at Nmax
     images = vs.PUBLISHED["rounds"] * vs.PUBLISHED["M"] * per_client
     assert f"{images / 1e6:.1f}M local images" in text
+
+
+def test_published_verdict_compares_with_the_better_tuned_algorithm():
+    cell = vs.CELLS[1]
+    res = {"dp-fedemb": ((0.24, 0.01, 3), 4), "dp-fedavg": ((0.29, 0.01, 3), 4)}
+    assert "is ahead" in vs.published_verdict(cell, (0.40, 0.01, 3), res)
+    assert "DP-FedAvg K 4 0.290" in vs.published_verdict(cell, (0.40, 0.01, 3), res)
+    assert "is behind" in vs.published_verdict(cell, (0.20, 0.01, 3), res)
+    assert "is a tie" in vs.published_verdict(cell, (0.295, 0.01, 3), res)
+    assert vs.published_verdict(cell, (float("nan"), float("nan"), 0), res) == ""  # not run yet
