@@ -74,8 +74,8 @@ def test_published_cost_counts_the_images_the_client_trains_on():
 def test_published_verdict_compares_with_the_better_tuned_algorithm():
     cell = vs.CELLS[1]
     res = {"dp-fedemb": ((0.24, 0.01, 3), 4), "dp-fedavg": ((0.29, 0.01, 3), 4)}
-    assert "is ahead" in vs.published_verdict(cell, (0.40, 0.01, 3), res)
+    assert "is ahead of" in vs.published_verdict(cell, (0.40, 0.01, 3), res)
     assert "DP-FedAvg K 4 0.290" in vs.published_verdict(cell, (0.40, 0.01, 3), res)
     assert "is behind" in vs.published_verdict(cell, (0.20, 0.01, 3), res)
-    assert "is a tie" in vs.published_verdict(cell, (0.295, 0.01, 3), res)
+    assert "is level with" in vs.published_verdict(cell, (0.295, 0.01, 3), res)
     assert vs.published_verdict(cell, (float("nan"), float("nan"), 0), res) == ""  # not run yet
