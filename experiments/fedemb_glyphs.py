@@ -42,12 +42,13 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import replace
-from multiprocessing import get_context
+from multiprocessing import active_children, get_context
 from pathlib import Path
 from typing import Any
 
@@ -316,29 +317,56 @@ def run_all(jobs: list[dict[str, Any]], results: dict[str, Any], work: Path, npr
     perf = dict(perf or {})
     threads = perf.pop("threads", 0) or max(1, (os.cpu_count() or 2) // nproc)
     print(f"  {len(todo)} runs on {nproc} processes x {threads} threads", flush=True)
-    with ProcessPoolExecutor(nproc, mp_context=get_context("spawn")) as pool:
-        pending = {}
-        queue = list(todo)
-        while queue or pending:
-            while queue and len(pending) < nproc and time.time() < deadline:
-                j = queue.pop(0)
-                pending[pool.submit(run_job, j, str(work), threads, perf)] = j
-            if not pending:
-                print("  time budget exhausted; re-run the command to continue", flush=True)
-                return
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for f in done:
-                j = pending.pop(f)
-                try:
-                    rec = f.result()
-                except Exception:  # record the failure, keep going
-                    print(f"  FAILED {j['key']}:\n{traceback.format_exc()}", flush=True)
-                    continue
-                results[j["key"]] = rec
-                save_results(work, results, results_file)
-                LOAD_SAMPLES.append(round(os.getloadavg()[0], 2))
-                print(f"  done {j['key']}: R@1e-3 {rec['final']:.3f} on {j.get('eval_split', 'test')} "
-                      f"({rec['seconds']:.0f} s)", flush=True)
+    terminated = []
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        terminated.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        with ProcessPoolExecutor(nproc, mp_context=get_context("spawn")) as pool:
+            try:
+                _run_queue(pool, todo, results, work, nproc, deadline, results_file, threads, perf)
+            except KeyboardInterrupt:
+                # Ctrl-C reached the workers too; a SIGTERM reached this process only: pass it
+                # on. Each worker's run then finishes its round, checkpoints and stops
+                # (--resume-runs continues it), instead of training on as an orphan.
+                if terminated:
+                    for child in active_children():
+                        child.terminate()
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise SystemExit("stopped by a signal: the running jobs checkpointed and stopped; re-run the "
+                                 "command (with --resume-runs, where it takes it) to continue them") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_queue(pool: ProcessPoolExecutor, todo: list[dict[str, Any]], results: dict[str, Any], work: Path,
+               nproc: int, deadline: float, results_file: str, threads: int, perf: dict[str, Any]) -> None:
+    """``run_all``'s loop: keep ``nproc`` jobs running, record each as it finishes."""
+    pending = {}
+    queue = list(todo)
+    while queue or pending:
+        while queue and len(pending) < nproc and time.time() < deadline:
+            j = queue.pop(0)
+            pending[pool.submit(run_job, j, str(work), threads, perf)] = j
+        if not pending:
+            print("  time budget exhausted; re-run the command to continue", flush=True)
+            return
+        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        for f in done:
+            j = pending.pop(f)
+            try:
+                rec = f.result()
+            except Exception:  # record the failure, keep going
+                print(f"  FAILED {j['key']}:\n{traceback.format_exc()}", flush=True)
+                continue
+            results[j["key"]] = rec
+            save_results(work, results, results_file)
+            LOAD_SAMPLES.append(round(os.getloadavg()[0], 2))
+            print(f"  done {j['key']}: R@1e-3 {rec['final']:.3f} on {j.get('eval_split', 'test')} "
+                  f"({rec['seconds']:.0f} s)", flush=True)
 
 
 LOAD_SAMPLES: list[float] = []  # 1-minute load average after each finished run
