@@ -254,6 +254,7 @@ def run_job(job: dict[str, Any], work: str, threads: int, perf: dict[str, Any] |
         from dpemb.training.federated import train_federated
 
         tr = UserDataset.load(data / "train", mmap=False)
+        before = _round_times(out) if resume else []
         fed = job["fed"]
         spec = make_spec(tr.num_users, fed, job["rounds"])
         if job.get("z") is not None:
@@ -284,12 +285,32 @@ def run_job(job: dict[str, Any], work: str, threads: int, perf: dict[str, Any] |
                    head_params=tr.num_classes * EMB,
                    final_clip_norm=(rep["privacy"].get("adaptive_clipping") or {}).get("final_clip_norm"),
                    **privacy_numbers(spec))
-    rec["seconds"] = time.time() - t0
+        earlier = earlier_invocations_seconds(before, _round_times(out))
+        if earlier:  # a resumed run costs its earlier invocations' rounds too
+            rec["seconds_this_invocation"], rec["seconds_earlier_invocations"] = time.time() - t0, earlier
+    rec["seconds"] = time.time() - t0 + rec.get("seconds_earlier_invocations", 0.0)
     rec["perf"] = {"threads": threads, "client_batch": client_batch, "resume": resume, **perf,
                    "device_name": torch.cuda.get_device_name() if torch.cuda.is_available()
                    and perf.get("device", "auto") != "cpu" else "cpu"}
     rec["started_at"], rec["finished_at"] = t0, time.time()
     return rec
+
+
+def _round_times(out: Path) -> list[tuple[int, float]]:
+    """(round, seconds) of each round a run folder's private diagnostics record."""
+    f = out / "private" / "diagnostics.jsonl"
+    if not f.is_file():
+        return []
+    rows = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+    return [(r["round"], r["seconds"]) for r in rows if "seconds" in r and not r.get("summary")]
+
+
+def earlier_invocations_seconds(before: list[tuple[int, float]], after: list[tuple[int, float]]) -> float:
+    """Training seconds of the rounds a resumed run kept from its earlier invocations:
+    the records present before this invocation (``before``) that are still there after
+    it (``after``; a resume drops the rounds past the checkpoint, which it trains again)."""
+    kept = set(before)
+    return float(sum(sec for rnd, sec in after if (rnd, sec) in kept))
 
 
 def _run_rows(out: Path, rep: dict[str, Any]) -> tuple[list[dict[str, Any]], float | None]:

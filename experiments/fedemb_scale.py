@@ -70,6 +70,9 @@ LEVERS = (
     ("adaptive-q0.1", "adaptive clip, target quantile 0.1", {"adaptive_quantile": 0.1}, {}),
     ("arcface", "ArcFace loss (s 30, m 0.5)", {}, {"loss": "arcface"}),
     ("cosface", "CosFace loss (s 30, m 0.35)", {}, {"loss": "cosface"}),
+    ("local-head", "local head over the client's own identities", {}, {"local_head": "local"}),
+    ("arcface-local-head", "ArcFace loss, local head over the client's own identities", {},
+     {"loss": "arcface", "local_head": "local"}),
 )
 # DP-FedEmb's knobs (MEASURED.md "Users per virtual client decide DP-FedEmb's utility"
 # and fedemb_glyphs' validation tuning: zero head, local batch 8, server lr 0.5)

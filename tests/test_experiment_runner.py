@@ -32,3 +32,21 @@ def test_performance_flags_reach_the_runner():
                                 "threads": 1}
     plain = sc.perf_of(ap.parse_args([]))
     assert plain == {"device": "auto", "client_batch": 1, "checkpoint_every": 0, "resume": False, "threads": 0}
+
+
+def test_a_resumed_run_costs_the_rounds_it_kept_from_earlier_invocations():
+    # rounds 1-4 ran before; the resume went back to the checkpoint at round 3, so round 4
+    # was dropped and trained again (with another time)
+    before = [(1, 10.0), (2, 11.0), (3, 12.0), (4, 13.0)]
+    after = [(1, 10.0), (2, 11.0), (3, 12.0), (4, 9.0), (5, 9.5)]
+    assert fg.earlier_invocations_seconds(before, after) == 33.0
+    assert fg.earlier_invocations_seconds([], after) == 0.0  # a fresh run
+
+
+def test_round_times_read_the_private_diagnostics(tmp_path):
+    (tmp_path / "private").mkdir()
+    (tmp_path / "private" / "diagnostics.jsonl").write_text(
+        '{"round": 1, "seconds": 2.5}\n{"round": 2, "seconds": 3.0}\n'
+        '{"summary": true, "round": 2, "seconds": 99}\n')
+    assert fg._round_times(tmp_path) == [(1, 2.5), (2, 3.0)]
+    assert fg._round_times(tmp_path / "missing") == []
