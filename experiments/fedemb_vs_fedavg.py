@@ -13,8 +13,8 @@ epsilon (RDP, user-level, add/remove-one-user, delta = 1/N'; z calibrated so tha
 run reported as N' users has that epsilon, as in fedemb_scale). The chosen K is then
 run with 3 seeds on the TEST split. The handwriting table also gets the authors'
 published EMNIST configuration (shared/REFERENCE.md part D) as a row, with their knobs
-and the same epsilon (part "published": 13.1M local images per run, about 40 minutes
-on one core).
+and the same epsilon (part "published": 13.1M local images per run, 41 to 49 minutes
+each on one of the 2 cores, two at a time).
 
 Runs reuse fedemb_glyphs' data and public pretraining in its work folder and are cached
 in ``<work>/vs_results.json``; the page is docs/RESULTS_VS.md.
