@@ -431,10 +431,11 @@ def command(args: argparse.Namespace) -> str:
     return " ".join([".venv/bin/python experiments/fedemb_scale.py", *flags])
 
 
-def part_wall(lk: Lookup, jobs: list[dict[str, Any]], since: float) -> float:
-    """Seconds during which at least one of ``jobs`` (finished at or after ``since``) ran."""
-    iv = sorted((r["started_at"], r["finished_at"]) for j in jobs
-                if (r := lk.get(j["key"])) and r.get("finished_at", 0) >= since)
+def part_wall(lk: Lookup, jobs: list[dict[str, Any]], since: float, until: float) -> float:
+    """Seconds during which at least one of ``jobs`` finished within [``since``, ``until``] ran
+    (the time it ran before ``since``, in an interrupted earlier invocation, is not counted)."""
+    iv = sorted((max(r["started_at"], since), r["finished_at"]) for j in jobs
+                if (r := lk.get(j["key"])) and since <= r.get("finished_at", -math.inf) <= until)
     total, end = 0.0, -math.inf
     for a, b in iv:
         total += max(0.0, b - max(a, end))
@@ -757,7 +758,7 @@ def timing_section(st: dict[str, Any], lk: Lookup, timing: dict[str, Any], parts
          "| finished | parts | runs done / to do | wall min | premise runs busy min | headline runs busy min |",
          "|---|---|---|---|---|---|"]
     for i in inv:
-        pw = {p: part_wall(lk, parts[p], i["started"]) / 60 for p in parts}
+        pw = {p: part_wall(lk, parts[p], i["started"], i["started"] + i["wall_s"]) / 60 for p in parts}
         L.append(f"| {i['finished']} | {', '.join(i['parts'])} | {i['runs_done']} / {i['runs_planned']} | "
                  f"{i['wall_s'] / 60:.1f} | {pw['premise']:.1f} | {pw['headline']:.1f} |")
     return L + ["", ("'busy' = time during which at least one run of that part was in progress (the "
@@ -794,7 +795,29 @@ def _premise_finding(st: dict[str, Any], prem: dict) -> str:
         txt += (f" Without noise k = {kx} minus k = {k1}: {cx[0] - c1[0]:+.3f} (the effect of averaging "
                 f"more clients alone); the noise costs {c1[0] - m1:+.3f} at k = {k1} and "
                 f"{cx[0] - mx:+.3f} at k = {kx}.")
+        if n1 > 1 and nx > 1 and c1[2] > 1 and cx[2] > 1:
+            txt += " " + _premise_reading(d, (c1[0] - m1, cx[0] - mx), (s1, sx, c1[1], cx[1]), k1, kx)
     return txt
+
+
+def _premise_reading(d: float, costs: tuple[float, float], stds: tuple[float, ...], k1: int, kx: int) -> str:
+    """What a change of utility with k means for the extrapolated epsilons: the premise is about
+    the NOISE (same noise on the average -> same cost); averaging more clients is a separate effect."""
+    pooled = math.sqrt(sum(v ** 2 for v in stds) / len(stds))
+    same_cost = abs(costs[1] - costs[0]) <= 2 * pooled
+    cost = (f"The noise's cost changes by {costs[1] - costs[0]:+.3f} from k = {k1} to k = {kx} (pooled seed "
+            f"std of the four cells {pooled:.3f}): ")
+    if not same_cost:
+        return cost + ("the noise's cost itself depends on k, so an epsilon extrapolated from k = "
+                       f"{k1} does not carry its utility; the headline cells should be read with this.")
+    if d >= 0:
+        return cost + ("the same noise on the average costs the same, as the premise says; the rise comes from "
+                       "more clients per round (less sampling variance, more users seen per round), with or "
+                       "without noise, which the extrapolated run has too. The headline cells, measured "
+                       f"at k = {k1}, therefore UNDERSTATE what the extrapolated run (k far above {kx}) reaches: "
+                       "a conservative reading of every extrapolated epsilon.")
+    return cost + ("the same noise costs the same, but utility falls with more clients per round; the "
+                   f"headline cells, measured at k = {k1}, OVERSTATE what the extrapolated run reaches.")
 
 
 def _headline_finding(st: dict[str, Any], head: dict) -> str:

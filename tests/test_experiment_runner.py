@@ -50,3 +50,14 @@ def test_round_times_read_the_private_diagnostics(tmp_path):
         '{"summary": true, "round": 2, "seconds": 99}\n')
     assert fg._round_times(tmp_path) == [(1, 2.5), (2, 3.0)]
     assert fg._round_times(tmp_path / "missing") == []
+
+
+def test_part_busy_time_counts_only_runs_of_that_invocation():
+    runs = {"a": {"started_at": 100.0, "finished_at": 200.0},   # first invocation
+            "b": {"started_at": 150.0, "finished_at": 250.0},   # overlaps a
+            "c": {"started_at": 990.0, "finished_at": 1100.0},  # second one; began before it (interrupted)
+            "d": {"started_at": 1200.0, "finished_at": 1300.0}}
+    jobs = [{"key": k} for k in (*runs, "never-ran")]
+    assert sc.part_wall(runs, jobs, 90.0, 300.0) == 150.0
+    assert sc.part_wall(runs, jobs, 1000.0, 1400.0) == 200.0
+    assert sc.part_wall(runs, jobs, 300.0, 900.0) == 0.0  # an invocation that ran none of them
