@@ -59,6 +59,9 @@ M0 = 8
 # softmax runs stop at their no-noise utility: (N', epsilon) cells, the goals' first
 GOAL2_CELLS = ((1_000_000, 1.0), (10_000_000, 0.5), (1_000_000, 0.5))
 GOAL2_TARGET = {1_000_000: 0.95, 10_000_000: 0.97}  # x centralized at these populations
+# with --with-10k, part 5 also measures the lever at 10k users (goal 4's "best utility
+# reachable" at the smallest population of the population figure)
+ARC_10K_CELLS = ((POP_10K, 1.0), (POP_10K, 2.0))
 # part 3: levers for the 100k moonshot, at one (epsilon, N') where noise costs utility. Each
 # lever: (name, label, job fields, FederatedConfig knobs). The baseline is the headline run.
 LEVER_EPS, LEVER_POP = 2.0, 100_000
@@ -116,20 +119,22 @@ def _pop(n: int) -> str:
 
 def fed_run(st: dict[str, Any], algo: str, seed: int, *, M: int = M0, eps: float | None = None,
             pop: int | None = None, z: float | None = None, tag: str = "",
-            lever: tuple[str, str, dict[str, Any], dict[str, Any]] | None = None) -> dict[str, Any]:
+            lever: tuple[str, str, dict[str, Any], dict[str, Any]] | None = None,
+            split: str = "test") -> dict[str, Any]:
     """A federated job in fedemb_glyphs' job format (run by ``fg.run_job``).
 
     ``eps`` + ``pop``: z calibrated so that the run extrapolated to ``pop`` has epsilon
     ``eps``; ``z``: an explicit noise multiplier (``tag`` names it in the key); neither:
-    no noise. Identical configurations get identical keys (so they run once)."""
+    no noise. ``split``: where the run is scored ("validation" for choices, which the key
+    names). Identical configurations get identical keys (so they run once)."""
     fed = {**fg.BASE_FED, **KNOBS, "algorithm": algo, "M": M, "K": st["K"],
            "max_examples_per_client": None}
     noise = "np" if eps is None and z is None else (tag if z is not None else f"e{eps:g}@{_pop(pop)}")
     if lever is not None:  # one of LEVERS: job fields (clip, adaptive clipping) and client/server knobs
         noise += f"/{lever[0]}"
         fed = {**fed, **lever[3]}
-    key = f"scale/{algo}/K{st['K']}/M{M}/r{st['rounds']}/{noise}/s{seed}"
-    return fg.seeded_fed_job(key, REGIME, st["rounds"], fed, KNOBS, eps, seed=seed,
+    key = f"scale/{algo}/K{st['K']}/M{M}/r{st['rounds']}/{noise}/s{seed}" + ("" if split == "test" else f"/{split}")
+    return fg.seeded_fed_job(key, REGIME, st["rounds"], fed, KNOBS, eps, seed=seed, eval_split=split,
                              noise_seed=NOISE_SEED0 + SEED_STRIDE * seed, population=pop,
                              **({"z": z} if z is not None else {}), **(lever[2] if lever is not None else {}))
 
@@ -147,15 +152,20 @@ def moonshot_jobs(st: dict[str, Any], seed: int) -> list[dict[str, Any]]:
 def large_jobs(st: dict[str, Any]) -> list[dict[str, Any]]:
     """Part 5: DP-FedEmb with the moonshot's lever (ArcFace) at 1M and 10M users, every
     seed of a cell before the next cell."""
-    cells = GOAL2_CELLS[:1] if st["quick"] else GOAL2_CELLS
     return [fed_run(st, "dp-fedemb", s, eps=e, pop=n, lever=MOONSHOT_LEVER)
-            for n, e in cells for s in range(st["headline_seeds"])]
+            for n, e in large_cells(st) for s in range(st["headline_seeds"])]
 
 
-def lever_jobs(st: dict[str, Any], seed: int) -> list[dict[str, Any]]:
-    """DP-FedEmb at (LEVER_EPS, LEVER_POP): the baseline (a headline run) and every lever."""
-    return [fed_run(st, "dp-fedemb", seed, eps=LEVER_EPS, pop=LEVER_POP)] + [
-        fed_run(st, "dp-fedemb", seed, eps=LEVER_EPS, pop=LEVER_POP, lever=lv) for lv in st["levers"]]
+def large_cells(st: dict[str, Any]) -> tuple[tuple[int, float], ...]:
+    """(N', epsilon) of part 5: the goals' cells, then 10k users with --with-10k."""
+    return (GOAL2_CELLS[:1] if st["quick"] else GOAL2_CELLS) + (ARC_10K_CELLS if st["with_10k"] else ())
+
+
+def lever_jobs(st: dict[str, Any], seed: int, split: str = "test") -> list[dict[str, Any]]:
+    """DP-FedEmb at (LEVER_EPS, LEVER_POP): the baseline (a headline run) and every lever,
+    scored on ``split`` (the validation runs choose the moonshot's lever)."""
+    return [fed_run(st, "dp-fedemb", seed, eps=LEVER_EPS, pop=LEVER_POP, split=split)] + [
+        fed_run(st, "dp-fedemb", seed, eps=LEVER_EPS, pop=LEVER_POP, lever=lv, split=split) for lv in st["levers"]]
 
 
 def central_job(st: dict[str, Any], seed: int, loss: str = "softmax") -> dict[str, Any]:
@@ -204,7 +214,7 @@ def plan(st: dict[str, Any], z0: float) -> dict[str, list[dict[str, Any]]]:
     for s in range(st["headline_seeds"]):
         parts["moonshot"] += moonshot_jobs(st, s)
     for s in range(st["lever_seeds"]):
-        parts["levers"] += lever_jobs(st, s)
+        parts["levers"] += lever_jobs(st, s, "validation") + lever_jobs(st, s)
     for s in range(st["premise_seeds"]):
         parts["premise"] += premise_jobs(st, z0, s)
     for s in range(st["headline_seeds"]):
@@ -459,7 +469,8 @@ def protocol(st: dict[str, Any], info: dict[str, Any], lk: Lookup, z0: float) ->
         f"owned by one user each, {g['images_per_identity']} images per identity, occlusion "
         f"{g['occlusion']}): {n:,} private training users, {info['public']['users']:,} public users "
         f"(pretraining), test split {info['eval']['users']} users / {info['eval']['examples']} images "
-        f"of identities never trained on. The validation split is used nowhere here."),
+        f"of identities never trained on. The validation split (validation users of validation "
+        "identities) only scores part 3's levers, which choose the lever of parts 4 and 5."),
         "- **Utility**: Recall@FAR=1e-3 (exact, all pairs) on the TEST split, at the last round.",
         f"- **Start**: width-{fg.WIDTH_MAIN:g} LeNet, embedding {fg.EMB}, from the public pretraining "
         f"({st['reg']['pretrain_steps']} steps; public-only score {pre['final']:.3f})."
@@ -550,12 +561,13 @@ def _errorbar(ax: Any, xs: list[float], st3: list[tuple[float, float, int]], **k
                     marker="o", capsize=3, **kw)
 
 
-def _plot_premise(st: dict[str, Any], noisy: dict, clean: dict, path: Path) -> None:
-    """Utility versus k, with noise and without."""
+def _plot_premise(st: dict[str, Any], noisy: dict, clean: dict, path: Path,
+                  at: tuple[float, int] = (PREMISE_EPS, PREMISE_POP)) -> None:
+    """Utility versus k, with noise (z0: epsilon ``at[0]`` at ``at[1]`` users for k = 1) and without."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
     ks = list(st["ks"])
-    _errorbar(ax, ks, [noisy[k] for k in ks], label=f"z = z0 k (eps {PREMISE_EPS:g} at {_pop(PREMISE_POP)} for k = 1)")
+    _errorbar(ax, ks, [noisy[k] for k in ks], label=f"z = z0 k (eps {at[0]:g} at {_pop(at[1])} for k = 1)")
     ck = [k for k in ks if clean.get(k)]
     _errorbar(ax, ck, [clean[k] for k in ck], ls="--", label="no noise")
     ax.set_xscale("log", base=2)
@@ -611,41 +623,76 @@ def headline_section(st: dict[str, Any], lk: Lookup, img: Path) -> tuple[list[st
     L.append(f"| centralized, non-private, from the public start | - |{blank} {cell(*cen, S)} |")
     pre_txt = f"{pre['final']:.3f}" if pre else "n/a (not run)"
     L.append(f"| public pretraining only | - |{blank} {pre_txt} |")
-    _plot_population(st, grid, pops, cen, pre, img / "scale_population.png")
+    arc = {(n, e): stats(lk.seeds(lambda s, n=n, e=e: fed_run(st, "dp-fedemb", s, eps=e, pop=n,
+                                                             lever=MOONSHOT_LEVER), S))
+           for n in pops for e in FIG_EPS}
+    _plot_population(st, grid, pops, cen, pre, img / "scale_population.png", arc)
     L += ["", f"![population]({img.name}/scale_population.png)", ""]
     return L, {"grid": grid, "cen": cen, "pre": pre["final"] if pre else math.nan, "pops": pops}
 
 
 def lever_section(st: dict[str, Any], lk: Lookup) -> tuple[list[str], list[str]]:
-    """Part 3: each lever against the baseline at (LEVER_EPS, LEVER_POP); returns its lines
-    and its line for the findings."""
+    """Part 3: each lever against the baseline at (LEVER_EPS, LEVER_POP), on the validation
+    split (which chooses) and the test split; returns its lines and its findings line."""
     S = st["lever_seeds"]
-    base = stats(lk.seeds(lambda s: fed_run(st, "dp-fedemb", s, eps=LEVER_EPS, pop=LEVER_POP), S))
+
+    def runs(lv: Any, split: str) -> list[dict[str, Any] | None]:
+        return lk.seeds(lambda s: fed_run(st, "dp-fedemb", s, eps=LEVER_EPS, pop=LEVER_POP, lever=lv,
+                                          split=split), S)
+
+    base = {sp: stats(runs(None, sp)) for sp in ("validation", "test")}
     L = [f"## Part 3: levers at ε {LEVER_EPS:g}, N' = {_pop(LEVER_POP)}\n",
          ("DP-FedEmb with the knobs above and ONE change each, at the same epsilon (the noise multiplier "
           "is the same in every row: clipping, adaptive clipping with its count noise taken out of the same "
-          "total z, the server schedule and the loss do not change epsilon). Recall@FAR=1e-3 on the test "
-          "split, and the difference to the baseline.\n"),
-         "| lever | R@1e-3 | vs baseline | final clip norm | s per run |", "|---|---|---|---|---|",
-         f"| baseline (clip norm {fg.CLIP}, constant server lr, softmax) | {cell(*base, S)} | - | - | "
-         f"{_secs(lk.seeds(lambda s: fed_run(st, 'dp-fedemb', s, eps=LEVER_EPS, pop=LEVER_POP), S))} |"]
-    measured: list[tuple[float, str]] = []
+          "total z, the server schedule and the loss do not change epsilon). Recall@FAR=1e-3 on the "
+          "VALIDATION split (validation users of validation identities, which chooses the moonshot's "
+          "lever) and on the test split, each with the difference to the baseline.\n"),
+         "| lever | validation | vs baseline | test | vs baseline | final clip norm | s per run (test) |",
+         "|---|---|---|---|---|---|---|",
+         f"| baseline (clip norm {fg.CLIP}, constant server lr, softmax) | {cell(*base['validation'], S)} | - | "
+         f"{cell(*base['test'], S)} | - | - | {_secs(runs(None, 'test'))} |"]
+    measured: dict[str, list[tuple[float, str, str]]] = {"validation": [], "test": []}
     for lv in st["levers"]:
-        recs = lk.seeds(lambda s, lv=lv: fed_run(st, "dp-fedemb", s, eps=LEVER_EPS, pop=LEVER_POP, lever=lv), S)
-        m = stats(recs)
+        recs = runs(lv, "test")
+        m = {sp: stats(runs(lv, sp)) if sp != "test" else stats(recs) for sp in ("validation", "test")}
+        diff = {}
+        for sp in m:
+            ok = m[sp][2] and base[sp][2]
+            diff[sp] = f"{m[sp][0] - base[sp][0]:+.3f}" if ok else "n/a"
+            if ok:
+                measured[sp].append((m[sp][0] - base[sp][0], lv[1], lv[0]))
         clips = [r.get("final_clip_norm") for r in recs if r and r.get("final_clip_norm") is not None]
         clip = f"{np.mean(clips):.3g}" if clips else "-"
-        diff = f"{m[0] - base[0]:+.3f}" if m[2] and base[2] else "n/a"
-        L.append(f"| {lv[1]} | {cell(*m, S)} | {diff} | {clip} | {_secs(recs)} |")
-        if m[2] and base[2]:
-            measured.append((m[0] - base[0], lv[1]))
+        L.append(f"| {lv[1]} | {cell(*m['validation'], S)} | {diff['validation']} | {cell(*m['test'], S)} | "
+                 f"{diff['test']} | {clip} | {_secs(recs)} |")
     found = []
-    if measured:
-        d, name = max(measured)
-        found = [f"- **Levers** at ε {LEVER_EPS:g}, N' = {_pop(LEVER_POP)} (baseline {base[0]:.3f}): "
-                 f"{len(measured)} measured; the best is {name} ({d:+.3f}); "
-                 f"{sum(x > 0 for x, _ in measured)} improve on the baseline."]
+    if measured["validation"]:
+        d, name, _ = max(measured["validation"])
+        test_best = max(measured["test"])[1] if measured["test"] else "n/a"
+        found = [f"- **Levers** at ε {LEVER_EPS:g}, N' = {_pop(LEVER_POP)} (baseline: validation "
+                 f"{base['validation'][0]:.3f}, test {base['test'][0]:.3f}): {len(measured['validation'])} measured "
+                 f"on validation; the best there is {name} ({d:+.3f}), the best on test {test_best}; "
+                 f"{sum(x > 0 for x, _, _ in measured['validation'])} improve on the baseline on validation."]
+    elif measured["test"]:
+        d, name, _ = max(measured["test"])
+        found = [f"- **Levers** at ε {LEVER_EPS:g}, N' = {_pop(LEVER_POP)} (test only, validation not run): "
+                 f"the best is {name} ({d:+.3f})."]
     return L + [""], found
+
+
+def lever_choice(st: dict[str, Any], lk: Lookup) -> str:
+    """How the moonshot's lever was chosen, from the validation runs of part 3."""
+    S = st["lever_seeds"]
+    val = [(stats(lk.seeds(lambda s, lv=lv: fed_run(st, "dp-fedemb", s, eps=LEVER_EPS, pop=LEVER_POP, lever=lv,
+                                                      split="validation"), S))[0], lv) for lv in st["levers"]]
+    val = [(m, lv) for m, lv in val if m == m]
+    if not val:
+        return "chosen on the test split of part 3: its validation runs have not run yet"
+    best = max(val, key=lambda x: x[0])[1]
+    if best[0] == MOONSHOT_LEVER[0]:
+        return "the best lever of part 3 on the validation split"
+    return (f"chosen on part 3's test split; the validation split ranks {best[1]} first, so this choice "
+            "saw the test split")
 
 
 def moonshot_section(st: dict[str, Any], lk: Lookup) -> tuple[list[str], list[str]]:
@@ -656,7 +703,7 @@ def moonshot_section(st: dict[str, Any], lk: Lookup) -> tuple[list[str], list[st
     cen_arc = stats(lk.seeds(lambda s: central_job(st, s, "arcface"), S))
     ref = max(cen[0], cen_arc[0]) if cen_arc[2] else cen[0]
     L = [f"## Part 4: the moonshot, N' = {_pop(LEVER_POP)} users (delta = 1/N')\n",
-         (f"DP-FedEmb with the {MOONSHOT_LEVER[1]} (the best lever of part 3), other knobs as above. "
+         (f"DP-FedEmb with the {MOONSHOT_LEVER[1]} ({lever_choice(st, lk)}), other knobs as above. "
           f"The ratio is to the BETTER centralized run from the same public start (softmax "
           f"{cell(*cen, S)}, ArcFace {cell(*cen_arc, S)}).\n"),
          "| ε | DP-FedEmb, ArcFace | x centralized | DP-FedEmb, softmax (part 2) |", "|---|---|---|---|"]
@@ -685,7 +732,7 @@ def large_section(st: dict[str, Any], lk: Lookup) -> tuple[list[str], list[str]]
     cen = stats(lk.seeds(lambda s: central_job(st, s), S))
     cen_arc = stats(lk.seeds(lambda s: central_job(st, s, "arcface"), S))
     ref = max(cen[0], cen_arc[0]) if cen_arc[2] else cen[0]
-    L = ["## Part 5: the moonshot's lever at 1M and 10M users\n",
+    L = ["## Part 5: the moonshot's lever at 1M and 10M users" + (" (and 10k)" if st["with_10k"] else "") + "\n",
          (f"DP-FedEmb with the {MOONSHOT_LEVER[1]}, other knobs as above, where the softmax runs of part 2 "
           "stop at their no-noise utility. The goal is >= 0.95x centralized at 1M users and "
           "epsilon <= 1, and >= 0.97x at 10M users and epsilon <= 0.5. The ratio is to the better "
@@ -695,22 +742,29 @@ def large_section(st: dict[str, Any], lk: Lookup) -> tuple[list[str], list[str]]
          "| N' | ε | DP-FedEmb, ArcFace | x centralized | goal | DP-FedEmb, softmax (part 2) |",
          "|---|---|---|---|---|---|"]
     found = []
-    for n, e in (GOAL2_CELLS[:1] if st["quick"] else GOAL2_CELLS):
+    small = []
+    for n, e in large_cells(st):
         m = stats(lk.seeds(lambda s, n=n, e=e: fed_run(st, "dp-fedemb", s, eps=e, pop=n, lever=MOONSHOT_LEVER), S))
         soft = stats(lk.seeds(lambda s, n=n, e=e: fed_run(st, "dp-fedemb", s, eps=e, pop=n), S))
         goal = GOAL2_TARGET.get(n, math.nan)
         ratio = m[0] / ref if m[2] else math.nan
         L.append(f"| {_pop(n)} | {e:g} | {cell(*m, S)} | {'n/a' if ratio != ratio else f'{ratio:.3f}'} | "
-                 f"{goal:.2f}x | {cell(*soft, S)} |")
-        if m[2]:
+                 f"{'-' if goal != goal else f'{goal:.2f}x'} | {cell(*soft, S)} |")
+        if m[2] and goal != goal:
+            small.append(f"{_pop(n)} ε {e:g}: {cell(*m, S)} ({ratio:.3f}x; softmax {cell(*soft, S)})")
+        elif m[2]:
             verdict = "reached" if ratio >= goal else "not reached"
             found.append(f"{_pop(n)} ε {e:g}: {ratio:.3f}x (goal {goal:.2f}x, {verdict}, n={m[2]})")
-    return L + [""], ([f"- **Large populations with ArcFace**: {'; '.join(found)}."] if found else [])
+    out = [f"- **Large populations with ArcFace**: {'; '.join(found)}."] if found else []
+    out += [f"- **10k users with ArcFace** (no goal; the population figure's smallest N'): {'; '.join(small)}."] \
+        if small else []
+    return L + [""], out
 
 
 def _plot_population(st: dict[str, Any], grid: dict, pops: tuple[int, ...], cen: tuple,
-                     pre: dict[str, Any] | None, path: Path) -> None:
-    """Utility at epsilon 1 and 2 versus the extrapolated population."""
+                     pre: dict[str, Any] | None, path: Path, arc: dict | None = None) -> None:
+    """Utility at epsilon 1 and 2 versus the extrapolated population; ``arc``: DP-FedEmb with
+    the moonshot's lever where it was measured, (N', epsilon) -> stats."""
     plt = _plt()
     eps = [e for e in FIG_EPS if any((a, n, e) in grid for a in ALGOS for n in pops)]
     fig, axes = plt.subplots(1, max(1, len(eps)), figsize=(5.5 * max(1, len(eps)), 4), squeeze=False)
@@ -718,6 +772,9 @@ def _plot_population(st: dict[str, Any], grid: dict, pops: tuple[int, ...], cen:
         for a in ALGOS:
             ns = [n for n in pops if (a, n, e) in grid]
             _errorbar(ax, ns, [grid[(a, n, e)] for n in ns], label=ALGO[a])
+        got = [n for n in pops if arc and arc.get((n, e), (0, 0, 0))[2]]
+        if got:
+            _errorbar(ax, got, [arc[(n, e)] for n in got], ls="--", label="DP-FedEmb, ArcFace")
         if cen[2]:
             ax.axhline(cen[0], color="k", lw=1, label="centralized (non-private)")
         if pre:
@@ -795,7 +852,7 @@ def _premise_finding(st: dict[str, Any], prem: dict) -> str:
         txt += (f" Without noise k = {kx} minus k = {k1}: {cx[0] - c1[0]:+.3f} (the effect of averaging "
                 f"more clients alone); the noise costs {c1[0] - m1:+.3f} at k = {k1} and "
                 f"{cx[0] - mx:+.3f} at k = {kx}.")
-        if n1 > 1 and nx > 1 and c1[2] > 1 and cx[2] > 1:
+        if n1 > 1 and nx > 1 and c1[2] > 1 and cx[2] > 1 and abs(d) > 2 * math.sqrt((s1 ** 2 + sx ** 2) / 2):
             txt += " " + _premise_reading(d, (c1[0] - m1, cx[0] - mx), (s1, sx, c1[1], cx[1]), k1, kx)
     return txt
 

@@ -61,3 +61,14 @@ def test_part_busy_time_counts_only_runs_of_that_invocation():
     assert sc.part_wall(runs, jobs, 90.0, 300.0) == 150.0
     assert sc.part_wall(runs, jobs, 1000.0, 1400.0) == 200.0
     assert sc.part_wall(runs, jobs, 300.0, 900.0) == 0.0  # an invocation that ran none of them
+
+
+def test_levers_are_chosen_on_validation_runs_that_never_share_a_key_with_test_runs():
+    st = {"K": 16, "rounds": 150, "levers": sc.LEVERS}
+    val, test = sc.lever_jobs(st, 0, "validation"), sc.lever_jobs(st, 0)
+    assert {j["eval_split"] for j in val} == {"validation"} and {j["eval_split"] for j in test} == {"test"}
+    assert all(j["key"].endswith("/validation") for j in val)
+    assert not {j["key"] for j in val} & {j["key"] for j in test}
+    # test keys keep the format the cached results were stored under
+    assert test[0]["key"] == "scale/dp-fedemb/K16/M8/r150/e2@100k/s0"
+    assert [j["fed"] for j in val] == [j["fed"] for j in test]  # the same training, scored elsewhere
