@@ -732,6 +732,7 @@ def large_section(st: dict[str, Any], lk: Lookup) -> tuple[list[str], list[str]]
     cen = stats(lk.seeds(lambda s: central_job(st, s), S))
     cen_arc = stats(lk.seeds(lambda s: central_job(st, s, "arcface"), S))
     ref = max(cen[0], cen_arc[0]) if cen_arc[2] else cen[0]
+    pre = lk.get(fg.pre_key(REGIME, fg.WIDTH_MAIN))
     L = ["## Part 5: the moonshot's lever at 1M and 10M users" + (" (and 10k)" if st["with_10k"] else "") + "\n",
          (f"DP-FedEmb with the {MOONSHOT_LEVER[1]}, other knobs as above, where the softmax runs of part 2 "
           "stop at their no-noise utility. The goal is >= 0.95x centralized at 1M users and "
@@ -751,7 +752,9 @@ def large_section(st: dict[str, Any], lk: Lookup) -> tuple[list[str], list[str]]
         L.append(f"| {_pop(n)} | {e:g} | {cell(*m, S)} | {'n/a' if ratio != ratio else f'{ratio:.3f}'} | "
                  f"{'-' if goal != goal else f'{goal:.2f}x'} | {cell(*soft, S)} |")
         if m[2] and goal != goal:
-            small.append(f"{_pop(n)} ε {e:g}: {cell(*m, S)} ({ratio:.3f}x; softmax {cell(*soft, S)})")
+            small.append(f"{_pop(n)} ε {e:g}: {cell(*m, S)} ({ratio:.3f}x; softmax {cell(*soft, S)})"
+                         + (f", BELOW the public start alone ({pre['final']:.3f}): at this N' private training "
+                            "does not pay, the public model is the better one" if pre and m[0] < pre["final"] else ""))
         elif m[2]:
             verdict = "reached" if ratio >= goal else "not reached"
             found.append(f"{_pop(n)} ε {e:g}: {ratio:.3f}x (goal {goal:.2f}x, {verdict}, n={m[2]})")
