@@ -72,3 +72,13 @@ def test_levers_are_chosen_on_validation_runs_that_never_share_a_key_with_test_r
     # test keys keep the format the cached results were stored under
     assert test[0]["key"] == "scale/dp-fedemb/K16/M8/r150/e2@100k/s0"
     assert [j["fed"] for j in val] == [j["fed"] for j in test]  # the same training, scored elsewhere
+
+
+def test_the_centralized_convergence_budgets_reuse_the_reference_and_name_the_others():
+    st = {"quick": False, "reg": {"central_steps": 1000}}
+    jobs = sc.central_curve_jobs(st)
+    assert [j["steps"] for j in jobs] == list(sc.CENTRAL_BUDGETS) * 2
+    ref = [j for j in jobs if j["steps"] == 1000]
+    assert [j["key"] for j in ref] == [sc.central_job(st, 0)["key"], sc.central_job(st, 0, "arcface")["key"]]
+    assert len({j["key"] for j in jobs}) == len(jobs)
+    assert {j.get("loss", "softmax") for j in jobs if j["steps"] == 4000} == {"softmax", "arcface"}
