@@ -184,7 +184,7 @@ def central_job(st: dict[str, Any], seed: int, loss: str = "softmax", steps: int
     return job | ({"loss": loss} if loss != "softmax" else {})
 
 
-CENTRAL_BUDGETS = (250, 500, 1000, 2000, 4000)  # steps of batch 128 (1000: the regime's reference)
+CENTRAL_BUDGETS = (250, 500, 1000, 2000, 4000, 8000)  # steps of batch 128 (1000: the regime's reference)
 
 
 def central_curve_jobs(st: dict[str, Any]) -> list[dict[str, Any]]:
