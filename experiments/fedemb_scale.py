@@ -675,11 +675,20 @@ def central_curve_section(st: dict[str, Any], lk: Lookup, img: Path) -> tuple[li
     return L, ([f"- **Centralized convergence** (seed 0): {'; '.join(found)}."] if found else [])
 
 
+def central_reference(st: dict[str, Any], lk: Lookup) -> tuple[tuple, tuple, float]:
+    """Centralized softmax and ArcFace stats at the regime's budget, and the better mean (the
+    reference of parts 4 and 5)."""
+    S = st["headline_seeds"]
+    cen = stats(lk.seeds(lambda s: central_job(st, s), S))
+    cen_arc = stats(lk.seeds(lambda s: central_job(st, s, "arcface"), S))
+    return cen, cen_arc, (max(cen[0], cen_arc[0]) if cen_arc[2] else cen[0])
+
+
 def reference_warning(st: dict[str, Any], lk: Lookup) -> list[str]:
     """If a longer centralized budget beats the 3-seed reference of parts 4 and 5, their
     ratios against that better run (the goals are read against the best centralized model)."""
     S = st["headline_seeds"]
-    ref = max(stats(lk.seeds(lambda s: central_job(st, s, loss), S))[0] for loss in ("softmax", "arcface"))
+    ref = central_reference(st, lk)[2]
     runs = [(r["final"], j) for j in central_curve_jobs(st) if (r := lk.get(j["key"]))]
     if not runs or max(runs, key=lambda x: x[0])[0] <= ref + 0.005:
         return []
@@ -718,7 +727,7 @@ def lever_section(st: dict[str, Any], lk: Lookup) -> tuple[list[str], list[str]]
     measured: dict[str, list[tuple[float, str, str]]] = {"validation": [], "test": []}
     for lv in st["levers"]:
         recs = runs(lv, "test")
-        m = {sp: stats(runs(lv, sp)) if sp != "test" else stats(recs) for sp in ("validation", "test")}
+        m = {"validation": stats(runs(lv, "validation")), "test": stats(recs)}
         diff = {}
         for sp in m:
             ok = m[sp][2] and base[sp][2]
@@ -763,9 +772,7 @@ def moonshot_section(st: dict[str, Any], lk: Lookup) -> tuple[list[str], list[st
     """Part 4: the best lever (ArcFace) at every epsilon at 100k users, against centralized
     training with softmax and with the same loss; returns lines and a findings line."""
     S = st["headline_seeds"]
-    cen = stats(lk.seeds(lambda s: central_job(st, s), S))
-    cen_arc = stats(lk.seeds(lambda s: central_job(st, s, "arcface"), S))
-    ref = max(cen[0], cen_arc[0]) if cen_arc[2] else cen[0]
+    cen, cen_arc, ref = central_reference(st, lk)
     L = [f"## Part 4: the moonshot, N' = {_pop(LEVER_POP)} users (delta = 1/N')\n",
          (f"DP-FedEmb with the {MOONSHOT_LEVER[1]} ({lever_choice(st, lk)}), other knobs as above. "
           f"The ratio is to the BETTER centralized run from the same public start (softmax "
@@ -793,9 +800,7 @@ def large_section(st: dict[str, Any], lk: Lookup) -> tuple[list[str], list[str]]
     """Part 5: the moonshot's lever at 1M and 10M users against the goals of issue #11
     (>= 0.95x centralized at 1M and epsilon <= 1, >= 0.97x at 10M and epsilon <= 0.5)."""
     S = st["headline_seeds"]
-    cen = stats(lk.seeds(lambda s: central_job(st, s), S))
-    cen_arc = stats(lk.seeds(lambda s: central_job(st, s, "arcface"), S))
-    ref = max(cen[0], cen_arc[0]) if cen_arc[2] else cen[0]
+    cen, cen_arc, ref = central_reference(st, lk)
     pre = lk.get(fg.pre_key(REGIME, fg.WIDTH_MAIN))
     L = ["## Part 5: the moonshot's lever at 1M and 10M users" + (" (and 10k)" if st["with_10k"] else "") + "\n",
          (f"DP-FedEmb with the {MOONSHOT_LEVER[1]}, other knobs as above, where the softmax runs of part 2 "
@@ -919,7 +924,7 @@ def _premise_finding(st: dict[str, Any], prem: dict) -> str:
         txt += (f" Without noise k = {kx} minus k = {k1}: {cx[0] - c1[0]:+.3f} (the effect of averaging "
                 f"more clients alone); the noise costs {c1[0] - m1:+.3f} at k = {k1} and "
                 f"{cx[0] - mx:+.3f} at k = {kx}.")
-        if n1 > 1 and nx > 1 and c1[2] > 1 and cx[2] > 1 and abs(d) > 2 * math.sqrt((s1 ** 2 + sx ** 2) / 2):
+        if n1 > 1 and nx > 1 and c1[2] > 1 and cx[2] > 1 and abs(d) > 2 * pooled:
             txt += " " + _premise_reading(d, (c1[0] - m1, cx[0] - mx), (s1, sx, c1[1], cx[1]), k1, kx)
     return txt
 
