@@ -165,8 +165,9 @@ def curve_section(st: dict[str, Any], lk: sc.Lookup, img: Path) -> tuple[list[st
     cols = sorted({e for _, e in cells(st)}, reverse=True)
     L = ["## Privacy-utility curve and population\n",
          ("Recall@FAR=1e-3 on the test split, mean ± std over seeds; the ratio is to the BETTER "
-          f"centralized run from the same public start ({ref:.3f}: softmax {sc.cell(*cen['softmax'], S)}, "
-          f"ArcFace {sc.cell(*cen['arcface'], S)}); public pretraining alone "
+          f"centralized run from the same public start at {st['reg']['central_steps']} steps ({ref:.3f}: softmax "
+          f"{sc.cell(*cen['softmax'], S)}, ArcFace {sc.cell(*cen['arcface'], S)}), which is NOT converged (see "
+          "the protocol: the goals are judged in RESULTS_SCALE.md part 6); public pretraining alone "
           f"{pre['final']:.3f}.\n" if pre else "public pretraining not run yet.\n"),
          "| N' | δ | " + " | ".join(f"ε {e:g}" for e in cols) + " | no noise |",
          "|---|---|" + "---|" * (len(cols) + 1)]
@@ -248,8 +249,9 @@ def findings(st: dict[str, Any], cur: dict[str, Any], prem: dict) -> list[str]:
         if got and ref == ref:
             best = min(e for e, (m, _, _) in got if m >= g * ref) if any(m >= g * ref for _, (m, _, _) in got) else None
             txt = ", ".join(f"ε {e:g} {m / ref:.3f}x" for e, (m, _, _) in got)
-            out.append(f"- **{sc._pop(n)} users** (goal ≥ {g:.2f}x centralized): {txt}; "
-                       + (f"reached down to ε {best:g}." if best is not None else "not reached."))
+            out.append(f"- **{sc._pop(n)} users** (goal ≥ {g:.2f}x centralized; here against the "
+                       f"{st['reg']['central_steps']}-step run, not the converged one): {txt}; "
+                       + (f"≥ {g:.2f}x of it down to ε {best:g}." if best is not None else f"below {g:.2f}x of it."))
     out.append(sc._premise_finding(st, prem))
     return out + [""]
 
@@ -280,8 +282,11 @@ def write_report(st: dict[str, Any], lk: sc.Lookup, info: dict[str, Any], timing
          (f"- **DP-FedEmb**: K = {st['K']} users per virtual client, M = {sc.M0} per round, {st['rounds']} "
           f"rounds, knobs of RESULTS_SCALE.md, with the {LEVER[1]}: the configuration part 3 there "
           "measured as fast and as good as ArcFace with the head over all identities."),
-         ("- **Centralized**: non-private training on the same users from the same public start, softmax "
-          "and ArcFace, same optimiser settings; ratios are to the better one."),
+         (f"- **Centralized**: non-private training on the same users from the same public start, softmax "
+          f"and ArcFace, same optimiser settings, {st['reg']['central_steps']} steps of batch 128; ratios are to "
+          "the better one. This reference is NOT converged (centralized ArcFace keeps rising with more steps: "
+          "RESULTS_SCALE.md, 'Centralized training to convergence'), so the ratios here overstate how close "
+          "DP-FedEmb comes; issue #11's goals are judged against the converged run in RESULTS_SCALE.md, part 6."),
          (f"- **Seeds**: curve and population {st['headline_seeds']}, premise {st['premise_seeds']}; seed s "
           f"sets the noise, sampling and client-randomness seed {sc.NOISE_SEED0} + {sc.SEED_STRIDE} s."),
          (f"- **Privacy**: {describe_mechanism(spec).rstrip('.')} (for ε {PREMISE_EPS:g} at "
