@@ -77,8 +77,45 @@ def test_levers_are_chosen_on_validation_runs_that_never_share_a_key_with_test_r
 def test_the_centralized_convergence_budgets_reuse_the_reference_and_name_the_others():
     st = {"quick": False, "reg": {"central_steps": 1000}}
     jobs = sc.central_curve_jobs(st)
-    assert [j["steps"] for j in jobs] == list(sc.CENTRAL_BUDGETS) * 2
+    assert [j["steps"] for j in jobs] == [b for loss in ("softmax", "arcface") for b in sc.CENTRAL_BUDGETS[loss]]
     ref = [j for j in jobs if j["steps"] == 1000]
     assert [j["key"] for j in ref] == [sc.central_job(st, 0)["key"], sc.central_job(st, 0, "arcface")["key"]]
     assert len({j["key"] for j in jobs}) == len(jobs)
     assert {j.get("loss", "softmax") for j in jobs if j["steps"] == 4000} == {"softmax", "arcface"}
+
+
+def test_part_6_runs_the_goal_cells_at_more_rounds_against_a_converged_reference_in_the_curve():
+    st = {"quick": False, "reg": {"central_steps": 1000}, "K": 16, "rounds": 150, "headline_seeds": 3}
+    jobs = sc.long_jobs(st)
+    assert len({j["key"] for j in jobs}) == len(jobs)
+    central = [j for j in jobs if j["kind"] == "central"]
+    assert [(j["loss"], j["steps"], j["seed"]) for j in central] == [(*sc.CONVERGED, s) for s in range(3)]
+    # the reference's seed 0 is a point of the convergence curve (run once, shown there)
+    assert central[0]["key"] in {j["key"] for j in sc.central_curve_jobs(st)}
+    fed = [j for j in jobs if j["kind"] == "fed"]
+    # every noisy run is calibrated at (N', epsilon) for the rounds it runs, with the ArcFace lever
+    noisy = [j for j in fed if j["eps"] is not None]
+    assert all(j["rounds"] == sc.LONG_ROUNDS and j["fed"]["loss"] == "arcface" for j in noisy)
+    assert all(f"/r{sc.LONG_ROUNDS}/" in j["key"] for j in noisy)
+    assert {(j["population"], j["eps"]) for j in noisy} == set(sc.LONG_CELLS)
+    assert sum(j["eval_split"] == "validation" for j in fed) == 1
+    for s in range(3):  # every seed has every goal cell and a no-noise run at LONG_ROUNDS
+        mine = [j for j in fed if j["seed"] == s and j["rounds"] == sc.LONG_ROUNDS and j["eval_split"] == "test"]
+        assert len(mine) == len(sc.LONG_CELLS) + 1
+    # the no-noise budget curve (seed 0) ends at part 6's rounds; its first point keys like part 4's runs
+    curve = [j for j in fed if j["eps"] is None and j["seed"] == 0]
+    assert sorted(j["rounds"] for j in curve) == [*sc.LONG_CURVE, sc.LONG_ROUNDS]
+    assert sc.long_run(st, 0, None, rounds=150)["key"] == "scale/dp-fedemb/K16/M8/r150/np/arcface/s0"
+    assert sc.long_run(st, 1, (100_000, 2.0), rounds=150)["key"] == \
+        sc.fed_run(st, "dp-fedemb", 1, eps=2.0, pop=100_000, lever=sc.MOONSHOT_LEVER)["key"]
+
+
+def test_the_reference_of_parts_4_to_6_is_the_converged_run_once_it_has_a_seed():
+    st = {"quick": False, "reg": {"central_steps": 1000}, "K": 16, "rounds": 150, "headline_seeds": 3}
+    short = {sc.central_job(st, s)["key"]: {"final": 0.84} for s in range(3)}
+    short |= {sc.central_job(st, s, "arcface")["key"]: {"final": 0.78} for s in range(3)}
+    r = sc.central_reference(st, sc.Lookup(short, {}))
+    assert r["ref"] == 0.84 and "NOT converged" in r["label"]
+    conv = {j["key"]: {"final": 0.90 + 0.01 * j["seed"]} for j in sc.converged_jobs(st)}
+    r = sc.central_reference(st, sc.Lookup(short | conv, {}))
+    assert abs(r["ref"] - 0.91) < 1e-12 and "NOT" not in r["label"] and f"{sc.CONVERGED[1]} steps" in r["label"]
