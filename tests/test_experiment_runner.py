@@ -119,3 +119,10 @@ def test_the_reference_of_parts_4_to_6_is_the_converged_run_once_it_has_a_seed()
     conv = {j["key"]: {"final": 0.90 + 0.01 * j["seed"]} for j in sc.converged_jobs(st)}
     r = sc.central_reference(st, sc.Lookup(short | conv, {}))
     assert abs(r["ref"] - 0.91) < 1e-12 and "NOT" not in r["label"] and f"{sc.CONVERGED[1]} steps" in r["label"]
+
+
+def test_equal_examples_counts_every_user_image_of_every_client_once_per_round():
+    st = {"K": 16, "reg": {"glyph": {"images_per_identity": 8, "identities_per_user": 1}}}
+    assert sc.equal_examples_steps(st, 600) == 600 * sc.M0 * 16 * 8 / 128 == 4800
+    st["reg"]["glyph"]["identities_per_user"] = 2
+    assert sc.equal_examples_steps(st, 600) == 9600
