@@ -126,3 +126,17 @@ def test_equal_examples_counts_every_user_image_of_every_client_once_per_round()
     assert sc.equal_examples_steps(st, 600) == 600 * sc.M0 * 16 * 8 / 128 == 4800
     st["reg"]["glyph"]["identities_per_user"] = 2
     assert sc.equal_examples_steps(st, 600) == 9600
+
+
+def test_a_reference_still_rising_at_seed_0_is_estimated_from_seed_0s_gain():
+    st = {"quick": False, "reg": {"central_steps": 1000}, "K": 16, "rounds": 150, "headline_seeds": 3}
+    conv = {j["key"]: {"final": (0.93, 0.96, 0.94)[j["seed"]]} for j in sc.converged_jobs(st)}
+    longer = sc.central_job(st, 0, "arcface", max(sc.CENTRAL_BUDGETS["arcface"]))
+    assert longer["steps"] > sc.CONVERGED[1]
+    assert sc.rising_reference(st, sc.Lookup(conv | {longer["key"]: {"final": 0.934}}, {})) is None  # flat
+    up = sc.rising_reference(st, sc.Lookup(conv | {longer["key"]: {"final": 0.945}}, {}))
+    # the gain is seed 0's own (0.945 - 0.93), added to the 3-seed mean, not 0.945 itself
+    assert abs(up["gain"] - 0.015) < 1e-12 and abs(up["estimate"] - ((0.93 + 0.96 + 0.94) / 3 + 0.015)) < 1e-12
+    # a shorter curve run never counts as "rising"
+    shorter = sc.central_job(st, 0, "arcface", 16000)
+    assert sc.rising_reference(st, sc.Lookup(conv | {shorter["key"]: {"final": 0.99}}, {})) is None
