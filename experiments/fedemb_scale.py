@@ -737,10 +737,17 @@ def central_curve_section(st: dict[str, Any], lk: Lookup, img: Path) -> tuple[li
     for loss, pts in curves.items():
         if pts:
             ax.plot([b for b, _ in pts], [m for _, m in pts], marker="o", label=f"centralized, {loss}")
+    fed = [(equal_examples_steps(st, r), v["final"]) for r in long_curve(st)
+           if (v := lk.get(long_run(st, 0, None, rounds=r)["key"]))]
+    if fed:  # part 6's no-noise budget curve, placed by the examples it sees
+        ax.plot([b for b, _ in fed], [m for _, m in fed], marker="s", ls="--",
+                label="DP-FedEmb, ArcFace, no noise (150-600 rounds)")
     ax.set_xscale("log", base=2)
-    _style(ax, "step budget (batch 128; cosine schedule to the budget)", "Centralized from the public start")
+    _style(ax, f"step budget (batch {CENTRAL_BATCH}; DP-FedEmb: examples seen / {CENTRAL_BATCH})",
+           "Training length, from the public start (seed 0)")
     _finish(plt, fig, img / "scale_central_curve.png")
-    L += ["", f"![centralized curve]({img.name}/scale_central_curve.png)", ""]
+    L += ["", ("The plot adds DP-FedEmb with ArcFace and no noise (part 6) at the centralized budget that sees as "
+               "many examples as its rounds."), "", f"![centralized curve]({img.name}/scale_central_curve.png)", ""]
     return L, ([f"- **Centralized convergence** (seed 0): {'; '.join(found)}."] if found else [])
 
 
