@@ -3,7 +3,8 @@
 
 1. ``fedemb_glyphs.py``: DP-FedEmb vs the baselines, privacy-utility plots (RESULTS_FEDEMB.md)
 2. ``fedemb_scale.py --with-10k``: the extrapolation premise, the headline table, the
-   population figure, the levers, the 100k moonshot, ArcFace at 1M and 10M (RESULTS_SCALE.md)
+   population figure, the levers, the 100k moonshot, ArcFace at 1M and 10M, 600 rounds
+   against centralized ArcFace trained up to 64000 steps (RESULTS_SCALE.md)
 3. ``fedemb_vs_fedavg.py``: K tuned on validation per algorithm, both regimes, and the
    authors' EMNIST configuration (RESULTS_VS.md)
 

@@ -25,7 +25,12 @@ Parts:
    smallest and largest k.
 2. headline: DP-FedEmb and DP-FedAvg with the noise calibrated for N' in {100k, 1M, 10M}
    and epsilon in {8, 2, 1, 0.5}, without noise, centralized training from the same
-   public start and the public start alone.
+   public start (and its convergence curve, up to 64000 steps) and the public start alone.
+3. levers: one change each at epsilon 2, 100k users, chosen on the validation split.
+4. moonshot: the chosen lever (ArcFace) at every epsilon at 100k users.
+5. large: ArcFace at 1M and 10M users (and 10k with --with-10k).
+6. long: ArcFace at 600 rounds at the goals' cells, against the centralized reference
+   trained longest with 3 seeds (ArcFace, 32000 steps).
 """
 
 from __future__ import annotations
@@ -730,7 +735,7 @@ def central_curve_section(st: dict[str, Any], lk: Lookup, img: Path) -> tuple[li
         ref = next((m for b, m in curves[loss] if b == st["reg"]["central_steps"]), None)
         if len(curves[loss]) > 1 and ref is not None:
             b, m = max(curves[loss], key=lambda x: x[1])
-            found.append(f"{loss}: best {m:.3f} at {b} steps, the reference's {st['reg']['central_steps']} "
+            found.append(f"{loss}: best {m:.3f} at {b} steps, the regime's {st['reg']['central_steps']} "
                          f"steps {ref:.3f} ({m - ref:+.3f} to the best)")
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
