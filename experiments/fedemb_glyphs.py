@@ -102,6 +102,7 @@ def regimes(quick: bool) -> dict[str, dict[str, Any]]:
 BASE_FED = dict(local_epochs=1, local_batch_size=32, client_lr=0.05, server_lr=1.0,
                 server_momentum=0.9)
 CLIP = 0.3
+CENTRAL_BATCH = 128  # batch of centralized training and public pretraining (a step budget counts them)
 WIDTH_MAIN, WIDTH_BIG, EMB = 0.25, 1.0, 128
 EPSILONS = (2.0, 0.5, 0.2, 0.1, 0.05)  # at 1M users (extrapolated), RDP
 TUNE_EPS = 0.5
@@ -242,7 +243,7 @@ def run_job(job: dict[str, Any], work: str, threads: int, perf: dict[str, Any] |
 
         tr = UserDataset.load(data / ("public" if job["kind"] == "pretrain" else "train"), mmap=False)
         steps = job["steps"]
-        rep = train_centralized(tr, ev, mcfg, OptimConfig(lr=0.05, momentum=0.9, batch_size=128,
+        rep = train_centralized(tr, ev, mcfg, OptimConfig(lr=0.05, momentum=0.9, batch_size=CENTRAL_BATCH,
                                                           steps=steps, cosine=True,
                                                           loss=job.get("loss", "softmax")),
                                 RunConfig(eval_every=steps, **rcfg_kw),

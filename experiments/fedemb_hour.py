@@ -283,7 +283,8 @@ def write_report(st: dict[str, Any], lk: sc.Lookup, info: dict[str, Any], timing
           f"rounds, knobs of RESULTS_SCALE.md, with the {LEVER[1]}: the configuration part 3 there "
           "measured as fast and as good as ArcFace with the head over all identities."),
          (f"- **Centralized**: non-private training on the same users from the same public start, softmax "
-          f"and ArcFace, same optimiser settings, {st['reg']['central_steps']} steps of batch 128; ratios are to "
+          f"and ArcFace, same optimiser settings, {st['reg']['central_steps']} steps of batch {fg.CENTRAL_BATCH}; "
+          "ratios are to "
           "the better one. This reference is NOT converged (centralized ArcFace keeps rising with more steps: "
           "RESULTS_SCALE.md, 'Centralized training to convergence'), so the ratios here overstate how close "
           "DP-FedEmb comes; issue #11's goals are judged against the converged run in RESULTS_SCALE.md, part 6."),

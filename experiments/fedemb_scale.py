@@ -439,21 +439,22 @@ def doc_path(args: argparse.Namespace) -> Path:
 
 
 def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: dict[str, Any],
-            base: dict[str, Any]) -> dict[str, Any]:
-    """Data, pretraining, then the planned runs in priority order; returns the timing record."""
+            base: dict[str, Any], jobs: Any = None, results_file: str = RESULTS_FILE) -> dict[str, Any]:
+    """Data, pretraining, then the planned runs in priority order (``jobs(info)``: another
+    experiment's queue, saved to its ``results_file``); returns the timing record."""
     t0 = time.time()
     deadline = t0 + 60 * args.budget_min if args.budget_min else math.inf
     info = fg.build_data(work, REGIME, st["reg"], args.font_dir)
     print(f"data: train {info['train']}, test {info['eval']} ({time.time() - t0:.0f} s)", flush=True)
     if fg.pre_key(REGIME, fg.WIDTH_MAIN) not in base:
         print("public pretraining", flush=True)
-        fg.run_all([fg.pretrain_job(REGIME, st["reg"])], results, work, args.jobs, deadline, RESULTS_FILE,
+        fg.run_all([fg.pretrain_job(REGIME, st["reg"])], results, work, args.jobs, deadline, results_file,
                    perf_of(args))
-    queue = ordered(st, plan(st, z0_for(st, info["train"]["users"])))
+    queue = jobs(info) if jobs else ordered(st, plan(st, z0_for(st, info["train"]["users"])))
     todo = [j for j in queue if j["key"] not in results and j["key"] not in base]
     print(f"plan: {len(queue)} runs ({len(queue) - len(todo)} finished already); "
           + estimate(todo, {**base, **results}, args.jobs), flush=True)
-    fg.run_all(todo, results, work, args.jobs, deadline, RESULTS_FILE, perf_of(args))
+    fg.run_all(todo, results, work, args.jobs, deadline, results_file, perf_of(args))
     return {"wall_s": time.time() - t0, "started": t0, "finished_at": time.time(),
             "finished": time.strftime("%Y-%m-%d %H:%M"), "parts": list(st["parts"]),
             "runs_done": sum(1 for j in todo if j["key"] in results), "runs_planned": len(todo)}
@@ -723,7 +724,8 @@ def central_curve_section(st: dict[str, Any], lk: Lookup, img: Path) -> tuple[li
     """Centralized training at every step budget (seed 0): is the reference converged?"""
     budgets = sorted({b for loss in CENTRAL_BUDGETS for b in central_budgets(st, loss)})
     L = ["## Centralized training to convergence\n",
-         ("The centralized reference (non-private, from the same public start, batch 128, lr 0.05 with a "
+         (f"The centralized reference (non-private, from the same public start, batch {fg.CENTRAL_BATCH}, lr 0.05 "
+          "with a "
           "cosine schedule that ends at the budget), seed 0, at each step budget; the tables above use "
           f"{st['reg']['central_steps']} steps. Recall@FAR=1e-3 on the test split.\n"),
          "| loss | " + " | ".join(f"{b} steps" for b in budgets) + " |", "|---|" + "---|" * len(budgets)]
@@ -750,7 +752,7 @@ def central_curve_section(st: dict[str, Any], lk: Lookup, img: Path) -> tuple[li
         ax.plot([b for b, _ in fed], [m for _, m in fed], marker="s", ls="--",
                 label="DP-FedEmb, ArcFace, no noise (150-600 rounds)")
     ax.set_xscale("log", base=2)
-    _style(ax, f"step budget (batch {CENTRAL_BATCH}; DP-FedEmb: examples seen / {CENTRAL_BATCH})",
+    _style(ax, f"step budget (batch {fg.CENTRAL_BATCH}; DP-FedEmb: examples seen / {fg.CENTRAL_BATCH})",
            "Training length, from the public start (seed 0)")
     _finish(plt, fig, img / "scale_central_curve.png")
     L += ["", ("The plot adds DP-FedEmb with ArcFace and no noise (part 6) at the centralized budget that sees as "
@@ -766,26 +768,25 @@ def central_reference(st: dict[str, Any], lk: Lookup) -> dict[str, Any]:
     S = st["headline_seeds"]
     cen = stats(lk.seeds(lambda s: central_job(st, s), S))
     cen_arc = stats(lk.seeds(lambda s: central_job(st, s, "arcface"), S))
-    conv = stats([lk.get(j["key"]) for j in converged_jobs(st)])
+    jobs = converged_jobs(st)
+    recs = [lk.get(j["key"]) for j in jobs]
+    conv = stats(recs)
     short = max(cen[0], cen_arc[0]) if cen_arc[2] else cen[0]
-    steps = st["reg"]["central_steps"] if st["quick"] else CONVERGED[1]
     ref = conv[0] if conv[2] else short
-    label = (f"centralized {CONVERGED[0]} at {steps} steps, {cell(*conv, S)}" if conv[2] else
+    label = (f"centralized {CONVERGED[0]} at {jobs[0]['steps']} steps, {cell(*conv, S)}" if conv[2] else
              f"the better centralized run at {st['reg']['central_steps']} steps, {ref:.3f} (NOT converged)")
-    return {"softmax": cen, "arcface": cen_arc, "converged": conv, "ref": ref, "label": label}
+    return {"softmax": cen, "arcface": cen_arc, "converged": conv, "ref": ref, "label": label,
+            "steps": jobs[0]["steps"], "seed0": recs[0]}
 
 
-CENTRAL_BATCH = 128  # fedemb_glyphs' centralized batch (a step budget counts batches of it)
-
-
-def rising_reference(st: dict[str, Any], lk: Lookup) -> dict[str, Any] | None:
-    """Is the reference of parts 4-6 still rising? If a longer run of the convergence curve
-    (seed 0) beats the reference's own seed 0 by more than 0.005: its budget, the gain, and the
-    estimate ``ref`` + gain of the reference at that budget (seed 0's gain added to the mean);
-    else None. Without the reference's seeds, the best curve run against ``ref`` itself."""
-    cr = central_reference(st, lk)
-    conv = lk.get(converged_jobs(st)[0]["key"]) if cr["converged"][2] else None
-    base_steps = converged_jobs(st)[0]["steps"] if conv else st["reg"]["central_steps"]
+def rising_reference(st: dict[str, Any], lk: Lookup, cr: dict[str, Any]) -> dict[str, Any] | None:
+    """Is the reference ``cr`` (``central_reference``) of parts 4-6 still rising? If a longer run
+    of the convergence curve (seed 0) beats the reference's own seed 0 by more than 0.005: its
+    budget, the gain, and the estimate ``ref`` + gain of the reference at that budget (seed 0's
+    gain added to the mean); else None. Without the reference's seed 0, the best curve run
+    against ``ref`` itself."""
+    conv = cr["seed0"]
+    base_steps = cr["steps"] if conv else st["reg"]["central_steps"]
     base = conv["final"] if conv else cr["ref"]
     runs = [(r["final"], j) for j in central_curve_jobs(st) if (r := lk.get(j["key"])) and j["steps"] > base_steps]
     if not runs:
@@ -803,14 +804,15 @@ def equal_examples_steps(st: dict[str, Any], rounds: int) -> float:
     of K users, every user's images once per round)."""
     g = st["reg"]["glyph"]
     per_user = g["images_per_identity"] * g.get("identities_per_user", 1)
-    return rounds * M0 * st["K"] * per_user / CENTRAL_BATCH
+    return rounds * M0 * st["K"] * per_user / fg.CENTRAL_BATCH
 
 
 def reference_warning(st: dict[str, Any], lk: Lookup) -> list[str]:
     """If the reference of parts 4-6 is still rising (``rising_reference``), the cells' ratios
     against its estimate at the longer budget (the goals are read against a converged model)."""
     S = st["headline_seeds"]
-    ref, up = central_reference(st, lk)["ref"], rising_reference(st, lk)
+    cr = central_reference(st, lk)
+    ref, up = cr["ref"], rising_reference(st, lk, cr)
     if up is None:
         return []
     est = up["estimate"]
@@ -966,7 +968,7 @@ def long_section(st: dict[str, Any], lk: Lookup) -> tuple[list[str], list[str]]:
     S, R = st["headline_seeds"], long_rounds(st)
     cr = central_reference(st, lk)
     ref = cr["ref"]
-    up = rising_reference(st, lk)
+    up = rising_reference(st, lk, cr)
     est, est_txt = (up["estimate"], f"estimated reference at {up['steps']} steps ({up['estimate']:.3f})") if up \
         else (ref, "reference")
     val_short = lk.get(fed_run(st, "dp-fedemb", 0, eps=LEVER_EPS, pop=LEVER_POP, lever=MOONSHOT_LEVER,
@@ -1000,7 +1002,7 @@ def long_section(st: dict[str, Any], lk: Lookup) -> tuple[list[str], list[str]]:
     curve = [(r, lk.get(long_run(st, 0, None, rounds=r)["key"])) for r in long_curve(st)]
     pts = [f"{r['final']:.3f} at {n} ({equal_examples_steps(st, n):,.0f})" for n, r in curve if r]
     L += ["", (f"No noise, seed 0, DP-FedEmb with ArcFace by rounds (in brackets the centralized steps of "
-               f"batch {CENTRAL_BATCH} that see as many examples): {', '.join(pts) or 'not run yet'}; centralized "
+               f"batch {fg.CENTRAL_BATCH} that see as many examples): {', '.join(pts) or 'not run yet'}; centralized "
                "ArcFace by steps: the convergence table above."), ""]
     out = [f"- **More rounds** ({R}, against {ref:.3f}): {'; '.join(found)}."] if found else []
     nn = got[None]

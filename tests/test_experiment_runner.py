@@ -123,7 +123,7 @@ def test_the_reference_of_parts_4_to_6_is_the_converged_run_once_it_has_a_seed()
 
 def test_equal_examples_counts_every_user_image_of_every_client_once_per_round():
     st = {"K": 16, "reg": {"glyph": {"images_per_identity": 8, "identities_per_user": 1}}}
-    assert sc.equal_examples_steps(st, 600) == 600 * sc.M0 * 16 * 8 / 128 == 4800
+    assert sc.equal_examples_steps(st, 600) == 600 * sc.M0 * 16 * 8 / fg.CENTRAL_BATCH == 4800
     st["reg"]["glyph"]["identities_per_user"] = 2
     assert sc.equal_examples_steps(st, 600) == 9600
 
@@ -133,10 +133,14 @@ def test_a_reference_still_rising_at_seed_0_is_estimated_from_seed_0s_gain():
     conv = {j["key"]: {"final": (0.93, 0.96, 0.94)[j["seed"]]} for j in sc.converged_jobs(st)}
     longer = sc.central_job(st, 0, "arcface", max(sc.CENTRAL_BUDGETS["arcface"]))
     assert longer["steps"] > sc.CONVERGED[1]
-    assert sc.rising_reference(st, sc.Lookup(conv | {longer["key"]: {"final": 0.934}}, {})) is None  # flat
-    up = sc.rising_reference(st, sc.Lookup(conv | {longer["key"]: {"final": 0.945}}, {}))
+    def rising(runs: dict) -> dict | None:
+        lk = sc.Lookup(runs, {})
+        return sc.rising_reference(st, lk, sc.central_reference(st, lk))
+
+    assert rising(conv | {longer["key"]: {"final": 0.934}}) is None  # flat
+    up = rising(conv | {longer["key"]: {"final": 0.945}})
     # the gain is seed 0's own (0.945 - 0.93), added to the 3-seed mean, not 0.945 itself
     assert abs(up["gain"] - 0.015) < 1e-12 and abs(up["estimate"] - ((0.93 + 0.96 + 0.94) / 3 + 0.015)) < 1e-12
     # a shorter curve run never counts as "rising"
     shorter = sc.central_job(st, 0, "arcface", 16000)
-    assert sc.rising_reference(st, sc.Lookup(conv | {shorter["key"]: {"final": 0.99}}, {})) is None
+    assert rising(conv | {shorter["key"]: {"final": 0.99}}) is None
