@@ -1,0 +1,240 @@
+"""The page of ``fedemb_long.py``: issue #11 goal 2 with both sides trained longer.
+
+Also the public export of its numbers: the run records without the training
+diagnostics that are un-noised statistics of the private users (training loss,
+pre-clip update norms), so that a fresh clone rewrites the page (``--report-only``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+fg = importlib.import_module("fedemb_glyphs")
+sc = importlib.import_module("fedemb_scale")
+fl = importlib.import_module("fedemb_long")
+
+# what a released run record may hold: the job, the test score, times, the privacy numbers
+PUBLIC_FIELDS = {"job", "final", "initial", "seconds", "seconds_this_invocation", "seconds_earlier_invocations",
+                 "started_at", "finished_at", "images_per_second", "z", "noise_on_average", "eps_sim",
+                 "delta_sim", "perf"}
+PUBLIC_PREFIXES = ("eps_", "z_", "M_")  # extrapolated epsilon, z' and M' per population
+
+
+def public_record(rec: dict[str, Any]) -> dict[str, Any]:
+    """``rec`` with only the fields the guarantee covers or that carry no private data
+    (everything else, e.g. ``final_loss`` and ``preclip_norm``, is dropped)."""
+    return {k: v for k, v in rec.items() if k in PUBLIC_FIELDS or k.startswith(PUBLIC_PREFIXES)}
+
+
+def export_payload(st: dict[str, Any], results: dict[str, Any], timing: dict[str, Any],
+                   context: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
+    """The public export: this experiment's finished runs (public fields), its invocations
+    and the ``context`` the page names (training users, the public start's score), merged
+    into the ``earlier`` export (a fresh clone's work folder holds only its own runs: the
+    export never loses one; a run in both comes from the work folder)."""
+    keys = {j["key"] for j in fl.jobs(st)}
+    runs = {**earlier.get("runs", {}), **{k: public_record(v) for k, v in results.items() if k in keys}}
+    seen = {t.get("started") for t in timing.get("invocations", [])}
+    inv = [t for t in earlier.get("timing", {}).get("invocations", []) if t.get("started") not in seen]
+    inv = sorted(inv + timing.get("invocations", []), key=lambda t: t.get("started") or 0)
+    ctx = {k: v if v is not None else earlier.get("context", {}).get(k) for k, v in context.items()}
+    return {"about": ("Public numbers of docs/RESULTS_LONG.md (experiments/fedemb_long.py): run records without "
+                      "the private training diagnostics. `fedemb_long.py --report-only` rewrites the page from it."),
+            "runs": dict(sorted(runs.items())), "timing": {"invocations": inv}, "context": ctx}
+
+
+def context_of(results: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+    """Training users (the data's info) and the public start's score (its pretraining run)."""
+    pre = results.get(fg.pre_key(sc.REGIME, fg.WIDTH_MAIN))
+    return {"train_users": (info.get("train") or {}).get("users"), "public_start": pre and pre["final"]}
+
+
+def ratio(m: float, ref: float) -> float:
+    """m / ref (nan when either is missing)."""
+    return m / ref if ref and not (math.isnan(m) or math.isnan(ref)) else math.nan
+
+
+def goal_rows(st: dict[str, Any], lk: sc.Lookup) -> list[dict[str, Any]]:
+    """Per goal cell: DP-FedEmb's stats, the ratio to the reference's mean, the goal, reached."""
+    S = st["headline_seeds"]
+    ref = sc.stats(lk.seeds(lambda s: fl.ref_job(st, s), S))
+    rows = []
+    for n, e in fl.cells(st):
+        fed = sc.stats(lk.seeds(lambda s, c=(n, e): fl.fed_job(st, s, c), S))
+        r = ratio(fed[0], ref[0])
+        rows.append({"pop": n, "eps": e, "fed": fed, "ratio": r, "goal": sc.GOAL2_TARGET[n],
+                     "reached": None if math.isnan(r) else r >= sc.GOAL2_TARGET[n]})
+    return rows
+
+
+def _reached(row: dict[str, Any]) -> str:
+    return "not run" if row["reached"] is None else ("**yes**" if row["reached"] else "no")
+
+
+def goal_section(st: dict[str, Any], lk: sc.Lookup, img: Path) -> tuple[list[str], list[str]]:
+    """The goal-2 table, the noise's cost, the plot; and the findings."""
+    S, R, steps = st["headline_seeds"], fl.rounds(st), fl.ref_steps(st)
+    ref_recs = lk.seeds(lambda s: fl.ref_job(st, s), S)
+    ref = sc.stats(ref_recs)
+    rows = goal_rows(st, lk)
+    L = ["## Goal 2: DP-FedEmb at 10M and 1M users against centralized training\n",
+         (f"Recall@FAR=1e-3 on the test split, mean ± sample std over seeds. Reference: centralized ArcFace at "
+          f"{steps} steps, {sc.cell(*ref, S)} (seeds: "
+          + (", ".join("-" if r is None else f"{r['final']:.3f}" for r in ref_recs)) + ").\n"),
+         f"| N' | ε | DP-FedEmb, ArcFace, {R} rounds | x centralized ({ref[0]:.3f}) | goal | reached |",
+         "|---|---|---|---|---|---|"]
+    for row in rows:
+        L.append(f"| {sc._pop(row['pop'])} | {row['eps']:g} | {sc.cell(*row['fed'], S)} | "
+                 f"{row['ratio']:.3f} | {row['goal']:.2f}x | {_reached(row)} |")
+    nn = lk.get(fl.fed_job(st, 0, None)["key"])
+    found = []
+    for row in rows:
+        if row["reached"] is None:
+            continue
+        m, s, n = row["fed"]
+        margin = m - row["goal"] * ref[0]
+        txt = (f"- **{sc._pop(row['pop'])} users, ε {row['eps']:g}**: {m:.3f} = {row['ratio']:.3f}x centralized "
+               f"(goal {row['goal']:.2f}x): {'reached' if row['reached'] else 'NOT reached'}, by {margin:+.3f}")
+        if n > 1 and ref[2] > 1:
+            spread = math.hypot(s, ref[1])
+            txt += (f" against a seed spread of {spread:.3f} (the two stds combined)"
+                    + ("; within it, so not a firm result either way" if abs(margin) < spread else ""))
+        else:
+            txt += " (one seed on a side: no spread to judge it by)"
+        found.append(txt + ".")
+    cost = []
+    for row in rows:
+        r0 = lk.get(fl.fed_job(st, 0, (row["pop"], row["eps"]))["key"])
+        if nn and r0:
+            cost.append(f"{nn['final'] - r0['final']:+.3f} at {sc._pop(row['pop'])} ε {row['eps']:g}")
+    L += ["", (f"No noise (seed 0, {R} rounds): {nn['final']:.3f}; what the noise costs at seed 0: "
+               f"{', '.join(cost) or 'n/a'}." if nn else f"No noise ({R} rounds, seed 0): not run yet."), ""]
+    if cost:
+        found.append(f"- **The noise's cost** at {R} rounds (seed 0, no noise minus noise): {', '.join(cost)}.")
+    if any(r["reached"] is not None for r in rows):
+        _plot(st, rows, ref, img / "long_goal2.png")
+        L += ["![goal 2](img/long_goal2.png)", ""]
+    return L, found
+
+
+def _plot(st: dict[str, Any], rows: list[dict[str, Any]], ref: tuple[float, float, int], path: Path) -> None:
+    """DP-FedEmb per cell with seed std, the reference's mean and band, each cell's goal."""
+    plt = sc._plt()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    xs = range(len(rows))
+    ax.bar(xs, [r["fed"][0] for r in rows], yerr=[r["fed"][1] if r["fed"][2] > 1 else 0 for r in rows],
+           color="tab:blue", alpha=0.8, capsize=6, label=f"DP-FedEmb, {fl.rounds(st)} rounds")
+    ax.axhline(ref[0], color="black", label=f"centralized ArcFace, {fl.ref_steps(st)} steps")
+    if ref[2] > 1:
+        ax.axhspan(ref[0] - ref[1], ref[0] + ref[1], color="gray", alpha=0.2, label="centralized ± std")
+    for x, r in zip(xs, rows):
+        ax.hlines(r["goal"] * ref[0], x - 0.4, x + 0.4, colors="tab:red", linestyles="--",
+                  label="goal (x centralized)" if x == 0 else None)
+    ax.set_xticks(list(xs), [f"{sc._pop(r['pop'])} users, ε {r['eps']:g}" for r in rows])
+    lo = min([r["fed"][0] for r in rows if r["fed"][2]] + [ref[0] * 0.9]) - 0.05
+    ax.set_ylim(max(0.0, lo), 1.0)
+    sc._style(ax, "issue #11 goal 2 cell",
+              f"DP-FedEmb against centralized, both trained longer ({st['headline_seeds']} seeds)")
+    sc._finish(plt, fig, path)
+
+
+def privacy_table(st: dict[str, Any], lk: sc.Lookup) -> list[str]:
+    """Per cell (seed 0's record): the simulation z, the noise on the average and the
+    extrapolated run (the epsilon the page reports)."""
+    L = [f"## Privacy (epsilon calibrated for {fl.rounds(st)} rounds)\n",
+         ("Gaussian noise on the clipped sum of 8 virtual clients of K = 16 users per round (sensitivity 2C "
+          "under add/remove-one-user); RDP accountant, user-level; the paper's extrapolation: the run is "
+          "reported as one over N' users with M' clients per round and noise multiplier z' = z M'/M (same "
+          "noise on the average), delta = 1/N'.\n"),
+         "| N' | target ε | z (simulation) | noise on average | M' | z' | ε (RDP) | δ |",
+         "|---|---|---|---|---|---|---|---|"]
+    for n, e in fl.cells(st):
+        r = lk.get(fl.fed_job(st, 0, (n, e))["key"])
+        if r is None:
+            L.append(f"| {sc._pop(n)} | {e:g} | not run | | | | | |")
+            continue
+        L.append(f"| {sc._pop(n)} | {e:g} | {r['z']:.5f} | {r['noise_on_average']:.2e} | {r[f'M_{n}']:,} | "
+                 f"{r[f'z_{n}']:.3f} | {r[f'eps_{n}']:.3f} | {1 / n:.0e} |")
+    return L + [""]
+
+
+def times_table(st: dict[str, Any], lk: sc.Lookup, timing: dict[str, Any]) -> list[str]:
+    """The invocations' wall time; seconds per finished run, with its threads and device."""
+    inv = [t for t in timing.get("invocations", []) if t.get("runs_planned")]
+    L = ["## Run times\n", (f"{len(inv)} invocation(s), {sum(t['wall_s'] for t in inv) / 60:.1f} min of wall time "
+                            "in all (data and public pretraining included) on a 2-core machine without GPU.\n"),
+         "| run | s | threads | device |", "|---|---|---|---|"]
+    for j in fl.jobs(st):
+        r = lk.get(j["key"])
+        if r:
+            p = r.get("perf", {})
+            L.append(f"| `{j['key']}` | {r['seconds']:.0f} | {p.get('threads', '?')} | {p.get('device_name', '?')} |")
+    return L + [""]
+
+
+def command(args: argparse.Namespace) -> str:
+    """The command line that reproduces the page."""
+    return " ".join([".venv/bin/python experiments/fedemb_long.py", *(["--quick"] * args.quick),
+                     *([f"--seeds {args.seeds}"] if args.seeds else [])])
+
+
+def page(st: dict[str, Any], lk: sc.Lookup, timing: dict[str, Any], context: dict[str, Any], img: Path,
+         args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The page's lines and its findings."""
+    R, steps = fl.rounds(st), fl.ref_steps(st)
+    users, pub = context.get("train_users"), context.get("public_start")
+    L = ["# DP-FedEmb trained longer, against centralized trained longer (issue #11, goal 2)\n",
+         (f"Produced by `{command(args)}` from the repository root. The public numbers are in "
+          "`docs/data/long_results.json` (a fresh clone rewrites this page from them with `--report-only`); "
+          "the full run records, with private training diagnostics, stay in the work folder.\n"),
+         "## Protocol\n",
+         ("- **Same as [RESULTS_SCALE.md](RESULTS_SCALE.md)**: the face-like glyph data "
+          f"({'?' if users is None else f'{users:,}'} private training users), the public start (width-0.25 "
+          f"LeNet, public-only score {'?' if pub is None else f'{pub:.3f}'}), DP-FedEmb's knobs "
+          "(K = 16 users per virtual client, M = 8 clients per round, local batch 8, one local epoch, client lr "
+          "0.05, server lr 0.5 momentum 0.9, clip C = 0.3, zero local head, head lr scale 1, ArcFace loss s 30 "
+          "m 0.5) and the seeds (seed s: noise, sampling and client randomness 1234 + 1000 s)."),
+         (f"- **Budgets, fixed before any run**: DP-FedEmb {R} rounds (RESULTS_SCALE.md part 6: "
+          f"{sc.long_rounds(st)}, which the validation split chose over {st['rounds']}); centralized ArcFace "
+          f"{steps} steps of batch {fg.CENTRAL_BATCH} (lr 0.05, momentum 0.9, cosine to the budget; part 6: "
+          f"{sc.converged_jobs(st)[0]['steps']}). Nothing here was chosen on the test split. {R} rounds see as "
+          f"many examples as {sc.equal_examples_steps(st, R):,.0f} centralized steps."),
+         f"- **Privacy**: epsilon is calibrated for {R} rounds, so every round gets more noise than in part 6.",
+         "- **Utility**: Recall@FAR=1e-3 (exact, all pairs) on the TEST split at the last round/step.\n"]
+    goal, found = goal_section(st, lk, img)
+    L += goal + privacy_table(st, lk) + times_table(st, lk, timing)
+    L += ["## Findings (generated from the numbers above)\n", *(found or ["- No goal cell has finished yet."])]
+    return L, found
+
+
+def write_outputs(st: dict[str, Any], results: dict[str, Any], timing: dict[str, Any], info: dict[str, Any],
+                  doc: Path, export: Path, args: argparse.Namespace) -> None:
+    """Write the public export (the work folder's records merged into it), then, from the
+    export's numbers alone, the page and, for the real page, its docs/RESULTS.md section."""
+    from dpemb.atomic import atomic_write_json, atomic_write_text
+
+    data = export_payload(st, results, timing, context_of(results, info), sc.load_json(export))
+    if data["runs"]:
+        atomic_write_json(export, data)
+    img = doc.parent / "img"
+    img.mkdir(parents=True, exist_ok=True)
+    L, found = page(st, sc.Lookup(data["runs"], {}), data["timing"], data["context"], img, args)
+    atomic_write_text(doc, "\n".join(L) + "\n")
+    print(f"wrote {doc}")
+    if doc.resolve() == fl.REAL_DOC.resolve():
+        from results_page import update_section
+
+        table = [ln for ln in L if ln.startswith("|")][:2 + len(fl.cells(st))]
+        update_section(doc.parent, "long", "\n".join([
+            "## Issue #11 goal 2, both sides trained longer\n",
+            (f"`{command(args)}`: DP-FedEmb (ArcFace) at {fl.rounds(st)} rounds against centralized ArcFace at "
+             f"{fl.ref_steps(st)} steps, {st['headline_seeds']} seeds each; Recall@FAR=1e-3 on the test split; epsilon RDP, "
+             "extrapolated, user-level, add/remove, delta = 1/N'. Details: [RESULTS_LONG.md](RESULTS_LONG.md).\n"),
+            *table, "", *found]))

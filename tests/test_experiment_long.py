@@ -1,0 +1,99 @@
+"""experiments/fedemb_long.py: its runs are fedemb_scale's (shared keys), its goal verdicts
+follow the numbers, and its public export holds no private diagnostics and rewrites the
+same page in a fresh clone."""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+
+import fedemb_long as fl  # noqa: E402
+import fedemb_long_report as rep  # noqa: E402
+import fedemb_scale as sc  # noqa: E402
+
+ARGS = argparse.Namespace(quick=False, seeds=None)
+
+
+def full() -> dict:
+    return fl.settings(ARGS)
+
+
+def test_the_runs_are_fedemb_scales_runs_at_twice_part_6s_budgets():
+    st = full()
+    # the reference's seed 0 is the convergence curve's 64000-step run of fedemb_scale
+    assert fl.ref_job(st, 0)["key"] in {j["key"] for j in sc.central_curve_jobs(st)}
+    assert fl.ref_job(st, 0)["steps"] == 2 * sc.CONVERGED[1] and fl.ref_job(st, 2)["loss"] == "arcface"
+    run = fl.fed_job(st, 1, (10_000_000, 0.5))
+    assert run["rounds"] == 2 * sc.LONG_ROUNDS and run["key"] == sc.long_run(st, 1, (10_000_000, 0.5), rounds=1200)["key"]
+    assert run["population"] == 10_000_000 and run["fed"]["loss"] == "arcface"
+    keys = [j["key"] for j in fl.jobs(st)]
+    assert len(keys) == len(set(keys)) == 3 * (1 + len(fl.CELLS)) + 1
+    # per seed: reference, then the cells; the no-noise run last
+    assert keys[:3] == [fl.ref_job(st, 0)["key"]] + [fl.fed_job(st, 0, c)["key"] for c in fl.CELLS]
+    assert keys[-1] == fl.fed_job(st, 0, None)["key"] and "/np/" in keys[-1]
+    assert {n for n, _ in fl.CELLS} == set(sc.GOAL2_TARGET)
+
+
+def test_the_public_record_drops_the_private_training_diagnostics():
+    rec = {"job": {"key": "k"}, "final": 0.9, "seconds": 3.0, "z": 0.01, "eps_1000000": 1.0, "z_1000000": 1.8,
+           "M_1000000": 1743, "preclip_norm": 0.74, "final_loss": 0.6, "something_new": 1}
+    pub = rep.public_record(rec)
+    assert set(pub) == {"job", "final", "seconds", "z", "eps_1000000", "z_1000000", "M_1000000"}
+
+
+def fake_results(st: dict, ref: tuple, cells: dict) -> dict:
+    out = {fl.ref_job(st, s)["key"]: {"job": fl.ref_job(st, s), "final": v, "seconds": 1.0, "perf": {}}
+           for s, v in enumerate(ref)}
+    for c, vals in cells.items():
+        for s, v in enumerate(vals):
+            j = fl.fed_job(st, s, c)
+            n = c[0]
+            out[j["key"]] = {"job": j, "final": v, "seconds": 2.0, "perf": {"threads": 1}, "z": 0.001,
+                             "noise_on_average": 1e-4, f"eps_{n}": c[1], f"z_{n}": 2.0, f"M_{n}": 1743,
+                             "preclip_norm": 0.7, "final_loss": 0.5}
+    return out
+
+
+def test_a_goal_is_reached_exactly_when_the_mean_ratio_meets_it():
+    st = full()
+    ref = (0.95, 0.96, 0.94)  # mean 0.95
+    res = fake_results(st, ref, {(10_000_000, 0.5): (0.9215, 0.9215, 0.9215),  # 0.97 x 0.95 = 0.9215
+                                 (1_000_000, 1.0): (0.90, 0.90, 0.90)})  # 0.947x < 0.95
+    rows = {r["pop"]: r for r in rep.goal_rows(st, sc.Lookup(res, {}))}
+    assert abs(rows[10_000_000]["ratio"] - 0.97) < 1e-9 and rows[10_000_000]["reached"]
+    assert abs(rows[1_000_000]["ratio"] - 0.9 / 0.95) < 1e-12 and rows[1_000_000]["reached"] is False
+    # a cell without runs is "not run", never "no"
+    del res[fl.fed_job(st, 0, (1_000_000, 1.0))["key"]], res[fl.fed_job(st, 1, (1_000_000, 1.0))["key"]]
+    del res[fl.fed_job(st, 2, (1_000_000, 1.0))["key"]]
+    assert {r["pop"]: r for r in rep.goal_rows(st, sc.Lookup(res, {}))}[1_000_000]["reached"] is None
+
+
+def test_the_export_rewrites_the_same_page_without_the_work_folder(tmp_path):
+    st = full()
+    res = fake_results(st, (0.95, 0.96, 0.94), {(10_000_000, 0.5): (0.93, 0.92, 0.925),
+                                                 (1_000_000, 1.0): (0.91, 0.92, 0.915)})
+    doc, export = tmp_path / "docs" / "RESULTS_LONG.md", tmp_path / "docs" / "data" / "long_results.json"
+    timing = {"invocations": [{"wall_s": 600.0, "runs_planned": 3}]}
+    info = {"train": {"users": 4590}}
+    rep.write_outputs(st, res, timing, info, doc, export, ARGS)
+    first = doc.read_text()
+    assert "| 10M | 0.5 | 0.925 ± 0.005 | 0.974 | 0.97x | **yes** |" in first
+    assert "| 1M | 1 | 0.915 ± 0.005 | 0.963 | 0.95x | **yes** |" in first
+    assert "4,590 private training users" in first and (doc.parent / "img" / "long_goal2.png").stat().st_size > 0
+    text = export.read_text()
+    assert "preclip_norm" not in text and "final_loss" not in text
+    assert len(json.loads(text)["runs"]) == 9
+    doc.unlink()
+    rep.write_outputs(st, {}, {"invocations": []}, {}, doc, export, ARGS)  # a fresh clone: no work folder
+    assert doc.read_text() == first
+    # a later session's work folder holds only its new run: the export keeps the earlier ones
+    nn = fl.fed_job(st, 0, None)
+    later = {"invocations": [{"wall_s": 60.0, "runs_planned": 1, "started": 5.0}]}
+    rep.write_outputs(st, {nn["key"]: {"job": nn, "final": 0.93, "seconds": 9.0, "final_loss": 0.1}}, later, {},
+                      doc, export, ARGS)
+    data = json.loads(export.read_text())
+    assert len(data["runs"]) == 10 and data["context"]["train_users"] == 4590
+    assert [t["wall_s"] for t in data["timing"]["invocations"]] == [600.0, 60.0]
+    assert "No noise (seed 0, 1200 rounds): 0.930" in doc.read_text() and "11.0 min of wall time" in doc.read_text()
