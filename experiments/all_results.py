@@ -7,6 +7,8 @@
    against centralized ArcFace trained up to 64000 steps (RESULTS_SCALE.md)
 3. ``fedemb_vs_fedavg.py``: K tuned on validation per algorithm, both regimes, and the
    authors' EMNIST configuration (RESULTS_VS.md)
+4. ``fedemb_long.py``: issue #11 goal 2 with both sides trained longer, DP-FedEmb at 1200
+   rounds against centralized ArcFace at 64000 steps, 3 seeds each (RESULTS_LONG.md)
 
     .venv/bin/python experiments/all_results.py --dry-run   # what is cached, what is left
     .venv/bin/python experiments/all_results.py --jobs 2    # everything (resumable)
@@ -39,6 +41,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...], str, bool], ...] = (
     ("glyphs", "fedemb_glyphs.py", ("--budget-minutes", "100000"), "results.json", False),
     ("scale", "fedemb_scale.py", ("--with-10k",), "scale_results.json", True),
     ("vs", "fedemb_vs_fedavg.py", ("--part", "all"), "vs_results.json", True),
+    ("long", "fedemb_long.py", (), "long_results.json", True),
 )
 
 

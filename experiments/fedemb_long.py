@@ -16,8 +16,8 @@ The budgets were fixed before any run (twice part 6's, whose 600 rounds the vali
 split chose over 150); nothing here is selected on the test split. Runs go to
 ``runs/fedemb_glyphs/runs/scale/...`` (the keys of fedemb_scale.py: a run both plan is
 run once) and their records to ``long_results.json`` there (private: it holds un-noised
-training diagnostics). The page's numbers are also exported, without those diagnostics,
-to ``docs/data/long_results.json``, so a fresh clone rewrites the page with
+training diagnostics). The page is written from its public export,
+``docs/data/long_results.json`` (``public_results``), so a fresh clone rewrites it with
 ``--report-only``.
 """
 
@@ -42,8 +42,6 @@ CELLS = ((10_000_000, 0.5), (1_000_000, 1.0))  # issue #11 goal 2: (N', epsilon)
 RESULTS_FILE, TIMING_FILE = "long_results.json", "long_timing.json"
 REAL_DOC = ROOT / "docs" / "RESULTS_LONG.md"
 QUICK_DOC = Path("/tmp/dpemb_long_quick/RESULTS_LONG.md")
-EXPORT = ROOT / "docs" / "data" / "long_results.json"
-QUICK_EXPORT = Path("/tmp/dpemb_long_quick/long_results.json")
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -96,7 +94,6 @@ def main() -> int:
     st = settings(args)
     work = ROOT / "runs" / "fedemb_long_quick" if args.quick else Path(args.work)
     doc = Path(args.doc) if args.doc else (QUICK_DOC if args.quick else REAL_DOC)
-    export = QUICK_EXPORT if args.quick else EXPORT
     if args.quick and doc.resolve() == REAL_DOC.resolve():
         sys.exit(f"--quick never writes {REAL_DOC}; pass another --doc")
     work.mkdir(parents=True, exist_ok=True)
@@ -112,7 +109,8 @@ def main() -> int:
             atomic_write_json(work / TIMING_FILE, timing)
     from fedemb_long_report import write_outputs  # the report is its own module
 
-    write_outputs(st, results, timing, sc.load_json(work / "data" / sc.REGIME / "info.json"), doc, export, args)
+    write_outputs(st, results, timing, sc.load_json(work / "data" / sc.REGIME / "info.json"), doc,
+                  doc.parent / "data" / RESULTS_FILE, args)
     return 0
 
 

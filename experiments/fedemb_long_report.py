@@ -1,9 +1,6 @@
-"""The page of ``fedemb_long.py``: issue #11 goal 2 with both sides trained longer.
-
-Also the public export of its numbers: the run records without the training
-diagnostics that are un-noised statistics of the private users (training loss,
-pre-clip update norms), so that a fresh clone rewrites the page (``--report-only``).
-"""
+"""The page of ``fedemb_long.py``: issue #11 goal 2 with both sides trained longer,
+written from its public export (``public_results``: no private training diagnostics),
+so that a fresh clone rewrites it (``--report-only``)."""
 
 from __future__ import annotations
 
@@ -19,35 +16,10 @@ sys.path.insert(0, str(HERE))
 fg = importlib.import_module("fedemb_glyphs")
 sc = importlib.import_module("fedemb_scale")
 fl = importlib.import_module("fedemb_long")
+pub = importlib.import_module("public_results")
 
-# what a released run record may hold: the job, the test score, times, the privacy numbers
-PUBLIC_FIELDS = {"job", "final", "initial", "seconds", "seconds_this_invocation", "seconds_earlier_invocations",
-                 "started_at", "finished_at", "images_per_second", "z", "noise_on_average", "eps_sim",
-                 "delta_sim", "perf"}
-PUBLIC_PREFIXES = ("eps_", "z_", "M_")  # extrapolated epsilon, z' and M' per population
-
-
-def public_record(rec: dict[str, Any]) -> dict[str, Any]:
-    """``rec`` with only the fields the guarantee covers or that carry no private data
-    (everything else, e.g. ``final_loss`` and ``preclip_norm``, is dropped)."""
-    return {k: v for k, v in rec.items() if k in PUBLIC_FIELDS or k.startswith(PUBLIC_PREFIXES)}
-
-
-def export_payload(st: dict[str, Any], results: dict[str, Any], timing: dict[str, Any],
-                   context: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
-    """The public export: this experiment's finished runs (public fields), its invocations
-    and the ``context`` the page names (training users, the public start's score), merged
-    into the ``earlier`` export (a fresh clone's work folder holds only its own runs: the
-    export never loses one; a run in both comes from the work folder)."""
-    keys = {j["key"] for j in fl.jobs(st)}
-    runs = {**earlier.get("runs", {}), **{k: public_record(v) for k, v in results.items() if k in keys}}
-    seen = {t.get("started") for t in timing.get("invocations", [])}
-    inv = [t for t in earlier.get("timing", {}).get("invocations", []) if t.get("started") not in seen]
-    inv = sorted(inv + timing.get("invocations", []), key=lambda t: t.get("started") or 0)
-    ctx = {k: v if v is not None else earlier.get("context", {}).get(k) for k, v in context.items()}
-    return {"about": ("Public numbers of docs/RESULTS_LONG.md (experiments/fedemb_long.py): run records without "
-                      "the private training diagnostics. `fedemb_long.py --report-only` rewrites the page from it."),
-            "runs": dict(sorted(runs.items())), "timing": {"invocations": inv}, "context": ctx}
+ABOUT = ("Public numbers of docs/RESULTS_LONG.md (experiments/fedemb_long.py): run records without the "
+         "private training diagnostics. `fedemb_long.py --report-only` rewrites the page from it.")
 
 
 def context_of(results: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
@@ -218,11 +190,12 @@ def write_outputs(st: dict[str, Any], results: dict[str, Any], timing: dict[str,
                   doc: Path, export: Path, args: argparse.Namespace) -> None:
     """Write the public export (the work folder's records merged into it), then, from the
     export's numbers alone, the page and, for the real page, its docs/RESULTS.md section."""
-    from dpemb.atomic import atomic_write_json, atomic_write_text
+    from dpemb.atomic import atomic_write_text
 
-    data = export_payload(st, results, timing, context_of(results, info), sc.load_json(export))
-    if data["runs"]:
-        atomic_write_json(export, data)
+    keys = {j["key"] for j in fl.jobs(st)}
+    data = pub.merge(pub.load(export), {k: v for k, v in results.items() if k in keys}, timing,
+                     context_of(results, info), ABOUT)
+    pub.write(export, data)
     img = doc.parent / "img"
     img.mkdir(parents=True, exist_ok=True)
     L, found = page(st, sc.Lookup(data["runs"], {}), data["timing"], data["context"], img, args)
@@ -235,6 +208,6 @@ def write_outputs(st: dict[str, Any], results: dict[str, Any], timing: dict[str,
         update_section(doc.parent, "long", "\n".join([
             "## Issue #11 goal 2, both sides trained longer\n",
             (f"`{command(args)}`: DP-FedEmb (ArcFace) at {fl.rounds(st)} rounds against centralized ArcFace at "
-             f"{fl.ref_steps(st)} steps, {st['headline_seeds']} seeds each; Recall@FAR=1e-3 on the test split; epsilon RDP, "
-             "extrapolated, user-level, add/remove, delta = 1/N'. Details: [RESULTS_LONG.md](RESULTS_LONG.md).\n"),
+             f"{fl.ref_steps(st)} steps, {st['headline_seeds']} seeds each; Recall@FAR=1e-3 on the test split; "
+             "epsilon RDP, extrapolated, user-level, add/remove, delta = 1/N'. Details: [RESULTS_LONG.md](RESULTS_LONG.md).\n"),
             *table, "", *found]))

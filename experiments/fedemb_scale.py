@@ -11,8 +11,11 @@ Reuses the data, the public pretraining run (``face/pretrain/w0.25``) and the
 centralized-from-pretraining run of ``fedemb_glyphs.py`` in its work folder
 (``runs/fedemb_glyphs``; ``results.json`` there is only read). This script's runs go to
 ``runs/fedemb_glyphs/runs/scale/...`` and its results to ``scale_results.json`` next
-to it; a re-run reuses them, so an interrupted or budget-limited run resumes. ``--quick``
-builds its own small data in ``runs/fedemb_scale_quick`` and writes its page under /tmp.
+to it; a re-run reuses them, so an interrupted or budget-limited run resumes. The page is
+written from its public export, ``docs/data/scale_results.json`` (``public_results``: the
+records without private training diagnostics, this work folder's runs merged in), so a
+fresh clone rewrites it with ``--report-only``. ``--quick`` builds its own small data in
+``runs/fedemb_scale_quick`` and writes its page (and export) under /tmp.
 
 Parts:
 1. premise: the paper's extrapolation assumes the utility of a run is unchanged when
@@ -51,6 +54,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))  # the worker processes inherit it
 fg = importlib.import_module("fedemb_glyphs")  # the experiment this one extends
+pub = importlib.import_module("public_results")  # the page's numbers, committed beside it
 
 REGIME = "face"
 POPS = (100_000, 1_000_000, 10_000_000)
@@ -93,6 +97,8 @@ US_PER_USER_ROUND = 3.6e-3  # s per (user x round)
 RUN_OVERHEAD_S = 11.0  # data loading and two evaluations on 2,000 test images
 ALGOS = ("dp-fedemb", "dp-fedavg", "dp-ftrl-fedemb")
 RESULTS_FILE, TIMING_FILE = "scale_results.json", "scale_timing.json"
+EXPORT_ABOUT = ("Public numbers of docs/RESULTS_SCALE.md (experiments/fedemb_scale.py): run records without the "
+                "private training diagnostics; `fedemb_scale.py --with-10k --report-only` rewrites the page from it.")
 PARTS = ("premise", "headline", "levers", "moonshot", "large", "long")
 REAL_DOC = ROOT / "docs" / "RESULTS_SCALE.md"
 QUICK_DOC = Path("/tmp/dpemb_scale_quick/RESULTS_SCALE.md")
@@ -508,11 +514,17 @@ def main() -> int:
             from dpemb.atomic import atomic_write_json
 
             atomic_write_json(work / TIMING_FILE, timing)
-    info = load_json(work / "data" / REGIME / "info.json")
-    if not info:
-        sys.exit(f"no data in {work}: run without --report-only first")
-    write_report(st, Lookup(results, base), info, timing, doc, work, args)
-    print(f"wrote {doc}")
+    # the page comes from the public export beside it, with this work folder's runs merged in
+    export = doc.parent / "data" / RESULTS_FILE
+    reused_keys = (fg.pre_key(REGIME, fg.WIDTH_MAIN), central_job(st, 0)["key"])
+    info = load_json(work / "data" / REGIME / "info.json") or None
+    data = pub.merge(pub.load(export), results, timing, {"info": info}, EXPORT_ABOUT,
+                     base={k: base[k] for k in reused_keys if k in base})
+    if not data["runs"] or not data["context"].get("info"):
+        sys.exit(f"no finished runs in {work} nor in {export}: run without --report-only first")
+    pub.write(export, data)
+    write_report(st, Lookup(data["runs"], data["base"]), data["context"]["info"], data["timing"], doc, work, args)
+    print(f"wrote {doc} and {export}")
     return 0
 
 
@@ -1209,7 +1221,9 @@ def write_report(st: dict[str, Any], lk: Lookup, info: dict[str, Any], timing: d
     wk = work.relative_to(ROOT) if work.is_relative_to(ROOT) else work
     L = ["# DP-FedEmb at scale: extrapolation premise and headline (face-like glyphs)\n",
          (f"Produced by `{command(args)}` from the repository root (issue #11). Runs are cached "
-         f"in `{wk}/{RESULTS_FILE}`{reused(lk, st, wk)}; a re-run resumes. Cells of runs that "
+         f"in `{wk}/{RESULTS_FILE}`{reused(lk, st, wk)}; a re-run resumes. The page's numbers, without the "
+         f"runs' private training diagnostics, are in `data/{RESULTS_FILE}` beside it, from which "
+         "`--report-only` rewrites it in a fresh clone. Cells of runs that "
          "have not finished read 'n/a (not run)'; '[n=1]' marks fewer seeds than planned.\n")]
     L += protocol(st, info, lk, z0)
     prem = premise_section(st, lk, z0, img)

@@ -26,7 +26,8 @@ def test_the_runs_are_fedemb_scales_runs_at_twice_part_6s_budgets():
     assert fl.ref_job(st, 0)["key"] in {j["key"] for j in sc.central_curve_jobs(st)}
     assert fl.ref_job(st, 0)["steps"] == 2 * sc.CONVERGED[1] and fl.ref_job(st, 2)["loss"] == "arcface"
     run = fl.fed_job(st, 1, (10_000_000, 0.5))
-    assert run["rounds"] == 2 * sc.LONG_ROUNDS and run["key"] == sc.long_run(st, 1, (10_000_000, 0.5), rounds=1200)["key"]
+    assert run["rounds"] == 2 * sc.LONG_ROUNDS
+    assert run["key"] == sc.long_run(st, 1, (10_000_000, 0.5), rounds=1200)["key"]
     assert run["population"] == 10_000_000 and run["fed"]["loss"] == "arcface"
     keys = [j["key"] for j in fl.jobs(st)]
     assert len(keys) == len(set(keys)) == 3 * (1 + len(fl.CELLS)) + 1
@@ -34,13 +35,6 @@ def test_the_runs_are_fedemb_scales_runs_at_twice_part_6s_budgets():
     assert keys[:3] == [fl.ref_job(st, 0)["key"]] + [fl.fed_job(st, 0, c)["key"] for c in fl.CELLS]
     assert keys[-1] == fl.fed_job(st, 0, None)["key"] and "/np/" in keys[-1]
     assert {n for n, _ in fl.CELLS} == set(sc.GOAL2_TARGET)
-
-
-def test_the_public_record_drops_the_private_training_diagnostics():
-    rec = {"job": {"key": "k"}, "final": 0.9, "seconds": 3.0, "z": 0.01, "eps_1000000": 1.0, "z_1000000": 1.8,
-           "M_1000000": 1743, "preclip_norm": 0.74, "final_loss": 0.6, "something_new": 1}
-    pub = rep.public_record(rec)
-    assert set(pub) == {"job", "final", "seconds", "z", "eps_1000000", "z_1000000", "M_1000000"}
 
 
 def fake_results(st: dict, ref: tuple, cells: dict) -> dict:
