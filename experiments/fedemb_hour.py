@@ -129,19 +129,14 @@ def main() -> int:
     args = ap.parse_args()
     st = settings(args.quick)
     work = Path(args.work) if args.work else ROOT / "runs" / ("fedemb_hour_quick" if args.quick else "fedemb_hour")
-    doc = Path(args.doc) if args.doc else (QUICK_DOC if args.quick else REAL_DOC)
-    if args.quick and doc.resolve() == REAL_DOC.resolve():
-        sys.exit(f"--quick never writes {REAL_DOC}; pass another --doc")
+    doc = sc.doc_path(args, REAL_DOC, QUICK_DOC)
     work.mkdir(parents=True, exist_ok=True)
     results = sc.load_json(work / RESULTS_FILE)
     timing = sc.load_json(work / TIMING_FILE) or {"invocations": []}
     if not args.report_only:
         ran = execute(args, st, work, results)
         if ran["runs_planned"] or ran["from_nothing"]:
-            from dpemb.atomic import atomic_write_json
-
-            timing["invocations"].append(ran)
-            atomic_write_json(work / TIMING_FILE, timing)
+            sc.save_invocation(work / TIMING_FILE, timing, ran)
     info = sc.load_json(work / "data" / sc.REGIME / "info.json")
     if not info:
         sys.exit(f"no data in {work}: run without --report-only first")

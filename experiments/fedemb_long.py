@@ -93,9 +93,7 @@ def main() -> int:
     args = ap.parse_args()
     st = settings(args)
     work = ROOT / "runs" / "fedemb_long_quick" if args.quick else Path(args.work)
-    doc = Path(args.doc) if args.doc else (QUICK_DOC if args.quick else REAL_DOC)
-    if args.quick and doc.resolve() == REAL_DOC.resolve():
-        sys.exit(f"--quick never writes {REAL_DOC}; pass another --doc")
+    doc = sc.doc_path(args, REAL_DOC, QUICK_DOC)
     work.mkdir(parents=True, exist_ok=True)
     results = sc.load_json(work / RESULTS_FILE)
     timing = sc.load_json(work / TIMING_FILE) or {"invocations": []}
@@ -103,10 +101,7 @@ def main() -> int:
         ran = sc.execute(args, st, work, results, sc.load_json(work / "results.json"),
                          jobs=lambda info: jobs(st), results_file=RESULTS_FILE)
         if ran["runs_planned"]:
-            from dpemb.atomic import atomic_write_json
-
-            timing["invocations"].append(ran)
-            atomic_write_json(work / TIMING_FILE, timing)
+            sc.save_invocation(work / TIMING_FILE, timing, ran)
     from fedemb_long_report import write_outputs  # the report is its own module
 
     write_outputs(st, results, timing, sc.load_json(work / "data" / sc.REGIME / "info.json"), doc,

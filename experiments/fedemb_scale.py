@@ -436,12 +436,21 @@ def work_dir(args: argparse.Namespace) -> Path:
     return ROOT / "runs" / "fedemb_scale_quick" if args.quick else Path(args.work)
 
 
-def doc_path(args: argparse.Namespace) -> Path:
-    """--doc, else the real page (full) or a /tmp page (quick, which never writes the real one)."""
-    p = Path(args.doc) if args.doc else (QUICK_DOC if args.quick else REAL_DOC)
-    if args.quick and p.resolve() == REAL_DOC.resolve():
-        sys.exit(f"--quick never writes {REAL_DOC}; pass another --doc")
+def doc_path(args: argparse.Namespace, real: Path = REAL_DOC, quick: Path = QUICK_DOC) -> Path:
+    """--doc, else the ``real`` page (full) or the ``quick`` /tmp page (--quick, which never
+    writes the real one)."""
+    p = Path(args.doc) if args.doc else (quick if args.quick else real)
+    if args.quick and p.resolve() == real.resolve():
+        sys.exit(f"--quick never writes {real}; pass another --doc")
     return p
+
+
+def save_invocation(path: Path, timing: dict[str, Any], ran: dict[str, Any]) -> None:
+    """Append one invocation's record to ``timing`` and write it (atomically) to ``path``."""
+    from dpemb.atomic import atomic_write_json
+
+    timing["invocations"].append(ran)
+    atomic_write_json(path, timing)
 
 
 def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: dict[str, Any],
@@ -510,10 +519,7 @@ def main() -> int:
     if not args.report_only:
         ran = execute(args, st, work, results, base)
         if ran["runs_planned"]:  # an invocation that found every run cached adds no row to the wall time
-            timing["invocations"].append(ran)
-            from dpemb.atomic import atomic_write_json
-
-            atomic_write_json(work / TIMING_FILE, timing)
+            save_invocation(work / TIMING_FILE, timing, ran)
     # the page comes from the public export beside it, with this work folder's runs merged in
     export = doc.parent / "data" / RESULTS_FILE
     reused_keys = (fg.pre_key(REGIME, fg.WIDTH_MAIN), central_job(st, 0)["key"])
