@@ -31,8 +31,11 @@ def test_the_runs_are_fedemb_scales_runs_at_twice_part_6s_budgets():
     assert run["population"] == 10_000_000 and run["fed"]["loss"] == "arcface"
     keys = [j["key"] for j in fl.jobs(st)]
     assert len(keys) == len(set(keys)) == 3 * (1 + len(fl.CELLS)) + 1
-    # per seed: reference, then the cells; the no-noise run last
-    assert keys[:3] == [fl.ref_job(st, 0)["key"]] + [fl.fed_job(st, 0, c)["key"] for c in fl.CELLS]
+    # seed by seed the reference and the tightest cell, then the other cell's seeds; the no-noise run last
+    tight = (10_000_000, 0.5)
+    assert fl.CELLS[0] == tight and sc.GOAL2_TARGET[tight[0]] == max(sc.GOAL2_TARGET.values())
+    assert keys[:6] == [k for s in range(3) for k in (fl.ref_job(st, s)["key"], fl.fed_job(st, s, tight)["key"])]
+    assert keys[6:9] == [fl.fed_job(st, s, fl.CELLS[1])["key"] for s in range(3)]
     assert keys[-1] == fl.fed_job(st, 0, None)["key"] and "/np/" in keys[-1]
     assert {n for n, _ in fl.CELLS} == set(sc.GOAL2_TARGET)
 
