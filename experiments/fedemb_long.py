@@ -8,8 +8,8 @@ users at epsilon 0.5, 1M users at epsilon 1; epsilon calibrated for 1200 rounds)
 centralized ArcFace at 64000 steps, every one with 3 seeds, on the same data, public start
 and knobs as fedemb_scale.py.
 
-    .venv/bin/python experiments/fedemb_long.py                # full: docs/RESULTS_LONG.md
-    .venv/bin/python experiments/fedemb_long.py --quick        # smoke test (about a minute)
+    .venv/bin/python experiments/fedemb_long.py                # full: docs/RESULTS_LONG.md (3 h, 2 cores)
+    .venv/bin/python experiments/fedemb_long.py --quick        # smoke test (about 2 minutes)
     .venv/bin/python experiments/fedemb_long.py --report-only  # rewrite the page from results
 
 The budgets were fixed before any run (twice part 6's, whose 600 rounds the validation
