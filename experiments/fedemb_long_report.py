@@ -63,8 +63,9 @@ def goal_section(st: dict[str, Any], lk: sc.Lookup, img: Path) -> tuple[list[str
          f"| N' | ε | DP-FedEmb, ArcFace, {R} rounds | x centralized ({ref[0]:.3f}) | goal | reached |",
          "|---|---|---|---|---|---|"]
     for row in rows:
-        L.append(f"| {sc._pop(row['pop'])} | {row['eps']:g} | {sc.cell(*row['fed'], S)} | "
-                 f"{row['ratio']:.3f} | {row['goal']:.2f}x | {_reached(row)} |")
+        r = "-" if math.isnan(row["ratio"]) else f"{row['ratio']:.3f}"
+        L.append(f"| {sc._pop(row['pop'])} | {row['eps']:g} | {sc.cell(*row['fed'], S)} | {r} | "
+                 f"{row['goal']:.2f}x | {_reached(row)} |")
     nn = lk.get(fl.fed_job(st, 0, None)["key"])
     found = []
     for row in rows:
@@ -73,7 +74,8 @@ def goal_section(st: dict[str, Any], lk: sc.Lookup, img: Path) -> tuple[list[str
         m, s, n = row["fed"]
         margin = m - row["goal"] * ref[0]
         txt = (f"- **{sc._pop(row['pop'])} users, ε {row['eps']:g}**: {m:.3f} = {row['ratio']:.3f}x centralized "
-               f"(goal {row['goal']:.2f}x): {'reached' if row['reached'] else 'NOT reached'}, by {margin:+.3f}")
+               f"(goal {row['goal']:.2f}x, which needs {row['goal'] * ref[0]:.3f}): "
+               f"{'reached' if row['reached'] else 'NOT reached'}, by {margin:+.4f}")
         if n > 1 and ref[2] > 1:
             spread = math.hypot(s, ref[1])
             txt += (f" against a seed spread of {spread:.3f} (the two stds combined)"
@@ -137,12 +139,18 @@ def privacy_table(st: dict[str, Any], lk: sc.Lookup) -> list[str]:
     return L + [""]
 
 
-def times_table(st: dict[str, Any], lk: sc.Lookup, timing: dict[str, Any]) -> list[str]:
-    """The invocations' wall time; seconds per finished run, with its threads and device."""
-    inv = [t for t in timing.get("invocations", []) if t.get("runs_planned")]
-    L = ["## Run times\n", (f"{len(inv)} invocation(s), {sum(t['wall_s'] for t in inv) / 60:.1f} min of wall time "
-                            "in all (data and public pretraining included) on a 2-core machine without GPU.\n"),
-         "| run | s | threads | device |", "|---|---|---|---|"]
+def times_table(st: dict[str, Any], lk: sc.Lookup) -> list[str]:
+    """Process-minutes and the span of the finished runs; seconds per run, with its threads
+    and device (a run resumed from a checkpoint counts its earlier invocations too)."""
+    recs = [r for j in fl.jobs(st) if (r := lk.get(j["key"]))]
+    L = ["## Run times\n"]
+    if recs:
+        span = max(r["finished_at"] for r in recs) - min(r["started_at"] - r.get("seconds_earlier_invocations", 0)
+                                                         for r in recs)
+        L.append(f"{len(recs)} runs, {sum(r['seconds'] for r in recs) / 60:.0f} process-minutes, the first start to "
+                 f"the last finish {span / 60:.0f} min of wall time, on a 2-core machine without GPU (2 runs at a "
+                 "time, one torch thread each).\n")
+    L += ["| run | s | threads | device |", "|---|---|---|---|"]
     for j in fl.jobs(st):
         r = lk.get(j["key"])
         if r:
@@ -157,8 +165,7 @@ def command(args: argparse.Namespace) -> str:
                      *([f"--seeds {args.seeds}"] if args.seeds else [])])
 
 
-def page(st: dict[str, Any], lk: sc.Lookup, timing: dict[str, Any], context: dict[str, Any], img: Path,
-         args: argparse.Namespace) -> tuple[list[str], list[str]]:
+def page(st: dict[str, Any], lk: sc.Lookup, context: dict[str, Any], img: Path, args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """The page's lines and its findings."""
     R, steps = fl.rounds(st), fl.ref_steps(st)
     users, pub = context.get("train_users"), context.get("public_start")
@@ -181,7 +188,7 @@ def page(st: dict[str, Any], lk: sc.Lookup, timing: dict[str, Any], context: dic
          f"- **Privacy**: epsilon is calibrated for {R} rounds, so every round gets more noise than in part 6.",
          "- **Utility**: Recall@FAR=1e-3 (exact, all pairs) on the TEST split at the last round/step.\n"]
     goal, found = goal_section(st, lk, img)
-    L += goal + privacy_table(st, lk) + times_table(st, lk, timing)
+    L += goal + privacy_table(st, lk) + times_table(st, lk)
     L += ["## Findings (generated from the numbers above)\n", *(found or ["- No goal cell has finished yet."])]
     return L, found
 
@@ -198,7 +205,7 @@ def write_outputs(st: dict[str, Any], results: dict[str, Any], timing: dict[str,
     pub.write(export, data)
     img = doc.parent / "img"
     img.mkdir(parents=True, exist_ok=True)
-    L, found = page(st, sc.Lookup(data["runs"], {}), data["timing"], data["context"], img, args)
+    L, found = page(st, sc.Lookup(data["runs"], {}), data["context"], img, args)
     atomic_write_text(doc, "\n".join(L) + "\n")
     print(f"wrote {doc}")
     if doc.resolve() == fl.REAL_DOC.resolve():

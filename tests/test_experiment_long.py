@@ -41,13 +41,15 @@ def test_the_runs_are_fedemb_scales_runs_at_twice_part_6s_budgets():
 
 
 def fake_results(st: dict, ref: tuple, cells: dict) -> dict:
-    out = {fl.ref_job(st, s)["key"]: {"job": fl.ref_job(st, s), "final": v, "seconds": 1.0, "perf": {}}
+    out = {fl.ref_job(st, s)["key"]: {"job": fl.ref_job(st, s), "final": v, "seconds": 1.0, "perf": {},
+                                  "started_at": 0.0, "finished_at": 1.0}
            for s, v in enumerate(ref)}
     for c, vals in cells.items():
         for s, v in enumerate(vals):
             j = fl.fed_job(st, s, c)
             n = c[0]
             out[j["key"]] = {"job": j, "final": v, "seconds": 2.0, "perf": {"threads": 1}, "z": 0.001,
+                             "started_at": 10.0, "finished_at": 12.0,
                              "noise_on_average": 1e-4, f"eps_{n}": c[1], f"z_{n}": 2.0, f"M_{n}": 1743,
                              "preclip_norm": 0.7, "final_loss": 0.5}
     return out
@@ -88,9 +90,10 @@ def test_the_export_rewrites_the_same_page_without_the_work_folder(tmp_path):
     # a later session's work folder holds only its new run: the export keeps the earlier ones
     nn = fl.fed_job(st, 0, None)
     later = {"invocations": [{"wall_s": 60.0, "runs_planned": 1, "started": 5.0}]}
-    rep.write_outputs(st, {nn["key"]: {"job": nn, "final": 0.93, "seconds": 9.0, "final_loss": 0.1}}, later, {},
+    rep.write_outputs(st, {nn["key"]: {"job": nn, "final": 0.93, "seconds": 9.0, "final_loss": 0.1,
+                                            "started_at": 100.0, "finished_at": 109.0}}, later, {},
                       doc, export, ARGS)
     data = json.loads(export.read_text())
     assert len(data["runs"]) == 10 and data["context"]["train_users"] == 4590
     assert [t["wall_s"] for t in data["timing"]["invocations"]] == [600.0, 60.0]
-    assert "No noise (seed 0, 1200 rounds): 0.930" in doc.read_text() and "11.0 min of wall time" in doc.read_text()
+    assert "No noise (seed 0, 1200 rounds): 0.930" in doc.read_text() and "10 runs, 0 process-minutes" in doc.read_text()
