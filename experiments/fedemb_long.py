@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,6 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-fg = importlib.import_module("fedemb_glyphs")
 sc = importlib.import_module("fedemb_scale")
 
 ROUNDS = 1200  # DP-FedEmb's budget: twice part 6's 600

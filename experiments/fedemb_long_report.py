@@ -33,10 +33,10 @@ def ratio(m: float, ref: float) -> float:
     return m / ref if ref and not (math.isnan(m) or math.isnan(ref)) else math.nan
 
 
-def goal_rows(st: dict[str, Any], lk: sc.Lookup) -> list[dict[str, Any]]:
-    """Per goal cell: DP-FedEmb's stats, the ratio to the reference's mean, the goal, reached."""
+def goal_rows(st: dict[str, Any], lk: sc.Lookup, ref: tuple[float, float, int]) -> list[dict[str, Any]]:
+    """Per goal cell: DP-FedEmb's stats, the ratio to the reference's mean (``ref``: the
+    reference's ``sc.stats``), the goal, reached."""
     S = st["headline_seeds"]
-    ref = sc.stats(lk.seeds(lambda s: fl.ref_job(st, s), S))
     rows = []
     for n, e in fl.cells(st):
         fed = sc.stats(lk.seeds(lambda s, c=(n, e): fl.fed_job(st, s, c), S))
@@ -55,7 +55,7 @@ def goal_section(st: dict[str, Any], lk: sc.Lookup, img: Path) -> tuple[list[str
     S, R, steps = st["headline_seeds"], fl.rounds(st), fl.ref_steps(st)
     ref_recs = lk.seeds(lambda s: fl.ref_job(st, s), S)
     ref = sc.stats(ref_recs)
-    rows = goal_rows(st, lk)
+    rows = goal_rows(st, lk, ref)
     L = ["## Goal 2: DP-FedEmb at 10M and 1M users against centralized training\n",
          (f"Recall@FAR=1e-3 on the test split, mean ± sample std over seeds. Reference: centralized ArcFace at "
           f"{steps} steps, {sc.cell(*ref, S)} (seeds: "
@@ -123,7 +123,8 @@ def privacy_table(st: dict[str, Any], lk: sc.Lookup) -> list[str]:
     """Per cell (seed 0's record): the simulation z, the noise on the average and the
     extrapolated run (the epsilon the page reports)."""
     L = [f"## Privacy (epsilon calibrated for {fl.rounds(st)} rounds)\n",
-         ("Gaussian noise on the clipped sum of 8 virtual clients of K = 16 users per round (sensitivity 2C "
+         (f"Gaussian noise on the clipped sum of {sc.M0} virtual clients of K = {st['K']} users per round "
+          "(sensitivity 2C "
           "under add/remove-one-user); RDP accountant, user-level; the paper's extrapolation: the run is "
           "reported as one over N' users with M' clients per round and noise multiplier z' = z M'/M (same "
           "noise on the average), delta = 1/N'.\n"),
@@ -148,8 +149,8 @@ def times_table(st: dict[str, Any], lk: sc.Lookup) -> list[str]:
         span = max(r["finished_at"] for r in recs) - min(r["started_at"] - r.get("seconds_earlier_invocations", 0)
                                                          for r in recs)
         L.append(f"{len(recs)} runs, {sum(r['seconds'] for r in recs) / 60:.0f} process-minutes, the first start to "
-                 f"the last finish {span / 60:.0f} min of wall time, on a 2-core machine without GPU (2 runs at a "
-                 "time, one torch thread each).\n")
+                 f"the last finish {span / 60:.0f} min of wall time, on a 2-core machine without GPU (up to 2 runs "
+                 "at a time, one torch thread each).\n")
     L += ["| run | s | threads | device |", "|---|---|---|---|"]
     for j in fl.jobs(st):
         r = lk.get(j["key"])
@@ -165,7 +166,17 @@ def command(args: argparse.Namespace) -> str:
                      *([f"--seeds {args.seeds}"] if args.seeds else [])])
 
 
-def page(st: dict[str, Any], lk: sc.Lookup, context: dict[str, Any], img: Path, args: argparse.Namespace) -> tuple[list[str], list[str]]:
+def knobs_text(st: dict[str, Any]) -> str:
+    """DP-FedEmb's knobs, from the constants the runs use."""
+    k = {**fg.BASE_FED, **sc.KNOBS}
+    return (f"K = {st['K']} users per virtual client, M = {sc.M0} clients per round, local batch "
+            f"{k['local_batch_size']}, local epochs {k['local_epochs']}, client lr {k['client_lr']:g}, server lr "
+            f"{k['server_lr']:g} momentum {k['server_momentum']:g}, clip C = {fg.CLIP:g}, local head initialised "
+            f"to {k['head_init']}, head lr scale {k['head_lr_scale']:g}, {sc.MOONSHOT_LEVER[1]}")
+
+
+def page(st: dict[str, Any], lk: sc.Lookup, context: dict[str, Any], img: Path,
+         args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """The page's lines and its findings."""
     R, steps = fl.rounds(st), fl.ref_steps(st)
     users, pub = context.get("train_users"), context.get("public_start")
@@ -177,9 +188,8 @@ def page(st: dict[str, Any], lk: sc.Lookup, context: dict[str, Any], img: Path, 
          ("- **Same as [RESULTS_SCALE.md](RESULTS_SCALE.md)**: the face-like glyph data "
           f"({'?' if users is None else f'{users:,}'} private training users), the public start (width-0.25 "
           f"LeNet, public-only score {'?' if pub is None else f'{pub:.3f}'}), DP-FedEmb's knobs "
-          "(K = 16 users per virtual client, M = 8 clients per round, local batch 8, one local epoch, client lr "
-          "0.05, server lr 0.5 momentum 0.9, clip C = 0.3, zero local head, head lr scale 1, ArcFace loss s 30 "
-          "m 0.5) and the seeds (seed s: noise, sampling and client randomness 1234 + 1000 s)."),
+          f"({knobs_text(st)}) and the seeds (seed s: noise, sampling and client randomness "
+          f"{sc.NOISE_SEED0} + {sc.SEED_STRIDE} s)."),
          (f"- **Budgets, fixed before any run**: DP-FedEmb {R} rounds (RESULTS_SCALE.md part 6: "
           f"{sc.long_rounds(st)}, which the validation split chose over {st['rounds']}); centralized ArcFace "
           f"{steps} steps of batch {fg.CENTRAL_BATCH} (lr 0.05, momentum 0.9, cosine to the budget; part 6: "
@@ -216,5 +226,6 @@ def write_outputs(st: dict[str, Any], results: dict[str, Any], timing: dict[str,
             "## Issue #11 goal 2, both sides trained longer\n",
             (f"`{command(args)}`: DP-FedEmb (ArcFace) at {fl.rounds(st)} rounds against centralized ArcFace at "
              f"{fl.ref_steps(st)} steps, {st['headline_seeds']} seeds each; Recall@FAR=1e-3 on the test split; "
-             "epsilon RDP, extrapolated, user-level, add/remove, delta = 1/N'. Details: [RESULTS_LONG.md](RESULTS_LONG.md).\n"),
+             "epsilon RDP, extrapolated, user-level, add/remove, delta = 1/N'. "
+             "Details: [RESULTS_LONG.md](RESULTS_LONG.md).\n"),
             *table, "", *found]))

@@ -60,13 +60,13 @@ def test_a_goal_is_reached_exactly_when_the_mean_ratio_meets_it():
     ref = (0.95, 0.96, 0.94)  # mean 0.95
     res = fake_results(st, ref, {(10_000_000, 0.5): (0.9215, 0.9215, 0.9215),  # 0.97 x 0.95 = 0.9215
                                  (1_000_000, 1.0): (0.90, 0.90, 0.90)})  # 0.947x < 0.95
-    rows = {r["pop"]: r for r in rep.goal_rows(st, sc.Lookup(res, {}))}
+    rows = {r["pop"]: r for r in rep.goal_rows(st, sc.Lookup(res, {}), (0.95, 0.01, 3))}
     assert abs(rows[10_000_000]["ratio"] - 0.97) < 1e-9 and rows[10_000_000]["reached"]
     assert abs(rows[1_000_000]["ratio"] - 0.9 / 0.95) < 1e-12 and rows[1_000_000]["reached"] is False
     # a cell without runs is "not run", never "no"
     del res[fl.fed_job(st, 0, (1_000_000, 1.0))["key"]], res[fl.fed_job(st, 1, (1_000_000, 1.0))["key"]]
     del res[fl.fed_job(st, 2, (1_000_000, 1.0))["key"]]
-    assert {r["pop"]: r for r in rep.goal_rows(st, sc.Lookup(res, {}))}[1_000_000]["reached"] is None
+    assert {r["pop"]: r for r in rep.goal_rows(st, sc.Lookup(res, {}), (0.95, 0.01, 3))}[1_000_000]["reached"] is None
 
 
 def test_the_export_rewrites_the_same_page_without_the_work_folder(tmp_path):
@@ -96,4 +96,5 @@ def test_the_export_rewrites_the_same_page_without_the_work_folder(tmp_path):
     data = json.loads(export.read_text())
     assert len(data["runs"]) == 10 and data["context"]["train_users"] == 4590
     assert [t["wall_s"] for t in data["timing"]["invocations"]] == [600.0, 60.0]
-    assert "No noise (seed 0, 1200 rounds): 0.930" in doc.read_text() and "10 runs, 0 process-minutes" in doc.read_text()
+    page = doc.read_text()
+    assert "No noise (seed 0, 1200 rounds): 0.930" in page and "10 runs, 0 process-minutes" in page
