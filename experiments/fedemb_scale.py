@@ -454,9 +454,12 @@ def save_invocation(path: Path, timing: dict[str, Any], ran: dict[str, Any]) -> 
 
 
 def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: dict[str, Any],
-            base: dict[str, Any], jobs: Any = None, results_file: str = RESULTS_FILE) -> dict[str, Any]:
+            base: dict[str, Any], jobs: Any = None, results_file: str = RESULTS_FILE,
+            done_elsewhere: Any = ()) -> dict[str, Any]:
     """Data, pretraining, then the planned runs in priority order (``jobs(info)``: another
-    experiment's queue, saved to its ``results_file``); returns the timing record."""
+    experiment's queue, saved to its ``results_file``); returns the timing record.
+    ``done_elsewhere``: keys of runs finished in an earlier checkout (the page's public
+    export), which a fresh work folder does not run again."""
     t0 = time.time()
     deadline = t0 + 60 * args.budget_min if args.budget_min else math.inf
     info = fg.build_data(work, REGIME, st["reg"], args.font_dir)
@@ -466,13 +469,18 @@ def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: d
         fg.run_all([fg.pretrain_job(REGIME, st["reg"])], results, work, args.jobs, deadline, results_file,
                    perf_of(args))
     queue = jobs(info) if jobs else ordered(st, plan(st, z0_for(st, info["train"]["users"])))
-    todo = [j for j in queue if j["key"] not in results and j["key"] not in base]
+    todo = pending(queue, results, base, done_elsewhere)
     print(f"plan: {len(queue)} runs ({len(queue) - len(todo)} finished already); "
           + estimate(todo, {**base, **results}, args.jobs), flush=True)
     fg.run_all(todo, results, work, args.jobs, deadline, results_file, perf_of(args))
     return {"wall_s": time.time() - t0, "started": t0, "finished_at": time.time(),
             "finished": time.strftime("%Y-%m-%d %H:%M"), "parts": list(st["parts"]),
             "runs_done": sum(1 for j in todo if j["key"] in results), "runs_planned": len(todo)}
+
+
+def pending(queue: list[dict[str, Any]], *done: Any) -> list[dict[str, Any]]:
+    """The jobs of ``queue`` (in order) whose key is in none of ``done`` (containers of keys)."""
+    return [j for j in queue if not any(j["key"] in d for d in done)]
 
 
 def add_run_flags(ap: argparse.ArgumentParser) -> None:

@@ -30,7 +30,7 @@ def test_the_runs_are_fedemb_scales_runs_at_twice_part_6s_budgets():
     assert run["key"] == sc.long_run(st, 1, (10_000_000, 0.5), rounds=1200)["key"]
     assert run["population"] == 10_000_000 and run["fed"]["loss"] == "arcface"
     keys = [j["key"] for j in fl.jobs(st)]
-    assert len(keys) == len(set(keys)) == 3 * (1 + len(fl.CELLS)) + 1
+    assert len(keys) == len(set(keys)) == 3 * (1 + len(fl.CELLS)) + 2 + 3 + 1
     # seed by seed the reference and the tightest cell, then the other cell's seeds; the no-noise run last
     tight = (10_000_000, 0.5)
     assert fl.CELLS[0] == tight and sc.GOAL2_TARGET[tight[0]] == max(sc.GOAL2_TARGET.values())
@@ -38,6 +38,48 @@ def test_the_runs_are_fedemb_scales_runs_at_twice_part_6s_budgets():
     assert keys[6:9] == [fl.fed_job(st, s, fl.CELLS[1])["key"] for s in range(3)]
     assert keys[-1] == fl.fed_job(st, 0, None)["key"] and "/np/" in keys[-1]
     assert {n for n, _ in fl.CELLS} == set(sc.GOAL2_TARGET)
+
+
+def test_the_k_lever_is_chosen_on_validation_and_its_k16_test_run_is_the_goal_cells_run():
+    st = full()
+    tight = fl.CELLS[0]
+    assert [fl.k_job(st, s, fl.K_BASE)["key"] for s in range(3)] == [fl.fed_job(st, s, tight)["key"] for s in range(3)]
+    big = fl.k_job(st, 1, fl.K_LEVER)
+    assert big["fed"]["K"] == 32 and big["rounds"] == 1200 and big["population"] == tight[0] and big["eps"] == 0.5
+    assert big["eval_split"] == "test" and "/K32/" in big["key"]
+    val = [fl.k_job(st, 0, K, "validation") for K in (fl.K_BASE, fl.K_LEVER)]
+    assert all(j["eval_split"] == "validation" and j["rounds"] == fl.VAL_ROUNDS and j["key"].endswith("/validation")
+               for j in val)
+    keys = [j["key"] for j in fl.jobs(st)]
+    # the validation runs come before the lever's test runs, the no-noise run stays last
+    assert keys[9:11] == [j["key"] for j in val]
+    assert keys[11:14] == [fl.k_job(st, s, fl.K_LEVER)["key"] for s in range(3)]
+
+    def records(v16, v32, t16, t32):
+        out = {}
+        for K, v, t in ((fl.K_BASE, v16, t16), (fl.K_LEVER, v32, t32)):
+            j = fl.k_job(st, 0, K, "validation")
+            out[j["key"]] = {"job": j, "final": v, "z": 0.01}
+            for s in range(3):
+                j = fl.k_job(st, s, K)
+                out[j["key"]] = {"job": j, "final": t, "z": 0.01}
+        return sc.Lookup(out, {})
+
+    # validation decides, whatever the test runs say (here the test runs disagree with it)
+    assert fl.k_choice(records(0.80, 0.82, 0.95, 0.90), st) == fl.K_LEVER
+    assert fl.k_choice(records(0.82, 0.80, 0.90, 0.95), st) == fl.K_BASE
+    assert fl.k_choice(records(0.81, 0.81, 0.90, 0.95), st) == fl.K_BASE  # a tie keeps K_BASE
+    assert fl.k_choice(sc.Lookup({}, {}), st) is None
+    lines, found = rep.lever_section(st, records(0.80, 0.82, 0.95, 0.90), (0.95, 0.01, 3))
+    assert "| 32 (chosen) | 0.820 | 0.01000 | 0.900 ± 0.000 | 0.947 | no |" in lines
+    assert "| 16 | 0.800 | 0.01000 | 0.950 ± 0.000 | 1.000 | **yes** |" in lines
+    assert len(found) == 1 and "K = 32" in found[0] and "NOT reached" in found[0]
+
+
+def test_a_run_finished_in_an_earlier_checkout_is_not_run_again():
+    queue = [{"key": k} for k in ("a", "b", "c", "d")]
+    assert sc.pending(queue, {"a": {}}, {}, {"c": {}}) == [{"key": "b"}, {"key": "d"}]
+    assert sc.pending(queue) == queue
 
 
 def fake_results(st: dict, ref: tuple, cells: dict) -> dict:
