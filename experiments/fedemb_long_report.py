@@ -46,6 +46,22 @@ def goal_rows(st: dict[str, Any], lk: sc.Lookup, ref: tuple[float, float, int]) 
     return rows
 
 
+def verdict(label: str, fed: tuple[float, float, int], goal: float, ref: tuple[float, float, int]) -> str:
+    """A finding: DP-FedEmb's mean (``fed``: its ``sc.stats``) against ``goal`` x the
+    reference's mean, by how much, and whether that is inside the seeds' spread."""
+    m, s, n = fed
+    r, margin = m / ref[0], m - goal * ref[0]
+    txt = (f"- **{label}**: {m:.3f} = {r:.3f}x centralized (goal {goal:.2f}x, which needs {goal * ref[0]:.3f}): "
+           f"{'reached' if r >= goal else 'NOT reached'}, by {margin:+.4f}")
+    if n > 1 and ref[2] > 1:
+        spread = math.hypot(s, ref[1])
+        txt += (f" against a seed spread of {spread:.3f} (the two stds combined)"
+                + ("; within it, so not a firm result either way" if abs(margin) < spread else ""))
+    else:
+        txt += " (one seed on a side: no spread to judge it by)"
+    return txt + "."
+
+
 def _reached(row: dict[str, Any]) -> str:
     return "not run" if row["reached"] is None else ("**yes**" if row["reached"] else "no")
 
@@ -71,18 +87,7 @@ def goal_section(st: dict[str, Any], lk: sc.Lookup, img: Path) -> tuple[list[str
     for row in rows:
         if row["reached"] is None:
             continue
-        m, s, n = row["fed"]
-        margin = m - row["goal"] * ref[0]
-        txt = (f"- **{sc._pop(row['pop'])} users, ε {row['eps']:g}**: {m:.3f} = {row['ratio']:.3f}x centralized "
-               f"(goal {row['goal']:.2f}x, which needs {row['goal'] * ref[0]:.3f}): "
-               f"{'reached' if row['reached'] else 'NOT reached'}, by {margin:+.4f}")
-        if n > 1 and ref[2] > 1:
-            spread = math.hypot(s, ref[1])
-            txt += (f" against a seed spread of {spread:.3f} (the two stds combined)"
-                    + ("; within it, so not a firm result either way" if abs(margin) < spread else ""))
-        else:
-            txt += " (one seed on a side: no spread to judge it by)"
-        found.append(txt + ".")
+        found.append(verdict(f"{sc._pop(row['pop'])} users, ε {row['eps']:g}", row["fed"], row["goal"], ref))
     cost = []
     for row in rows:
         r0 = lk.get(fl.fed_job(st, 0, (row["pop"], row["eps"]))["key"])
@@ -148,16 +153,9 @@ def lever_section(st: dict[str, Any], lk: sc.Lookup, ref: tuple[float, float, in
                  f"{sc.cell(m, sd, cnt, S)} | {'-' if math.isnan(r) else f'{r:.3f}'} | {reached} |")
         if K != chosen or math.isnan(r):
             continue
-        margin = m - goal * ref[0]
         others = ", ".join(f"K = {k} {val[k]['final']:.3f}" for k in ks if k != K)
-        txt = (f"- **{sc._pop(n)} users, ε {e:g}, with the K the validation split chose (K = {K}: "
-               f"{val[K]['final']:.3f} on validation, {others})**: {m:.3f} on test = {r:.3f}x centralized: goal "
-               f"{goal:.2f}x {'reached' if r >= goal else 'NOT reached'}, by {margin:+.4f}")
-        if cnt > 1 and ref[2] > 1:
-            spread = math.hypot(sd, ref[1])
-            txt += (f" against a seed spread of {spread:.3f}"
-                    + ("; within it, so not a firm result either way" if abs(margin) < spread else ""))
-        found.append(txt + ".")
+        found.append(verdict(f"{sc._pop(n)} users, ε {e:g}, with the K the validation split chose (K = {K}: "
+                             f"{val[K]['final']:.3f} on validation, {others})", (m, sd, cnt), goal, ref))
     if chosen is None:
         found.append(f"- **K at {sc._pop(n)} users, ε {e:g}**: the validation runs have not finished; no K chosen.")
     return L + [""], found
