@@ -184,17 +184,28 @@ def privacy_table(st: dict[str, Any], lk: sc.Lookup) -> list[str]:
     return L + [""]
 
 
+def busy_seconds(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of the (start, end) ``spans``: wall time with at least one run
+    going, which counts runs at the same time once and the gaps between sessions not at all."""
+    total, end = 0.0, -math.inf
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
 def times_table(st: dict[str, Any], lk: sc.Lookup) -> list[str]:
     """Process-minutes and the span of the finished runs; seconds per run, with its threads
     and device (a run resumed from a checkpoint counts its earlier invocations too)."""
     recs = [r for j in fl.jobs(st) if (r := lk.get(j["key"]))]
     L = ["## Run times\n"]
     if recs:
-        span = max(r["finished_at"] for r in recs) - min(r["started_at"] - r.get("seconds_earlier_invocations", 0)
-                                                         for r in recs)
-        L.append(f"{len(recs)} runs, {sum(r['seconds'] for r in recs) / 60:.0f} process-minutes, the first start to "
-                 f"the last finish {span / 60:.0f} min of wall time, on a 2-core machine without GPU (up to 2 runs "
-                 "at a time, one torch thread each).\n")
+        busy = busy_seconds([(r["started_at"] - r.get("seconds_earlier_invocations", 0), r["finished_at"])
+                             for r in recs])
+        L.append(f"{len(recs)} runs, {sum(r['seconds'] for r in recs) / 60:.0f} process-minutes, {busy / 60:.0f} min "
+                 "of wall time with a run going (the time between sessions not counted), on a 2-core machine without "
+                 "GPU (up to 2 runs at a time, one torch thread each).\n")
     L += ["| run | s | threads | device |", "|---|---|---|---|"]
     for j in fl.jobs(st):
         r = lk.get(j["key"])

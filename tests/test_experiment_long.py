@@ -139,4 +139,9 @@ def test_the_export_rewrites_the_same_page_without_the_work_folder(tmp_path):
     assert len(data["runs"]) == 10 and data["context"]["train_users"] == 4590
     assert [t["wall_s"] for t in data["timing"]["invocations"]] == [600.0, 60.0]
     page = doc.read_text()
-    assert "No noise (seed 0, 1200 rounds): 0.930" in page and "10 runs, 0 process-minutes" in page
+    assert "No noise (seed 0, 1200 rounds): 0.930" in page and "10 runs, 0 process-minutes, 0 min of wall time" in page
+
+
+def test_wall_time_counts_overlapping_runs_once_and_gaps_between_sessions_not_at_all():
+    assert rep.busy_seconds([(0, 10), (5, 20), (100, 130), (110, 120)]) == 20 + 30
+    assert rep.busy_seconds([(3, 4)]) == 1 and rep.busy_seconds([]) == 0
