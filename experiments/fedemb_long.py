@@ -6,9 +6,11 @@ ArcFace at 32000 steps, which was still rising (seed 0: 0.933 at 32000 steps, 0.
 64000). This experiment doubles both: DP-FedEmb at 1200 rounds at the goals' cells (10M
 users at epsilon 0.5, 1M users at epsilon 1; epsilon calibrated for 1200 rounds) against
 centralized ArcFace at 64000 steps, every one with 3 seeds, on the same data, public start
-and knobs as fedemb_scale.py.
+and knobs as fedemb_scale.py. Then one lever at 10M users / epsilon 0.5, where the noise
+costs nothing: K = 32 users per virtual client instead of 16, chosen (or not) by the
+validation split at 600 rounds, its 3 test seeds at 1200 rounds reported either way.
 
-    .venv/bin/python experiments/fedemb_long.py                # full: docs/RESULTS_LONG.md (3 h, 2 cores)
+    .venv/bin/python experiments/fedemb_long.py                # full: docs/RESULTS_LONG.md (5 h, 2 cores)
     .venv/bin/python experiments/fedemb_long.py --quick        # smoke test (about 2 minutes)
     .venv/bin/python experiments/fedemb_long.py --report-only  # rewrite the page from results
 
