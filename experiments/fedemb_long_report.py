@@ -40,10 +40,16 @@ def goal_rows(st: dict[str, Any], lk: sc.Lookup, ref: tuple[float, float, int]) 
     rows = []
     for n, e in fl.cells(st):
         fed = sc.stats(lk.seeds(lambda s, c=(n, e): fl.fed_job(st, s, c), S))
-        r = ratio(fed[0], ref[0])
-        rows.append({"pop": n, "eps": e, "fed": fed, "ratio": r, "goal": sc.GOAL2_TARGET[n],
-                     "reached": None if math.isnan(r) else r >= sc.GOAL2_TARGET[n]})
+        rows.append(row_of(n, e, st["K"], fed, ref))
     return rows
+
+
+def row_of(n: int, e: float, K: int, fed: tuple[float, float, int], ref: tuple[float, float, int]) -> dict[str, Any]:
+    """A goal row: DP-FedEmb's stats at (N' = ``n``, ``e``) with ``K``, its ratio to the
+    reference's mean, the goal, reached (None: not run)."""
+    r = ratio(fed[0], ref[0])
+    return {"pop": n, "eps": e, "K": K, "fed": fed, "ratio": r, "goal": sc.GOAL2_TARGET[n],
+            "reached": None if math.isnan(r) else r >= sc.GOAL2_TARGET[n]}
 
 
 def verdict(label: str, fed: tuple[float, float, int], goal: float, ref: tuple[float, float, int]) -> str:
@@ -87,7 +93,8 @@ def goal_section(st: dict[str, Any], lk: sc.Lookup, img: Path) -> tuple[list[str
     for row in rows:
         if row["reached"] is None:
             continue
-        found.append(verdict(f"{sc._pop(row['pop'])} users, ε {row['eps']:g}", row["fed"], row["goal"], ref))
+        found.append(verdict(f"{sc._pop(row['pop'])} users, ε {row['eps']:g}, K = {row['K']}", row["fed"],
+                             row["goal"], ref))
     cost = []
     for row in rows:
         r0 = lk.get(fl.fed_job(st, 0, (row["pop"], row["eps"]))["key"])
@@ -97,8 +104,11 @@ def goal_section(st: dict[str, Any], lk: sc.Lookup, img: Path) -> tuple[list[str
                f"{', '.join(cost) or 'n/a'}." if nn else f"No noise ({R} rounds, seed 0): not run yet."), ""]
     if cost:
         found.append(f"- **The noise's cost** at {R} rounds (seed 0, no noise minus noise): {', '.join(cost)}.")
-    if any(r["reached"] is not None for r in rows):
-        _plot(st, rows, ref, img / "long_goal2.png")
+    (n, e) = fl.cells(st)[0]
+    lever = row_of(n, e, fl.K_LEVER, sc.stats(lk.seeds(lambda s: fl.k_job(st, s, fl.K_LEVER), S)), ref)
+    shown = [r for r in (*rows, lever) if r["reached"] is not None]
+    if shown:
+        _plot(st, shown, ref, img / "long_goal2.png")
         L += ["![goal 2](img/long_goal2.png)", ""]
     return L, found
 
@@ -116,11 +126,12 @@ def _plot(st: dict[str, Any], rows: list[dict[str, Any]], ref: tuple[float, floa
     for x, r in zip(xs, rows):
         ax.hlines(r["goal"] * ref[0], x - 0.4, x + 0.4, colors="tab:red", linestyles="--",
                   label="goal (x centralized)" if x == 0 else None)
-    ax.set_xticks(list(xs), [f"{sc._pop(r['pop'])} users, ε {r['eps']:g}" for r in rows])
+    ax.set_xticks(list(xs), [f"{sc._pop(r['pop'])} users, ε {r['eps']:g}\nK = {r['K']}" for r in rows])
     lo = min([r["fed"][0] for r in rows if r["fed"][2]] + [ref[0] * 0.9]) - 0.05
-    ax.set_ylim(max(0.0, lo), 1.0)
+    ax.set_ylim(max(0.0, lo), 1.04)  # headroom for the legend above the bars
     sc._style(ax, "issue #11 goal 2 cell",
               f"DP-FedEmb against centralized, both trained longer ({st['headline_seeds']} seeds)")
+    ax.legend(fontsize=8, ncol=2, loc="upper center")
     sc._finish(plt, fig, path)
 
 
@@ -261,6 +272,20 @@ def page(st: dict[str, Any], lk: sc.Lookup, context: dict[str, Any], img: Path,
     return L, found
 
 
+def table_blocks(lines: list[str]) -> list[list[str]]:
+    """The page's tables in order, each its consecutive ``|`` lines."""
+    blocks: list[list[str]] = []
+    prev = False
+    for ln in lines:
+        is_row = ln.startswith("|")
+        if is_row and not prev:
+            blocks.append([])
+        if is_row:
+            blocks[-1].append(ln)
+        prev = is_row
+    return blocks
+
+
 def write_outputs(st: dict[str, Any], results: dict[str, Any], timing: dict[str, Any], info: dict[str, Any],
                   doc: Path, export: Path, args: argparse.Namespace) -> None:
     """Write the public export (the work folder's records merged into it), then, from the
@@ -279,11 +304,13 @@ def write_outputs(st: dict[str, Any], results: dict[str, Any], timing: dict[str,
     if doc.resolve() == fl.REAL_DOC.resolve():
         from results_page import update_section
 
-        table = [ln for ln in L if ln.startswith("|")][:2 + len(fl.cells(st))]
+        goal_table, lever_table = table_blocks(L)[:2]
+        (n, e) = fl.cells(st)[0]
         update_section(doc.parent, "long", "\n".join([
             "## Issue #11 goal 2, both sides trained longer\n",
             (f"`{command(args)}`: DP-FedEmb (ArcFace) at {fl.rounds(st)} rounds against centralized ArcFace at "
              f"{fl.ref_steps(st)} steps, {st['headline_seeds']} seeds each; Recall@FAR=1e-3 on the test split; "
              "epsilon RDP, extrapolated, user-level, add/remove, delta = 1/N'. "
              "Details: [RESULTS_LONG.md](RESULTS_LONG.md).\n"),
-            *table, "", *found]))
+            *goal_table, "", f"Users per virtual client at {sc._pop(n)} users, ε {e:g} (K chosen on validation):\n",
+            *lever_table, "", *found]))
