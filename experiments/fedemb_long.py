@@ -10,8 +10,8 @@ and knobs as fedemb_scale.py. Then one lever at 10M users / epsilon 0.5, where t
 costs nothing: K = 32 users per virtual client instead of 16, chosen (or not) by the
 validation split at 600 rounds, its 3 test seeds at 1200 rounds reported either way.
 
-    .venv/bin/python experiments/fedemb_long.py                # full: docs/RESULTS_LONG.md (5 h, 2 cores)
-    .venv/bin/python experiments/fedemb_long.py --quick        # smoke test (about 2 minutes)
+    .venv/bin/python experiments/fedemb_long.py                # full: docs/RESULTS_LONG.md (4 h, 2 cores)
+    .venv/bin/python experiments/fedemb_long.py --quick        # smoke test (about 1 minute)
     .venv/bin/python experiments/fedemb_long.py --report-only  # rewrite the page from results
 
 The budgets were fixed before any run (twice part 6's, whose 600 rounds the validation

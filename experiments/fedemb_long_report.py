@@ -72,11 +72,11 @@ def _reached(row: dict[str, Any]) -> str:
     return "not run" if row["reached"] is None else ("**yes**" if row["reached"] else "no")
 
 
-def goal_section(st: dict[str, Any], lk: sc.Lookup, img: Path) -> tuple[list[str], list[str]]:
-    """The goal-2 table, the noise's cost, the plot; and the findings."""
+def goal_section(st: dict[str, Any], lk: sc.Lookup, img: Path, ref_recs: list[dict[str, Any] | None],
+                 ref: tuple[float, float, int], lever: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The goal-2 table, the noise's cost, the plot (with the K lever's ``lever`` row); and the
+    findings. ``ref_recs``: the reference's records, ``ref``: their ``sc.stats``."""
     S, R, steps = st["headline_seeds"], fl.rounds(st), fl.ref_steps(st)
-    ref_recs = lk.seeds(lambda s: fl.ref_job(st, s), S)
-    ref = sc.stats(ref_recs)
     rows = goal_rows(st, lk, ref)
     L = ["## Goal 2: DP-FedEmb at 10M and 1M users against centralized training\n",
          (f"Recall@FAR=1e-3 on the test split, mean ± sample std over seeds. Reference: centralized ArcFace at "
@@ -104,8 +104,6 @@ def goal_section(st: dict[str, Any], lk: sc.Lookup, img: Path) -> tuple[list[str
                f"{', '.join(cost) or 'n/a'}." if nn else f"No noise ({R} rounds, seed 0): not run yet."), ""]
     if cost:
         found.append(f"- **The noise's cost** at {R} rounds (seed 0, no noise minus noise): {', '.join(cost)}.")
-    (n, e) = fl.cells(st)[0]
-    lever = row_of(n, e, fl.K_LEVER, sc.stats(lk.seeds(lambda s: fl.k_job(st, s, fl.K_LEVER), S)), ref)
     shown = [r for r in (*rows, lever) if r["reached"] is not None]
     if shown:
         _plot(st, shown, ref, img / "long_goal2.png")
@@ -135,12 +133,25 @@ def _plot(st: dict[str, Any], rows: list[dict[str, Any]], ref: tuple[float, floa
     sc._finish(plt, fig, path)
 
 
-def lever_section(st: dict[str, Any], lk: sc.Lookup, ref: tuple[float, float, int]) -> tuple[list[str], list[str]]:
+def lever_rows(st: dict[str, Any], lk: sc.Lookup,
+               ref: tuple[float, float, int]) -> dict[int, tuple[list[dict[str, Any] | None], dict[str, Any]]]:
+    """Per K of the lever: its test runs' records at the first cell and their goal row."""
+    (n, e), S = fl.cells(st)[0], st["headline_seeds"]
+    out = {}
+    for K in (fl.K_BASE, fl.K_LEVER):
+        recs = lk.seeds(lambda s, K=K: fl.k_job(st, s, K), S)
+        out[K] = (recs, row_of(n, e, K, sc.stats(recs), ref))
+    return out
+
+
+def lever_section(st: dict[str, Any], lk: sc.Lookup, ref: tuple[float, float, int],
+                  rows: dict[int, tuple[list[dict[str, Any] | None], dict[str, Any]]]) -> tuple[list[str], list[str]]:
     """The users-per-virtual-client lever at the first cell: validation scores (seed 0), the
-    K they choose, each K's test runs against the goal; and the findings."""
+    K they choose, each K's test runs (``rows``: ``lever_rows``) against the goal; and the
+    findings."""
     (n, e), S, R = fl.cells(st)[0], st["headline_seeds"], fl.rounds(st)
     goal = sc.GOAL2_TARGET[n]
-    ks = (fl.K_BASE, fl.K_LEVER)
+    ks = tuple(rows)
     val = {K: lk.get(fl.k_job(st, 0, K, "validation")["key"]) for K in ks}
     chosen = fl.k_choice(lk, st)
     L = [f"## Users per virtual client at {sc._pop(n)} users, ε {e:g}\n",
@@ -153,20 +164,17 @@ def lever_section(st: dict[str, Any], lk: sc.Lookup, ref: tuple[float, float, in
          f"| K | validation, seed 0, {fl.val_rounds(st)} rounds | z (simulation) | test, {R} rounds | "
          f"x centralized ({ref[0]:.3f}) | goal {goal:.2f}x |", "|---|---|---|---|---|---|"]
     found = []
-    for K in ks:
-        recs = lk.seeds(lambda s, K=K: fl.k_job(st, s, K), S)
-        m, sd, cnt = sc.stats(recs)
-        r = ratio(m, ref[0])
+    for K, (recs, row) in rows.items():
+        r = row["ratio"]
         z = next((x["z"] for x in [*recs, val[K]] if x), None)
         v = "not run" if val[K] is None else f"{val[K]['final']:.3f}"
-        reached = "not run" if math.isnan(r) else ("**yes**" if r >= goal else "no")
         L.append(f"| {K}{' (chosen)' if K == chosen else ''} | {v} | {'-' if z is None else f'{z:.5f}'} | "
-                 f"{sc.cell(m, sd, cnt, S)} | {'-' if math.isnan(r) else f'{r:.3f}'} | {reached} |")
-        if K != chosen or math.isnan(r):
+                 f"{sc.cell(*row['fed'], S)} | {'-' if math.isnan(r) else f'{r:.3f}'} | {_reached(row)} |")
+        if K != chosen or row["reached"] is None:
             continue
         others = ", ".join(f"K = {k} {val[k]['final']:.3f}" for k in ks if k != K)
         found.append(verdict(f"{sc._pop(n)} users, ε {e:g}, with the K the validation split chose (K = {K}: "
-                             f"{val[K]['final']:.3f} on validation, {others})", (m, sd, cnt), goal, ref))
+                             f"{val[K]['final']:.3f} on validation, {others})", row["fed"], goal, ref))
     if chosen is None:
         found.append(f"- **K at {sc._pop(n)} users, ε {e:g}**: the validation runs have not finished; no K chosen.")
     return L + [""], found
@@ -263,9 +271,11 @@ def page(st: dict[str, Any], lk: sc.Lookup, context: dict[str, Any], img: Path,
           f"many examples as {sc.equal_examples_steps(st, R):,.0f} centralized steps."),
          f"- **Privacy**: epsilon is calibrated for {R} rounds, so every round gets more noise than in part 6.",
          "- **Utility**: Recall@FAR=1e-3 (exact, all pairs) on the TEST split at the last round/step.\n"]
-    goal, found = goal_section(st, lk, img)
-    ref = sc.stats(lk.seeds(lambda s: fl.ref_job(st, s), st["headline_seeds"]))
-    lever, lever_found = lever_section(st, lk, ref)
+    ref_recs = lk.seeds(lambda s: fl.ref_job(st, s), st["headline_seeds"])
+    ref = sc.stats(ref_recs)  # computed once: every section's ratios use it
+    krows = lever_rows(st, lk, ref)
+    goal, found = goal_section(st, lk, img, ref_recs, ref, krows[fl.K_LEVER][1])
+    lever, lever_found = lever_section(st, lk, ref, krows)
     found += lever_found
     L += goal + lever + privacy_table(st, lk) + times_table(st, lk)
     L += ["## Findings (generated from the numbers above)\n", *(found or ["- No goal cell has finished yet."])]

@@ -70,7 +70,8 @@ def test_the_k_lever_is_chosen_on_validation_and_its_k16_test_run_is_the_goal_ce
     assert fl.k_choice(records(0.82, 0.80, 0.90, 0.95), st) == fl.K_BASE
     assert fl.k_choice(records(0.81, 0.81, 0.90, 0.95), st) == fl.K_BASE  # a tie keeps K_BASE
     assert fl.k_choice(sc.Lookup({}, {}), st) is None
-    lines, found = rep.lever_section(st, records(0.80, 0.82, 0.95, 0.90), (0.95, 0.01, 3))
+    lk, ref = records(0.80, 0.82, 0.95, 0.90), (0.95, 0.01, 3)
+    lines, found = rep.lever_section(st, lk, ref, rep.lever_rows(st, lk, ref))
     assert "| 32 (chosen) | 0.820 | 0.01000 | 0.900 ± 0.000 | 0.947 | no |" in lines
     assert "| 16 | 0.800 | 0.01000 | 0.950 ± 0.000 | 1.000 | **yes** |" in lines
     assert len(found) == 1 and "K = 32" in found[0] and "NOT reached" in found[0]
