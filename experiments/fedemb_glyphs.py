@@ -233,7 +233,7 @@ def run_job(job: dict[str, Any], work: str, threads: int, perf: dict[str, Any] |
     init = job.get("init", "random")
     if init != "random":
         init = str(Path(work) / "runs" / init)  # the run's release artifact
-    mcfg = ModelConfig("lenet", EMB, job["width"], init)
+    mcfg = ModelConfig("lenet", EMB, job["width"], init, job.get("trainable", "all"))
     perf = dict(perf or {})
     client_batch, resume = perf.pop("client_batch", 1), perf.pop("resume", False)
     rcfg_kw = dict(out=str(out), seed=job.get("seed", 0), progress=False, threads=threads, **perf)

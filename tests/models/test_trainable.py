@@ -83,6 +83,24 @@ def test_norm_only_on_lenet_is_the_embedding_layer():
     assert [id(p) for p in params] == [id(model.embedding.weight), id(model.embedding.bias)]
 
 
+@pytest.mark.parametrize("name", ["lenet", "resnet-gn"])
+def test_features_trains_everything_but_the_embedding_layer(name):
+    model = build_backbone(name, in_channels=1, image_size=28, embedding_dim=16)
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    params = set_trainable(model, "features")
+    assert [id(p) for p in params] == [id(p) for k, p in model.named_parameters() if not k.startswith("embedding.")]
+    _train_step(model, params, steps=2)
+    for k, p in model.named_parameters():
+        changed = not torch.equal(before[k], p.detach())
+        assert changed != k.startswith("embedding."), f"{k}: changed={changed}"
+
+
+def test_features_on_lenet_noises_three_percent_of_the_parameters():
+    model = build_backbone("lenet", in_channels=1, image_size=28, embedding_dim=128, width=0.25)
+    trained = sum(p.numel() for p in set_trainable(model, "features"))
+    assert (trained, sum(p.numel() for p in model.parameters())) == (3424, 103904)
+
+
 def test_set_trainable_all_restores_every_parameter_and_order_is_stable():
     a = build_backbone("resnet-gn", in_channels=1, image_size=28)
     b = build_backbone("resnet-gn", in_channels=1, image_size=28)

@@ -7,7 +7,7 @@ import sys
 
 from dpemb.cli.common import add_device_flag, add_secure_noise_flag, device_from, fmt, guarded, load_dataset
 from dpemb.cli.main import UsageError
-from dpemb.models import BACKBONES
+from dpemb.models import BACKBONES, TRAINABLE_CHOICES
 from dpemb.training.config import ModelConfig, OptimConfig, RunConfig
 
 #: --resume value -> the training loops' ``resume`` argument
@@ -72,9 +72,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="let a DP run start from a model trained WITHOUT DP on private users "
                         "(refused otherwise); every epsilon then says it does not cover the "
                         "initialisation")
-    m.add_argument("--trainable", choices=("all", "norm-only"), default="all",
+    m.add_argument("--trainable", choices=TRAINABLE_CHOICES, default="all",
                    help="norm-only: freeze convolutions; train normalisation layers and the "
-                        "embedding layer")
+                        "embedding layer. features: freeze the embedding layer; train the rest "
+                        "(fewer noised parameters where the embedding layer is most of them, as in lenet)")
     o = p.add_argument_group("optimizer (centralized)")
     o.add_argument("--lr", type=float, default=0.05)
     o.add_argument("--momentum", type=float, default=0.9)

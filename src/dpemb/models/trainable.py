@@ -2,7 +2,9 @@
 
 Fewer trained (hence noised) parameters improve the signal-to-noise ratio of private
 training: "norm-only" trains only the normalisation layers' affine parameters and the
-final embedding layer of a (typically publicly pretrained) backbone.
+final embedding layer of a (typically publicly pretrained) backbone; "features" trains
+everything but the final embedding layer (in LeNet that layer holds 97% of the parameters,
+so the noise covers 3,424 of 103,904).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from torch import nn
 
 from .base import NORM_TYPES, Backbone
 
-TRAINABLE_CHOICES: tuple[str, ...] = ("all", "norm-only")
+TRAINABLE_CHOICES: tuple[str, ...] = ("all", "norm-only", "features")
 _FROZEN_FLAG = "_dpemb_bn_stats_frozen"
 
 
@@ -20,22 +22,26 @@ def set_trainable(model: Backbone, which: str) -> list[nn.Parameter]:
 
     ``"all"``: every parameter trains. ``"norm-only"``: convolution and linear weights
     are frozen; the affine parameters of normalisation layers (GroupNorm, BatchNorm,
-    LayerNorm) and the final embedding layer (``model.embedding``) train. The returned
+    LayerNorm) and the final embedding layer (``model.embedding``) train. ``"features"``:
+    the final embedding layer is frozen and every other parameter trains. The returned
     list follows ``model.parameters()`` order, so it is stable across calls and models
     of the same architecture.
     """
     if which not in TRAINABLE_CHOICES:
         raise ValueError(f"unknown trainable set {which!r}; choose one of {', '.join(TRAINABLE_CHOICES)}")
+    everything = {id(p) for p in model.parameters()}
     if which == "all":
-        keep = {id(p) for p in model.parameters()}
+        keep = everything
     else:
         embedding = getattr(model, "embedding", None)
         if not isinstance(embedding, nn.Module):
-            raise ValueError("norm-only training needs a backbone with an `embedding` layer")
-        keep = {id(p) for p in embedding.parameters()}
-        for m in model.modules():
-            if isinstance(m, NORM_TYPES):
-                keep.update(id(p) for p in m.parameters(recurse=False))
+            raise ValueError(f"{which} training needs a backbone with an `embedding` layer")
+        head = {id(p) for p in embedding.parameters()}
+        if which == "features":
+            keep = everything - head
+        else:  # norm-only
+            norms = (p for m in model.modules() if isinstance(m, NORM_TYPES) for p in m.parameters(recurse=False))
+            keep = head | {id(p) for p in norms}
     params = list(model.parameters())
     for p in params:
         p.requires_grad_(id(p) in keep)

@@ -13,10 +13,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpemb.models import BACKBONES
+from dpemb.models import BACKBONES, TRAINABLE_CHOICES
 from dpemb.models.margin import LossConfig, as_loss_config
 
-TRAINABLE = ("all", "norm-only")
+TRAINABLE = TRAINABLE_CHOICES
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -30,7 +30,7 @@ class ModelConfig:
     embedding_dim: int = 128
     width: float = 1.0
     init: str = "random"  # "random" | "imagenet" | path to a dpemb checkpoint
-    trainable: str = "all"  # "all" | "norm-only"
+    trainable: str = "all"  # "all" | "norm-only" | "features"
 
     def __post_init__(self) -> None:
         _check(self.backbone in BACKBONES, f"unknown backbone {self.backbone!r}; choose from {BACKBONES}")
