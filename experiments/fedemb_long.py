@@ -46,6 +46,9 @@ CELLS = ((10_000_000, 0.5), (1_000_000, 1.0))  # issue #11 goal 2: (N', epsilon)
 # the test runs of both K are reported whichever it chooses.
 K_BASE, K_LEVER = 16, 32
 VAL_ROUNDS = 600  # the validation comparison's rounds (half the test budget: it must be cheap)
+# Is the reference converged? It rose +0.012 (seed 0) from 32000 to 64000 steps; one more
+# doubling, seed 0 (a run does not resume, so one seed: 75-90 min on one core).
+REF_CHECK_FACTOR = 2
 RESULTS_FILE, TIMING_FILE = "long_results.json", "long_timing.json"
 REAL_DOC = ROOT / "docs" / "RESULTS_LONG.md"
 QUICK_DOC = Path("/tmp/dpemb_long_quick/RESULTS_LONG.md")
@@ -75,6 +78,12 @@ def cells(st: dict[str, Any]) -> tuple[tuple[int, float], ...]:
 def ref_job(st: dict[str, Any], seed: int) -> dict[str, Any]:
     """Centralized ArcFace at the reference's budget."""
     return sc.central_job(st, seed, REF[0], ref_steps(st))
+
+
+def ref_check_job(st: dict[str, Any]) -> dict[str, Any]:
+    """Centralized ArcFace, seed 0, at REF_CHECK_FACTOR x the reference's steps: the next
+    point of its curve (is it still rising?)."""
+    return sc.central_job(st, 0, REF[0], REF_CHECK_FACTOR * ref_steps(st))
 
 
 def fed_job(st: dict[str, Any], seed: int, cell: tuple[int, float] | None) -> dict[str, Any]:
@@ -108,13 +117,13 @@ def jobs(st: dict[str, Any]) -> list[dict[str, Any]]:
     """Seed by seed the reference and the first cell (10M users, the tightest goal), then
     every seed of each further cell (a partial run gives whole cells); then the K lever:
     its validation runs (K_BASE and K_LEVER), its test seeds; the no-noise run (seed 0: what
-    the noise costs) last."""
+    the noise costs), then the reference's convergence check."""
     first, *rest = cells(st)
     S = range(st["headline_seeds"])
     out = [j for s in S for j in (ref_job(st, s), fed_job(st, s, first))]
     out += [fed_job(st, s, c) for c in rest for s in S]
     out += [k_job(st, 0, K, "validation") for K in (K_BASE, K_LEVER)] + [k_job(st, s, K_LEVER) for s in S]
-    return out + [fed_job(st, 0, None)]
+    return out + [fed_job(st, 0, None), ref_check_job(st)]
 
 
 def main() -> int:

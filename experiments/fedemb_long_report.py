@@ -73,11 +73,12 @@ def _reached(row: dict[str, Any]) -> str:
 
 
 def goal_section(st: dict[str, Any], lk: sc.Lookup, img: Path, ref_recs: list[dict[str, Any] | None],
-                 ref: tuple[float, float, int], lever: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """The goal-2 table, the noise's cost, the plot (with the K lever's ``lever`` row); and the
-    findings. ``ref_recs``: the reference's records, ``ref``: their ``sc.stats``."""
+                 ref: tuple[float, float, int], rows: list[dict[str, Any]],
+                 lever: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The goal-2 table (``rows``: ``goal_rows``), the noise's cost, the plot (with the K
+    lever's ``lever`` row); and the findings. ``ref_recs``: the reference's records, ``ref``:
+    their ``sc.stats``."""
     S, R, steps = st["headline_seeds"], fl.rounds(st), fl.ref_steps(st)
-    rows = goal_rows(st, lk, ref)
     L = ["## Goal 2: DP-FedEmb at 10M and 1M users against centralized training\n",
          (f"Recall@FAR=1e-3 on the test split, mean ± sample std over seeds. Reference: centralized ArcFace at "
           f"{steps} steps, {sc.cell(*ref, S)} (seeds: "
@@ -180,6 +181,40 @@ def lever_section(st: dict[str, Any], lk: sc.Lookup, ref: tuple[float, float, in
     return L + [""], found
 
 
+def reference_section(st: dict[str, Any], lk: sc.Lookup, ref_recs: list[dict[str, Any] | None],
+                      ref: tuple[float, float, int], rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """Is the reference converged? Seed 0 at the reference's steps and at REF_CHECK_FACTOR
+    times them; the goal ``rows`` against the reference's mean plus seed 0's gain (an
+    estimate of the longer reference: one seed, one more point); and the findings."""
+    steps, more = fl.ref_steps(st), fl.ref_check_job(st)["steps"]
+    r0, r1 = ref_recs[0], lk.get(fl.ref_check_job(st)["key"])
+    L = [f"## Is the reference converged? Centralized ArcFace at {more} steps\n",
+         (f"Seed 0 of the reference trained {fl.REF_CHECK_FACTOR}x longer (cosine schedule to {more} steps; "
+          "one seed: a run does not resume, and it is the longest run here). The earlier points of the curve "
+          "(250 to 32000 steps) are in [RESULTS_SCALE.md](RESULTS_SCALE.md)'s convergence table.\n")]
+    if r0 is None or r1 is None:
+        return L + ["Not run yet.", ""], []
+    gain = r1["final"] - r0["final"]
+    est = (ref[0] + gain, ref[1], ref[2])
+    L += [f"| steps | seed 0 | reference (mean ± std over {ref[2]} seeds) |", "|---|---|---|",
+          f"| {steps} | {r0['final']:.3f} | {sc.cell(*ref, st['headline_seeds'])} |",
+          f"| {more} | {r1['final']:.3f} ({gain:+.3f}) | estimated {est[0]:.3f} (mean + seed 0's gain) |", "",
+          f"| N' | ε | K | DP-FedEmb | x reference at {steps} ({ref[0]:.3f}) | x estimate at {more} ({est[0]:.3f}) "
+          "| goal | reached against the estimate |", "|---|---|---|---|---|---|---|---|"]
+    found = [f"- **The reference at {more} steps** (seed 0): {r1['final']:.3f}, {gain:+.3f} from {steps} steps "
+             f"({'still rising' if gain > 0.005 else 'flat within 0.005'}); the reference's mean plus that gain: "
+             f"{est[0]:.3f}."]
+    for row in rows:
+        if row["reached"] is None:
+            continue
+        e_row = row_of(row["pop"], row["eps"], row["K"], row["fed"], est)
+        L.append(f"| {sc._pop(row['pop'])} | {row['eps']:g} | {row['K']} | {sc.cell(*row['fed'], st['headline_seeds'])} "
+                 f"| {row['ratio']:.3f} | {e_row['ratio']:.3f} | {row['goal']:.2f}x | {_reached(e_row)} |")
+        found.append(verdict(f"{sc._pop(row['pop'])} users, ε {row['eps']:g}, K = {row['K']}, against the estimated "
+                             f"reference at {more} steps", row["fed"], row["goal"], est))
+    return L + [""], found
+
+
 def privacy_table(st: dict[str, Any], lk: sc.Lookup) -> list[str]:
     """Per cell (seed 0's record): the simulation z, the noise on the average and the
     extrapolated run (the epsilon the page reports)."""
@@ -273,11 +308,14 @@ def page(st: dict[str, Any], lk: sc.Lookup, context: dict[str, Any], img: Path,
          "- **Utility**: Recall@FAR=1e-3 (exact, all pairs) on the TEST split at the last round/step.\n"]
     ref_recs = lk.seeds(lambda s: fl.ref_job(st, s), st["headline_seeds"])
     ref = sc.stats(ref_recs)  # computed once: every section's ratios use it
-    krows = lever_rows(st, lk, ref)
-    goal, found = goal_section(st, lk, img, ref_recs, ref, krows[fl.K_LEVER][1])
+    rows, krows, chosen = goal_rows(st, lk, ref), lever_rows(st, lk, ref), fl.k_choice(lk, st)
+    goal, found = goal_section(st, lk, img, ref_recs, ref, rows, krows[fl.K_LEVER][1])
     lever, lever_found = lever_section(st, lk, ref, krows)
-    found += lever_found
-    L += goal + lever + privacy_table(st, lk) + times_table(st, lk)
+    # against the longer reference: the goal cells and the K the validation split chose
+    conv, conv_found = reference_section(st, lk, ref_recs, ref, rows + (
+        [krows[chosen][1]] if chosen is not None and chosen != st["K"] else []))
+    found += lever_found + conv_found
+    L += goal + lever + conv + privacy_table(st, lk) + times_table(st, lk)
     L += ["## Findings (generated from the numbers above)\n", *(found or ["- No goal cell has finished yet."])]
     return L, found
 

@@ -30,13 +30,17 @@ def test_the_runs_are_fedemb_scales_runs_at_twice_part_6s_budgets():
     assert run["key"] == sc.long_run(st, 1, (10_000_000, 0.5), rounds=1200)["key"]
     assert run["population"] == 10_000_000 and run["fed"]["loss"] == "arcface"
     keys = [j["key"] for j in fl.jobs(st)]
-    assert len(keys) == len(set(keys)) == 3 * (1 + len(fl.CELLS)) + 2 + 3 + 1
+    assert len(keys) == len(set(keys)) == 3 * (1 + len(fl.CELLS)) + 2 + 3 + 1 + 1
     # seed by seed the reference and the tightest cell, then the other cell's seeds; the no-noise run last
     tight = (10_000_000, 0.5)
     assert fl.CELLS[0] == tight and sc.GOAL2_TARGET[tight[0]] == max(sc.GOAL2_TARGET.values())
     assert keys[:6] == [k for s in range(3) for k in (fl.ref_job(st, s)["key"], fl.fed_job(st, s, tight)["key"])]
     assert keys[6:9] == [fl.fed_job(st, s, fl.CELLS[1])["key"] for s in range(3)]
-    assert keys[-1] == fl.fed_job(st, 0, None)["key"] and "/np/" in keys[-1]
+    assert keys[-2] == fl.fed_job(st, 0, None)["key"] and "/np/" in keys[-2]
+    # then the reference's convergence check: seed 0 at twice its steps, its own key
+    check = fl.ref_check_job(st)
+    assert keys[-1] == check["key"] and check["steps"] == 2 * fl.ref_job(st, 0)["steps"] == 128000
+    assert check["seed"] == 0 and check["loss"] == "arcface" and check["init"] == fl.ref_job(st, 0)["init"]
     assert {n for n, _ in fl.CELLS} == set(sc.GOAL2_TARGET)
 
 
@@ -146,3 +150,25 @@ def test_the_export_rewrites_the_same_page_without_the_work_folder(tmp_path):
 def test_wall_time_counts_overlapping_runs_once_and_gaps_between_sessions_not_at_all():
     assert rep.busy_seconds([(0, 10), (5, 20), (100, 130), (110, 120)]) == 20 + 30
     assert rep.busy_seconds([(3, 4)]) == 1 and rep.busy_seconds([]) == 0
+
+
+def test_the_goals_are_judged_again_against_the_reference_plus_its_seed_0_gain():
+    st = full()
+    res = fake_results(st, (0.945, 0.965, 0.945), {(10_000_000, 0.5): (0.92, 0.92, 0.92),
+                                                    (1_000_000, 1.0): (0.955, 0.955, 0.955)})
+    lk = sc.Lookup(res, {})
+    ref_recs = lk.seeds(lambda s: fl.ref_job(st, s), 3)
+    ref = sc.stats(ref_recs)
+    rows = rep.goal_rows(st, lk, ref)
+    lines, found = rep.reference_section(st, lk, ref_recs, ref, rows)
+    assert "Not run yet." in lines and found == []
+    check = fl.ref_check_job(st)
+    res[check["key"]] = {"job": check, "final": 0.955}  # seed 0 gains +0.010: estimate 0.9517 + 0.010
+    lines, found = rep.reference_section(st, lk, ref_recs, ref, rows)
+    est = ref[0] + 0.010
+    assert "| 128000 | 0.955 (+0.010) | estimated 0.962 (mean + seed 0's gain) |" in lines
+    # 10M: 0.967x of the reference, 0.957x of the estimate (goal 0.97x); 1M: 1.003x, 0.993x (goal 0.95x)
+    assert f"| 10M | 0.5 | 16 | 0.920 ± 0.000 | {0.92 / ref[0]:.3f} | {0.92 / est:.3f} | 0.97x | no |" in lines
+    assert f"| 1M | 1 | 16 | 0.955 ± 0.000 | {0.955 / ref[0]:.3f} | {0.955 / est:.3f} | 0.95x | **yes** |" in lines
+    assert "still rising" in found[0] and len(found) == 3
+    assert "NOT reached" in found[1] and f"needs {0.97 * est:.3f}" in found[1] and "reached" in found[2]
