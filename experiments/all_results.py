@@ -9,6 +9,8 @@
    authors' EMNIST configuration (RESULTS_VS.md)
 4. ``fedemb_long.py``: issue #11 goal 2 with both sides trained longer, DP-FedEmb at 1200
    rounds against centralized ArcFace at 64000 steps, 3 seeds each (RESULTS_LONG.md)
+5. ``fedemb_moonshot.py``: issue #11 goal 3, levers at 100k users and epsilon 2 on the
+   validation split, the chosen one on test (RESULTS_MOONSHOT.md)
 
     .venv/bin/python experiments/all_results.py --dry-run   # what is cached, what is left
     .venv/bin/python experiments/all_results.py --jobs 2    # everything (resumable)
@@ -42,6 +44,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...], str, bool], ...] = (
     ("scale", "fedemb_scale.py", ("--with-10k",), "scale_results.json", True),
     ("vs", "fedemb_vs_fedavg.py", ("--part", "all"), "vs_results.json", True),
     ("long", "fedemb_long.py", (), "long_results.json", True),
+    ("moonshot", "fedemb_moonshot.py", (), "moonshot_results.json", True),
 )
 
 

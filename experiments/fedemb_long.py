@@ -47,7 +47,7 @@ CELLS = ((10_000_000, 0.5), (1_000_000, 1.0))  # issue #11 goal 2: (N', epsilon)
 K_BASE, K_LEVER = 16, 32
 VAL_ROUNDS = 600  # the validation comparison's rounds (half the test budget: it must be cheap)
 # Is the reference converged? It rose +0.012 (seed 0) from 32000 to 64000 steps; one more
-# doubling, seed 0 (a run does not resume, so one seed: 75-90 min on one core).
+# doubling, seed 0 (one seed: the longest run here, about an hour on one core).
 REF_CHECK_FACTOR = 2
 RESULTS_FILE, TIMING_FILE = "long_results.json", "long_timing.json"
 REAL_DOC = ROOT / "docs" / "RESULTS_LONG.md"
@@ -128,19 +128,10 @@ def jobs(st: dict[str, Any]) -> list[dict[str, Any]]:
 
 def main() -> int:
     """Command line entry point."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--work", default=str(ROOT / "runs" / "fedemb_glyphs"),
-                    help="fedemb_glyphs' work folder (data, pretraining; ignored with --quick)")
-    ap.add_argument("--doc", help=f"results page (default {REAL_DOC.relative_to(ROOT)}; --quick: {QUICK_DOC})")
-    ap.add_argument("--seeds", type=int, help="seeds (default 3; --quick 1)")
-    sc.add_run_flags(ap)
-    args = ap.parse_args()
+    args, work, doc, results, timing = sc.open_experiment(
+        __doc__.split("\n\n")[0], REAL_DOC, QUICK_DOC, "fedemb_long_quick", RESULTS_FILE, TIMING_FILE,
+        "seeds (default 3; --quick 1)")
     st = settings(args)
-    work = ROOT / "runs" / "fedemb_long_quick" if args.quick else Path(args.work)
-    doc = sc.doc_path(args, REAL_DOC, QUICK_DOC)
-    work.mkdir(parents=True, exist_ok=True)
-    results = sc.load_json(work / RESULTS_FILE)
-    timing = sc.load_json(work / TIMING_FILE) or {"invocations": []}
     if not args.report_only:
         exported = pub.load(doc.parent / "data" / RESULTS_FILE).get("runs", {})
         ran = sc.execute(args, st, work, results, sc.load_json(work / "results.json"),

@@ -190,7 +190,7 @@ def reference_section(st: dict[str, Any], lk: sc.Lookup, ref_recs: list[dict[str
     r0, r1 = ref_recs[0], lk.get(fl.ref_check_job(st)["key"])
     L = [f"## Is the reference converged? Centralized ArcFace at {more} steps\n",
          (f"Seed 0 of the reference trained {fl.REF_CHECK_FACTOR}x longer (cosine schedule to {more} steps; "
-          "one seed: a run does not resume, and it is the longest run here). The earlier points of the curve "
+          "one seed: it is the longest run here, about an hour on one core). The earlier points of the curve "
           "(250 to 32000 steps) are in [RESULTS_SCALE.md](RESULTS_SCALE.md)'s convergence table.\n")]
     if r0 is None or r1 is None:
         return L + ["Not run yet.", ""], []

@@ -464,7 +464,7 @@ def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: d
     deadline = t0 + 60 * args.budget_min if args.budget_min else math.inf
     info = fg.build_data(work, REGIME, st["reg"], args.font_dir)
     print(f"data: train {info['train']}, test {info['eval']} ({time.time() - t0:.0f} s)", flush=True)
-    if fg.pre_key(REGIME, fg.WIDTH_MAIN) not in base:
+    if fg.pre_key(REGIME, fg.WIDTH_MAIN) not in base and fg.pre_key(REGIME, fg.WIDTH_MAIN) not in results:
         print("public pretraining", flush=True)
         fg.run_all([fg.pretrain_job(REGIME, st["reg"])], results, work, args.jobs, deadline, results_file,
                    perf_of(args))
@@ -498,6 +498,24 @@ def add_run_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every N rounds (0: on a timer)")
     ap.add_argument("--resume-runs", action="store_true",
                     help="a run whose folder holds a checkpoint (an interrupted attempt) continues from it")
+
+
+def open_experiment(description: str, real: Path, quick: Path, quick_work: str, results_file: str,
+                    timing_file: str, seeds_help: str) -> tuple[argparse.Namespace, Path, Path, dict, dict]:
+    """The command line of an experiment built on this runner (--work, --doc, --seeds and
+    ``add_run_flags``): the arguments, its work folder (``runs/<quick_work>`` with --quick),
+    its page (``real``, or ``quick`` with --quick), its results and its timing record."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--work", default=str(ROOT / "runs" / "fedemb_glyphs"),
+                    help="fedemb_glyphs' work folder (data, pretraining; ignored with --quick)")
+    ap.add_argument("--doc", help=f"results page (default {real.relative_to(ROOT)}; --quick: {quick})")
+    ap.add_argument("--seeds", type=int, help=seeds_help)
+    add_run_flags(ap)
+    args = ap.parse_args()
+    work = ROOT / "runs" / quick_work if args.quick else Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    return (args, work, doc_path(args, real, quick), load_json(work / results_file),
+            load_json(work / timing_file) or {"invocations": []})
 
 
 def perf_of(args: argparse.Namespace) -> dict[str, Any]:

@@ -1,0 +1,236 @@
+#!/usr/bin/env python
+"""Issue #11 goal 3, the moonshot: DP-FedEmb at 100k users and epsilon 2, one lever at a time.
+
+Where RESULTS_SCALE.md part 6 stops (ArcFace, K = 16, clip 0.3, 600 rounds: 0.851 +- 0.006
+on test = 0.894x centralized ArcFace at 64000 steps; the goal is 0.95x), the noise costs
+about 0.06. Each lever below changes one thing against that baseline and is scored on the
+VALIDATION split (seed 0, 600 rounds, epsilon calibrated for the run's K and rounds); two
+runs without noise on validation say how much of the gap is noise and how much capacity.
+The lever with the best validation score (the baseline on a tie) then gets 3 test seeds,
+judged against goal 3 and fedemb_long.py's centralized reference.
+
+    .venv/bin/python experiments/fedemb_moonshot.py                # full: docs/RESULTS_MOONSHOT.md (about 1.5 h, 2 cores)
+    .venv/bin/python experiments/fedemb_moonshot.py --quick        # smoke test (13 tiny runs, 2.5 CPU-minutes)
+    .venv/bin/python experiments/fedemb_moonshot.py --report-only  # rewrite the page from results
+
+Runs share fedemb_scale.py's keys (the baseline's validation run is part 6's) and go to
+``runs/fedemb_glyphs/runs/scale/...``; their records to ``moonshot_results.json`` there
+(private: un-noised training diagnostics). The page is written from the public export
+``docs/data/moonshot_results.json``, with the reference's records from fedemb_long.py's
+export, so a fresh clone rewrites it with ``--report-only``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import sys
+from pathlib import Path
+from typing import Any, NamedTuple
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+fg = importlib.import_module("fedemb_glyphs")
+sc = importlib.import_module("fedemb_scale")
+fl = importlib.import_module("fedemb_long")
+pub = importlib.import_module("public_results")
+
+CELL = (sc.LEVER_POP, sc.LEVER_EPS)  # (N', epsilon) = (100k, 2): issue #11 goal 3
+GOAL3_TARGET = 0.95  # x centralized
+RESULTS_FILE, TIMING_FILE = "moonshot_results.json", "moonshot_timing.json"
+REAL_DOC = ROOT / "docs" / "RESULTS_MOONSHOT.md"
+QUICK_DOC = Path("/tmp/dpemb_moonshot_quick/RESULTS_MOONSHOT.md")
+ABOUT = ("Public numbers of docs/RESULTS_MOONSHOT.md (experiments/fedemb_moonshot.py): run records without "
+         "the private training diagnostics; `fedemb_moonshot.py --report-only` rewrites the page from it.")
+
+
+class Lever(NamedTuple):
+    """One change against the baseline: a name (in the run's key), what it changes, K, job
+    fields (clip norm, trainable set) and DP-FedEmb knobs."""
+    name: str
+    what: str
+    K: int
+    job: dict[str, Any]
+    knobs: dict[str, Any]
+
+
+ARC = {"loss": "arcface"}
+BASELINE = Lever(sc.MOONSHOT_LEVER[0], "none (part 6: ArcFace, K = 16, clip 0.3)", 16, {}, ARC)
+LEVERS = (
+    Lever("arcface", "K = 32 users per virtual client (it won at 10M users)", 32, {}, ARC),
+    Lever("arcface-clip0.2", "clip norm 0.2", 16, {"clip": 0.2}, ARC),
+    Lever("arcface-clip0.1", "clip norm 0.1", 16, {"clip": 0.1}, ARC),
+    Lever("arcface-features", "train the convolutions only (embedding layer frozen): 3,424 of 103,904 "
+          "parameters noised", 16, {"trainable": "features"}, ARC),
+    Lever("arcface-clr0.1", "client lr 0.1 (twice the local progress per round)", 16, {}, {**ARC, "client_lr": 0.1}),
+    Lever("arcface-ep2", "2 local epochs", 16, {}, {**ARC, "local_epochs": 2}),
+)
+NO_NOISE = (BASELINE, LEVERS[3])  # the ceilings: all parameters, convolutions only
+
+
+def rounds(st: dict[str, Any]) -> int:
+    """Part 6's rounds (600; fewer with --quick)."""
+    return sc.long_rounds(st)
+
+
+def lever_job(st: dict[str, Any], lv: Lever, seed: int = 0, split: str = "validation",
+              noise: bool = True) -> dict[str, Any]:
+    """DP-FedEmb with lever ``lv`` at CELL (``noise=False``: no noise)."""
+    n, e = CELL if noise else (None, None)
+    return sc.fed_run({**st, "K": lv.K}, "dp-fedemb", seed, eps=e, pop=n, split=split, rounds=rounds(st),
+                      lever=(lv.name, lv.what, lv.job, lv.knobs))
+
+
+def choice(lk: Any, st: dict[str, Any]) -> Lever | None:
+    """The lever with the best VALIDATION score (the baseline on a tie; the test split is
+    never looked at), None until every noisy validation run is done."""
+    val = [(lv, lk.get(lever_job(st, lv)["key"])) for lv in (BASELINE, *LEVERS)]
+    if any(r is None for _, r in val):
+        return None
+    best = max(r["final"] for _, r in val)
+    return next(lv for lv, r in val if r["final"] == best)
+
+
+def jobs(st: dict[str, Any], lk: Any) -> list[dict[str, Any]]:
+    """The reference (fedemb_long's, normally done already), the baseline's and each lever's
+    validation run, the no-noise ceilings; then, once they are all done, the chosen lever's
+    test seeds."""
+    S = range(st["headline_seeds"])
+    out = [fl.ref_job(st, s) for s in S] + [lever_job(st, lv) for lv in (BASELINE, *LEVERS)]
+    out += [lever_job(st, lv, noise=False) for lv in NO_NOISE]
+    best = choice(lk, st)
+    return out + ([lever_job(st, best, s, "test") for s in S] if best is not None else [])
+
+
+# ----------------------------------------------------------------------------- the page
+
+
+def _score(r: dict[str, Any] | None) -> str:
+    return "not run" if r is None else f"{r['final']:.3f}"
+
+
+def page(st: dict[str, Any], lk: Any, args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The page's lines and its findings."""
+    S, R, (n, e) = st["headline_seeds"], rounds(st), CELL
+    ref = sc.stats(lk.seeds(lambda s: fl.ref_job(st, s), S))
+    need = GOAL3_TARGET * ref[0]
+    base = lk.get(lever_job(st, BASELINE)["key"])
+    L = ["# The moonshot: DP-FedEmb at 100k users, ε 2 (issue #11, goal 3)\n",
+         (f"Produced by `{command(args)}` from the repository root; the public numbers are in "
+          "`docs/data/moonshot_results.json`.\n"),
+         "## Protocol\n",
+         (f"- **Baseline**: RESULTS_SCALE.md part 6 at {sc._pop(n)} users, ε {e:g} (δ = 1/N', RDP, user-level, "
+          f"add/remove one user, the paper's extrapolation): DP-FedEmb with ArcFace, K = {BASELINE.K}, "
+          f"M = {sc.M0}, clip {fg.CLIP:g}, {R} rounds, the other knobs of [RESULTS_LONG.md](RESULTS_LONG.md)."),
+         ("- **Levers**: one change each, scored on the VALIDATION split (held-out users and identities, seed 0); "
+          "ε is calibrated for each run's K and rounds. The best validation score (the baseline on a tie) gets "
+          f"{S} test seed{'s' * (S > 1)}; nothing is chosen on the test split."),
+         (f"- **Reference**: centralized ArcFace at {fl.ref_steps(st)} steps from the same public start, "
+          f"{sc.cell(*ref, S)} on test ({S} seed{'s' * (S > 1)}, [RESULTS_LONG.md](RESULTS_LONG.md)); goal {GOAL3_TARGET:.2f}x, "
+          f"which needs {need:.3f}.\n"),
+         "## Levers on validation (seed 0)\n",
+         f"| lever | validation, {R} rounds | vs baseline | z (simulation) | noise on the average |",
+         "|---|---|---|---|---|"]
+    for lv in (BASELINE, *LEVERS):
+        r = lk.get(lever_job(st, lv)["key"])
+        d = f"{r['final'] - base['final']:+.3f}" if r and base and lv is not BASELINE else ""
+        z, noise = ("-", "-") if r is None else (f"{r['z']:.4f}", f"{r['noise_on_average']:.2e}")
+        L.append(f"| {lv.what} | {_score(r)} | {d} | {z} | {noise} |")
+    found = []
+    ceil = {lv.name: lk.get(lever_job(st, lv, noise=False)["key"]) for lv in NO_NOISE}
+    L += ["", "Without noise (validation, seed 0, same rounds): what each trainable set reaches, so how much of "
+          "the gap is noise:\n", "| trainable | no noise | ε 2 at 100k | the noise costs |", "|---|---|---|---|"]
+    for lv in NO_NOISE:
+        r, r_dp = ceil[lv.name], lk.get(lever_job(st, lv)["key"])
+        cost = f"{r['final'] - r_dp['final']:+.3f}" if r and r_dp else ""
+        what = "convolutions only" if lv.job.get("trainable") == "features" else "all parameters"
+        L.append(f"| {what} | {_score(r)} | {_score(r_dp)} | {cost} |")
+        if cost:
+            found.append(f"- **{what}**: {r['final']:.3f} without noise, {r_dp['final']:.3f} at ε {e:g} "
+                         f"({sc._pop(n)} users): the noise costs {cost} on validation.")
+    best = choice(lk, st)
+    L += ["", "## The chosen lever on test\n"]
+    if best is None:
+        L.append("Not chosen yet: the validation runs have not all finished.")
+    else:
+        recs = [lk.get(lever_job(st, best, s, "test")["key"]) for s in range(S)]
+        m = sc.stats(recs)
+        L += [f"Chosen on validation: **{best.what}**.\n",
+              f"| seeds | DP-FedEmb, test | x centralized ({ref[0]:.3f}) | goal {GOAL3_TARGET:.2f}x |",
+              "|---|---|---|---|",
+              f"| {', '.join(_score(r) for r in recs)} | {sc.cell(*m, S)} | "
+              + ("-" if not m[2] else f"{m[0] / ref[0]:.3f}") + " | "
+              + ("not run" if not m[2] else ("**yes**" if m[0] >= need else "no")) + " |"]
+        if m[2]:
+            found.append(f"- **Goal 3** ({sc._pop(n)} users, ε {e:g}) with the lever chosen on validation "
+                         f"({best.what}): {m[0]:.3f} = {m[0] / ref[0]:.3f}x centralized, "
+                         + ("reached" if m[0] >= need else f"NOT reached: it needs {need:.3f}, {need - m[0]:.3f} more")
+                         + f" ({m[2]} seed{'s' * (m[2] > 1)}).")
+    L += ["", "## Findings (generated from the numbers above)\n", *(found or ["- Nothing has finished yet."]), ""]
+    return L, found
+
+
+def command(args: argparse.Namespace) -> str:
+    """The command line that reproduces the page."""
+    return " ".join([".venv/bin/python experiments/fedemb_moonshot.py", *(["--quick"] * args.quick),
+                     *([f"--seeds {args.seeds}"] if args.seeds else [])])
+
+
+def write_outputs(st: dict[str, Any], results: dict[str, Any], timing: dict[str, Any], doc: Path,
+                  args: argparse.Namespace) -> None:
+    """Merge the work folder's records into the public export (the reference's from
+    fedemb_long's export or the work folder), then write the page and, for the real page,
+    its docs/RESULTS.md section from the export alone."""
+    from dpemb.atomic import atomic_write_text
+
+    export = doc.parent / "data" / RESULTS_FILE
+    earlier = pub.load(export)
+    long_runs = pub.load(doc.parent / "data" / fl.RESULTS_FILE).get("runs", {})
+    planned = jobs(st, sc.Lookup(results, earlier.get("runs", {})))  # the test seeds once validation chose
+    refs = {j["key"] for j in planned if j["kind"] == "central"}
+    mine = {k: v for k, v in results.items() if k in {j["key"] for j in planned}}
+    base = {k: v for k, v in {**mine, **long_runs}.items() if k in refs}
+    data = pub.merge(earlier, {k: v for k, v in mine.items() if k not in refs}, timing, {}, ABOUT, base)
+    pub.write(export, data)
+    L, found = page(st, sc.Lookup(data["runs"], data["base"]), args)
+    atomic_write_text(doc, "\n".join(L))
+    print(f"wrote {doc}")
+    if doc.resolve() == REAL_DOC.resolve():
+        from results_page import update_section
+
+        from fedemb_long_report import table_blocks
+
+        blocks = table_blocks(L)  # the levers on validation, the no-noise runs, the chosen lever on test
+        levers, test = blocks[0], [ln for b in blocks if b[0].startswith("| seeds") for ln in b]
+        update_section(doc.parent, "moonshot", "\n".join([
+            "## Issue #11 goal 3, the moonshot: 100k users, ε 2\n",
+            (f"`{command(args)}`: one lever at a time against part 6's DP-FedEmb, scored on validation (seed 0); "
+             "the best gets test seeds. Details: [RESULTS_MOONSHOT.md](RESULTS_MOONSHOT.md).\n"), *levers, "",
+            *test, "", *found]))
+
+
+def main() -> int:
+    """Command line entry point."""
+    args, work, doc, results, timing = sc.open_experiment(
+        __doc__.split("\n\n")[0], REAL_DOC, QUICK_DOC, "fedemb_moonshot_quick", RESULTS_FILE, TIMING_FILE,
+        "test seeds of the chosen lever (default 3; --quick 1)")
+    st = fl.settings(args)
+    if not args.report_only:
+        export = pub.load(doc.parent / "data" / RESULTS_FILE)
+        done = {**export.get("runs", {}), **export.get("base", {}),
+                **pub.load(doc.parent / "data" / fl.RESULTS_FILE).get("runs", {})}
+        # two passes: the validation runs, then (once they choose) the chosen lever's test seeds
+        for _ in range(2):
+            ran = sc.execute(args, st, work, results, sc.load_json(work / "results.json"),
+                             jobs=lambda info: jobs(st, sc.Lookup(results, done)), results_file=RESULTS_FILE,
+                             done_elsewhere=done)
+            if ran["runs_planned"]:
+                sc.save_invocation(work / TIMING_FILE, timing, ran)
+    write_outputs(st, results, timing, doc, args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

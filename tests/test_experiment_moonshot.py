@@ -1,0 +1,97 @@
+"""experiments/fedemb_moonshot.py: each lever changes one thing against part 6's baseline,
+the validation split alone chooses, and the page is rewritten from its public export."""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+
+import fedemb_long as fl  # noqa: E402
+import fedemb_moonshot as ms  # noqa: E402
+import fedemb_scale as sc  # noqa: E402
+
+ARGS = argparse.Namespace(quick=False, seeds=None)
+
+
+def full() -> dict:
+    return fl.settings(ARGS)
+
+
+def test_the_baseline_is_part_6s_validation_run_and_each_lever_changes_one_thing():
+    st = full()
+    base = ms.lever_job(st, ms.BASELINE)
+    assert base["key"] == sc.long_run(st, 0, ms.CELL, "validation")["key"]
+    assert (base["population"], base["eps"], base["rounds"], base["eval_split"]) == (100_000, 2.0, 600, "validation")
+    assert base["fed"]["loss"] == "arcface" and base["fed"]["K"] == 16 and "clip" not in base
+    changed = {}
+    for lv in ms.LEVERS:
+        j = ms.lever_job(st, lv)
+        assert (j["population"], j["eps"], j["rounds"], j["eval_split"], j["seed"]) == (100_000, 2.0, 600,
+                                                                                      "validation", 0)
+        diff = {k for k in {**base["fed"], **j["fed"]} if base["fed"].get(k) != j["fed"].get(k)}
+        diff |= {k for k in ("clip", "trainable") if k in j}
+        assert len(diff) == 1, (lv.name, diff)
+        changed[lv.name + str(lv.K)] = diff.pop()
+    assert sorted(changed.values()) == ["K", "client_lr", "clip", "clip", "local_epochs", "trainable"]
+    keys = [ms.lever_job(st, lv)["key"] for lv in (ms.BASELINE, *ms.LEVERS)]
+    assert len(set(keys)) == len(keys)
+    # the no-noise ceilings are other runs than the noisy ones
+    nn = [ms.lever_job(st, lv, noise=False) for lv in ms.NO_NOISE]
+    assert all(j["eps"] is None and "/np/" in j["key"] for j in nn)
+    assert nn[1]["trainable"] == "features"
+
+
+def records(st: dict, scores: dict[str, float]) -> dict:
+    out = {}
+    for lv in (ms.BASELINE, *ms.LEVERS):
+        name = f"{lv.name}/K{lv.K}"
+        if name in scores:
+            j = ms.lever_job(st, lv)
+            out[j["key"]] = {"job": j, "final": scores[name], "z": 0.08, "noise_on_average": 5e-3,
+                             "preclip_norm": 0.3, "seconds": 1.0}
+    return out
+
+
+ALL = {f"{lv.name}/K{lv.K}": 0.85 for lv in (ms.BASELINE, *ms.LEVERS)}
+
+
+def test_validation_alone_chooses_and_test_seeds_are_planned_only_then():
+    st = full()
+    assert ms.choice(sc.Lookup(records(st, {**ALL, "arcface-clip0.2/K16": 0.86}), {}), st).name == "arcface-clip0.2"
+    assert ms.choice(sc.Lookup(records(st, ALL), {}), st) is ms.BASELINE  # a tie keeps the baseline
+    partial = dict(ALL)
+    del partial["arcface-ep2/K16"]
+    assert ms.choice(sc.Lookup(records(st, partial), {}), st) is None
+    planned = ms.jobs(st, sc.Lookup(records(st, partial), {}))
+    assert all(j.get("eval_split") == "validation" for j in planned if j["kind"] == "fed")
+    chosen = ms.jobs(st, sc.Lookup(records(st, {**ALL, "arcface/K32": 0.9}), {}))
+    tests = [j for j in chosen if j.get("eval_split") == "test"]
+    assert [j["seed"] for j in tests] == [0, 1, 2] and all(j["fed"]["K"] == 32 and j["rounds"] == 600 for j in tests)
+
+
+def test_the_export_rewrites_the_same_page_and_holds_no_private_diagnostics(tmp_path):
+    st = full()
+    res = records(st, {**ALL, "arcface-clr0.1/K16": 0.87})
+    for s, v in enumerate((0.95, 0.96, 0.94)):
+        j = fl.ref_job(st, s)
+        res[j["key"]] = {"job": j, "final": v, "seconds": 1.0}
+    best = next(lv for lv in ms.LEVERS if lv.name == "arcface-clr0.1")
+    for s, v in enumerate((0.88, 0.89, 0.90)):
+        j = ms.lever_job(st, best, s, "test")
+        res[j["key"]] = {"job": j, "final": v, "seconds": 1.0, "final_loss": 0.3}
+    doc = tmp_path / "docs" / "RESULTS_MOONSHOT.md"
+    ms.write_outputs(st, res, {"invocations": []}, doc, ARGS)
+    page = doc.read_text()
+    assert "| client lr 0.1 (twice the local progress per round) | 0.870 | +0.020 | 0.0800 | 5.00e-03 |" in page
+    assert "Chosen on validation: **client lr 0.1 (twice the local progress per round)**." in page
+    # 0.89 / 0.95 = 0.937x; the goal needs 0.95 x 0.95 = 0.9025
+    assert "| 0.880, 0.890, 0.900 | 0.890 ± 0.010 | 0.937 | no |" in page
+    assert "NOT reached: it needs 0.902, 0.012 more" in page
+    text = (doc.parent / "data" / ms.RESULTS_FILE).read_text()
+    assert "preclip_norm" not in text and "final_loss" not in text
+    assert len(json.loads(text)["base"]) == 3  # the reference's records
+    doc.unlink()
+    ms.write_outputs(st, {}, {"invocations": []}, doc, ARGS)  # a fresh clone: no work folder
+    assert doc.read_text() == page
