@@ -30,16 +30,16 @@ def test_the_runs_are_fedemb_scales_runs_at_twice_part_6s_budgets():
     assert run["key"] == sc.long_run(st, 1, (10_000_000, 0.5), rounds=1200)["key"]
     assert run["population"] == 10_000_000 and run["fed"]["loss"] == "arcface"
     keys = [j["key"] for j in fl.jobs(st)]
-    assert len(keys) == len(set(keys)) == 3 * (1 + len(fl.CELLS)) + 2 + 3 + 1 + 1
-    # seed by seed the reference and the tightest cell, then the other cell's seeds; the no-noise run last
+    assert len(keys) == len(set(keys)) == 3 * (1 + len(fl.CELLS)) + 2 + 3 + 1 + 1 + 2 + 3
+    # seed by seed the reference and the tightest cell, then the other cell's seeds
     tight = (10_000_000, 0.5)
     assert fl.CELLS[0] == tight and sc.GOAL2_TARGET[tight[0]] == max(sc.GOAL2_TARGET.values())
     assert keys[:6] == [k for s in range(3) for k in (fl.ref_job(st, s)["key"], fl.fed_job(st, s, tight)["key"])]
     assert keys[6:9] == [fl.fed_job(st, s, fl.CELLS[1])["key"] for s in range(3)]
-    assert keys[-2] == fl.fed_job(st, 0, None)["key"] and "/np/" in keys[-2]
+    assert keys[14] == fl.fed_job(st, 0, None)["key"] and "/np/" in keys[14]
     # then the reference's convergence check: seed 0 at twice its steps, its own key
     check = fl.ref_check_job(st)
-    assert keys[-1] == check["key"] and check["steps"] == 2 * fl.ref_job(st, 0)["steps"] == 128000
+    assert keys[15] == check["key"] and check["steps"] == 2 * fl.ref_job(st, 0)["steps"] == 128000
     assert check["seed"] == 0 and check["loss"] == "arcface" and check["init"] == fl.ref_job(st, 0)["init"]
     assert {n for n, _ in fl.CELLS} == set(sc.GOAL2_TARGET)
 
@@ -58,6 +58,22 @@ def test_the_k_lever_is_chosen_on_validation_and_its_k16_test_run_is_the_goal_ce
     # the validation runs come before the lever's test runs, the no-noise run stays last
     assert keys[9:11] == [j["key"] for j in val]
     assert keys[11:14] == [fl.k_job(st, s, fl.K_LEVER)["key"] for s in range(3)]
+    # the lever at 1M users: validation runs, then K = 32's test seeds only once validation chose it
+    one_m = fl.CELLS[1]
+    val1 = [fl.k_job(st, 0, K, "validation", one_m) for K in (fl.K_BASE, fl.K_LEVER)]
+    assert all(j["population"] == 1_000_000 and j["eps"] == 1.0 and j["rounds"] == fl.VAL_ROUNDS for j in val1)
+    assert keys[16:18] == [j["key"] for j in val1]
+    test1 = [fl.k_job(st, s, fl.K_LEVER, "test", one_m)["key"] for s in range(3)]
+    assert keys[18:] == test1  # without finished runs to look at: the whole plan
+    assert fl.k_job(st, 2, fl.K_BASE, "test", one_m)["key"] == fl.fed_job(st, 2, one_m)["key"]
+
+    def val_only(v16, v32):
+        return sc.Lookup({j["key"]: {"job": j, "final": v} for j, v in zip(val1, (v16, v32))}, {})
+
+    assert [j["key"] for j in fl.jobs(st, sc.Lookup({}, {}))] == keys[:18]  # not chosen yet
+    assert [j["key"] for j in fl.jobs(st, val_only(0.90, 0.89))] == keys[:18]  # K = 16 chosen
+    assert [j["key"] for j in fl.jobs(st, val_only(0.89, 0.90))] == keys  # K = 32 chosen
+    assert fl.k_choice(val_only(0.89, 0.90), st, one_m) == fl.K_LEVER and fl.k_choice(val_only(0.89, 0.90), st) is None
 
     def records(v16, v32, t16, t32):
         out = {}
@@ -166,7 +182,7 @@ def test_the_goals_are_judged_again_against_the_reference_plus_its_seed_0_gain()
     res[check["key"]] = {"job": check, "final": 0.955}  # seed 0 gains +0.010: estimate 0.9517 + 0.010
     lines, found = rep.reference_section(st, lk, ref_recs, ref, rows)
     est = ref[0] + 0.010
-    assert "| 128000 | 0.955 (+0.010) | estimated 0.962 (mean + seed 0's gain) |" in lines
+    assert "| 128000 | 0.955 (+0.0100) | estimated 0.962 (mean + seed 0's gain) |" in lines
     # 10M: 0.967x of the reference, 0.957x of the estimate (goal 0.97x); 1M: 1.003x, 0.993x (goal 0.95x)
     assert f"| 10M | 0.5 | 16 | 0.920 ± 0.000 | {0.92 / ref[0]:.3f} | {0.92 / est:.3f} | 0.97x | no |" in lines
     assert f"| 1M | 1 | 16 | 0.955 ± 0.000 | {0.955 / ref[0]:.3f} | {0.955 / est:.3f} | 0.95x | **yes** |" in lines
