@@ -66,6 +66,9 @@ LEVERS = (
           "parameters noised", 16, {"trainable": "features"}, ARC),
     Lever("arcface-clr0.1", "client lr 0.1 (twice the local progress per round)", 16, {}, {**ARC, "client_lr": 0.1}),
     Lever("arcface-ep2", "2 local epochs", 16, {}, {**ARC, "local_epochs": 2}),
+    # added after the six above: client lr 0.1 led them on validation (0.872 against 0.858)
+    Lever("arcface-clr0.2", "client lr 0.2 (four times the local progress per round)", 16, {},
+          {**ARC, "client_lr": 0.2}),
 )
 NO_NOISE = (BASELINE, LEVERS[3])  # the ceilings: all parameters, convolutions only
 
@@ -151,23 +154,33 @@ def page(st: dict[str, Any], lk: Any, args: argparse.Namespace) -> tuple[list[st
             found.append(f"- **{what}**: {r['final']:.3f} without noise, {r_dp['final']:.3f} at ε {e:g} "
                          f"({sc._pop(n)} users): the noise costs {cost} on validation.")
     best = choice(lk, st)
-    L += ["", "## The chosen lever on test\n"]
-    if best is None:
-        L.append("Not chosen yet: the validation runs have not all finished.")
-    else:
-        recs = [lk.get(lever_job(st, best, s, "test")["key"]) for s in range(S)]
+    top, nn = best and lk.get(lever_job(st, best)["key"]), ceil[BASELINE.name]
+    if top and nn and base:
+        found.append(f"- **Why the goal is far**: without noise DP-FedEmb reaches {nn['final']:.3f} on validation in "
+                     f"{R} rounds, and the goal needs {need:.3f} on test (other users, so only roughly comparable): "
+                     f"at this budget the noise would have to cost almost nothing. It costs "
+                     f"{nn['final'] - base['final']:+.3f}; the best lever ({best.what}) recovers "
+                     f"{top['final'] - base['final']:+.3f} of it on validation.")
+    L += ["", "## On test\n",
+          ("The lever the validation split chooses, and any lever that it chose before a later lever joined the "
+           "table (its test runs stay on the page).\n"),
+          f"| lever | seeds | DP-FedEmb, test | x centralized ({ref[0]:.3f}) | goal {GOAL3_TARGET:.2f}x |",
+          "|---|---|---|---|---|"]
+    for lv in (BASELINE, *LEVERS):
+        recs = [lk.get(lever_job(st, lv, s, "test")["key"]) for s in range(S)]
         m = sc.stats(recs)
-        L += [f"Chosen on validation: **{best.what}**.\n",
-              f"| seeds | DP-FedEmb, test | x centralized ({ref[0]:.3f}) | goal {GOAL3_TARGET:.2f}x |",
-              "|---|---|---|---|",
-              f"| {', '.join(_score(r) for r in recs)} | {sc.cell(*m, S)} | "
-              + ("-" if not m[2] else f"{m[0] / ref[0]:.3f}") + " | "
-              + ("not run" if not m[2] else ("**yes**" if m[0] >= need else "no")) + " |"]
-        if m[2]:
+        if lv is not best and not m[2]:
+            continue
+        L.append(f"| {lv.what}{' (chosen)' if lv is best else ''} | {', '.join(_score(r) for r in recs)} | "
+                 f"{sc.cell(*m, S)} | " + ("-" if not m[2] else f"{m[0] / ref[0]:.3f}") + " | "
+                 + ("not run" if not m[2] else ("**yes**" if m[0] >= need else "no")) + " |")
+        if m[2] and lv is best:
             found.append(f"- **Goal 3** ({sc._pop(n)} users, ε {e:g}) with the lever chosen on validation "
                          f"({best.what}): {m[0]:.3f} = {m[0] / ref[0]:.3f}x centralized, "
                          + ("reached" if m[0] >= need else f"NOT reached: it needs {need:.3f}, {need - m[0]:.3f} more")
                          + f" ({m[2]} seed{'s' * (m[2] > 1)}).")
+    if best is None:
+        L.append("\nNo lever chosen yet: the validation runs have not all finished.")
     L += ["", "## Findings (generated from the numbers above)\n", *(found or ["- Nothing has finished yet."]), ""]
     return L, found
 
@@ -203,7 +216,7 @@ def write_outputs(st: dict[str, Any], results: dict[str, Any], timing: dict[str,
         from fedemb_long_report import table_blocks
 
         blocks = table_blocks(L)  # the levers on validation, the no-noise runs, the chosen lever on test
-        levers, test = blocks[0], [ln for b in blocks if b[0].startswith("| seeds") for ln in b]
+        levers, test = blocks[0], blocks[-1]
         update_section(doc.parent, "moonshot", "\n".join([
             "## Issue #11 goal 3, the moonshot: 100k users, ε 2\n",
             (f"`{command(args)}`: one lever at a time against part 6's DP-FedEmb, scored on validation (seed 0); "
