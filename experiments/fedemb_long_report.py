@@ -180,6 +180,10 @@ def lever_section(st: dict[str, Any], lk: sc.Lookup, ref: tuple[float, float, in
         v = "not run" if val[K] is None else f"{val[K]['final']:.3f}"
         L.append(f"| {K}{' (chosen)' if K == chosen else ''} | {v} | {'-' if z is None else f'{z:.5f}'} | "
                  f"{sc.cell(*row['fed'], S)} | {'-' if math.isnan(r) else f'{r:.3f}'} | {_reached(row)} |")
+        if K == chosen and row["reached"] is None:
+            found.append(f"- **K at {sc._pop(n)} users, ε {e:g}**: the validation split chose K = {K} "
+                         f"({val[K]['final']:.3f}, " + ", ".join(f"K = {k} {val[k]['final']:.3f}" for k in ks if k != K)
+                         + "); its test runs have not finished.")
         if K != chosen or row["reached"] is None:
             continue
         others = ", ".join(f"K = {k} {val[k]['final']:.3f}" for k in ks if k != K)

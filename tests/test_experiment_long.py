@@ -68,12 +68,17 @@ def test_the_k_lever_is_chosen_on_validation_and_its_k16_test_run_is_the_goal_ce
     assert fl.k_job(st, 2, fl.K_BASE, "test", one_m)["key"] == fl.fed_job(st, 2, one_m)["key"]
 
     def val_only(v16, v32):
-        return sc.Lookup({j["key"]: {"job": j, "final": v} for j, v in zip(val1, (v16, v32))}, {})
+        return sc.Lookup({j["key"]: {"job": j, "final": v, "z": 0.02} for j, v in zip(val1, (v16, v32))}, {})
 
     assert [j["key"] for j in fl.jobs(st, sc.Lookup({}, {}))] == keys[:18]  # not chosen yet
     assert [j["key"] for j in fl.jobs(st, val_only(0.90, 0.89))] == keys[:18]  # K = 16 chosen
     assert [j["key"] for j in fl.jobs(st, val_only(0.89, 0.90))] == keys  # K = 32 chosen
     assert fl.k_choice(val_only(0.89, 0.90), st, one_m) == fl.K_LEVER and fl.k_choice(val_only(0.89, 0.90), st) is None
+    ref = (0.95, 0.01, 3)
+    _, found = rep.lever_section(st, val_only(0.89, 0.90), ref, rep.lever_rows(st, val_only(0.89, 0.90), ref, one_m),
+                                 one_m)
+    assert found == ["- **K at 1M users, ε 1**: the validation split chose K = 32 (0.900, K = 16 0.890); "
+                     "its test runs have not finished."]
 
     def records(v16, v32, t16, t32):
         out = {}
