@@ -8,9 +8,11 @@ users at epsilon 0.5, 1M users at epsilon 1; epsilon calibrated for 1200 rounds)
 centralized ArcFace at 64000 steps, every one with 3 seeds, on the same data, public start
 and knobs as fedemb_scale.py. Then one lever at 10M users / epsilon 0.5, where the noise
 costs nothing: K = 32 users per virtual client instead of 16, chosen (or not) by the
-validation split at 600 rounds, its 3 test seeds at 1200 rounds reported either way.
+validation split at 600 rounds, its 3 test seeds at 1200 rounds reported either way; the
+reference's seed 0 at twice its steps (is it converged?); the same lever at 1M users /
+epsilon 1, its test seeds run only if validation chooses it.
 
-    .venv/bin/python experiments/fedemb_long.py                # full: docs/RESULTS_LONG.md (4 h, 2 cores)
+    .venv/bin/python experiments/fedemb_long.py                # full: docs/RESULTS_LONG.md (6 h, 2 cores)
     .venv/bin/python experiments/fedemb_long.py --quick        # smoke test (about 1 minute)
     .venv/bin/python experiments/fedemb_long.py --report-only  # rewrite the page from results
 
