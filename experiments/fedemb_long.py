@@ -147,13 +147,9 @@ def main() -> int:
     st = settings(args)
     if not args.report_only:
         exported = pub.load(doc.parent / "data" / RESULTS_FILE).get("runs", {})
-        # two passes: a further cell's K_LEVER test seeds join the plan once validation chose it
-        for _ in range(2):
-            ran = sc.execute(args, st, work, results, sc.load_json(work / "results.json"),
-                             jobs=lambda info: jobs(st, sc.Lookup(results, exported)), results_file=RESULTS_FILE,
-                             done_elsewhere=exported)
-            if ran["runs_planned"]:
-                sc.save_invocation(work / TIMING_FILE, timing, ran)
+        # a further cell's K_LEVER test seeds join the plan once validation chose it
+        sc.execute_in_passes(args, st, work, results, timing, lambda lk: jobs(st, lk), RESULTS_FILE, TIMING_FILE,
+                             exported)
     from fedemb_long_report import write_outputs  # the report is its own module
 
     write_outputs(st, results, timing, sc.load_json(work / "data" / sc.REGIME / "info.json"), doc,

@@ -234,13 +234,9 @@ def main() -> int:
         export = pub.load(doc.parent / "data" / RESULTS_FILE)
         done = {**export.get("runs", {}), **export.get("base", {}),
                 **pub.load(doc.parent / "data" / fl.RESULTS_FILE).get("runs", {})}
-        # two passes: the validation runs, then (once they choose) the chosen lever's test seeds
-        for _ in range(2):
-            ran = sc.execute(args, st, work, results, sc.load_json(work / "results.json"),
-                             jobs=lambda info: jobs(st, sc.Lookup(results, done)), results_file=RESULTS_FILE,
-                             done_elsewhere=done)
-            if ran["runs_planned"]:
-                sc.save_invocation(work / TIMING_FILE, timing, ran)
+        # the validation runs, then (once they chose) the chosen lever's test seeds
+        sc.execute_in_passes(args, st, work, results, timing, lambda lk: jobs(st, lk), RESULTS_FILE, TIMING_FILE,
+                             done)
     write_outputs(st, results, timing, doc, args)
     return 0
 

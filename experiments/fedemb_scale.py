@@ -478,6 +478,19 @@ def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: d
             "runs_done": sum(1 for j in todo if j["key"] in results), "runs_planned": len(todo)}
 
 
+def execute_in_passes(args: argparse.Namespace, st: dict[str, Any], work: Path, results: dict[str, Any],
+                      timing: dict[str, Any], plan: Any, results_file: str, timing_file: str, done: Any,
+                      passes: int = 2) -> None:
+    """``execute`` ``passes`` times for a plan that grows with its finished runs (``plan(lookup)``,
+    e.g. test seeds once the validation runs chose): ``done`` holds the keys finished in an
+    earlier checkout; each pass that planned runs is appended to ``timing``."""
+    for _ in range(passes):
+        ran = execute(args, st, work, results, load_json(work / "results.json"),
+                      jobs=lambda info: plan(Lookup(results, done)), results_file=results_file, done_elsewhere=done)
+        if ran["runs_planned"]:
+            save_invocation(work / timing_file, timing, ran)
+
+
 def pending(queue: list[dict[str, Any]], *done: Any) -> list[dict[str, Any]]:
     """The jobs of ``queue`` (in order) whose key is in none of ``done`` (containers of keys)."""
     return [j for j in queue if not any(j["key"] in d for d in done)]
