@@ -12,8 +12,8 @@ from __future__ import annotations
 from torch import nn
 
 from .base import NORM_TYPES, Backbone
+from .names import TRAINABLE_CHOICES
 
-TRAINABLE_CHOICES: tuple[str, ...] = ("all", "norm-only", "features")
 _FROZEN_FLAG = "_dpemb_bn_stats_frozen"
 
 
