@@ -164,9 +164,8 @@ def lever_section(st: dict[str, Any], lk: sc.Lookup, ref: tuple[float, float, in
            f"Here the noise costs more than at {sc._pop(fl.cells(st)[0][0])} users (the goal section's no-noise "
            f"run), and K = {fl.K_LEVER} needs more of it; whether its optimisation gain outweighs that is "
            "measured, not assumed.")
-    shown = ("the test runs ({R} rounds, ε calibrated for K and {R} rounds) of both K are shown whichever it "
-             "chooses" if first else f"K = {fl.K_LEVER}'s test runs ({R} rounds) run only if it chooses K = "
-             f"{fl.K_LEVER}").format(R=R)
+    shown = (f"the test runs ({R} rounds, ε calibrated for K and {R} rounds) of both K are shown whichever it "
+             "chooses" if first else f"K = {fl.K_LEVER}'s test runs ({R} rounds) run only if it chooses K = {fl.K_LEVER}")
     L = [f"## Users per virtual client at {sc._pop(n)} users, ε {e:g}\n",
          (f"{why} The VALIDATION split chooses K (seed 0, {fl.val_rounds(st)} rounds, ε calibrated for them); "
           f"{shown}. Per round K = {fl.K_LEVER} trains twice the users, so the sampling rate of virtual clients "
@@ -180,13 +179,13 @@ def lever_section(st: dict[str, Any], lk: sc.Lookup, ref: tuple[float, float, in
         v = "not run" if val[K] is None else f"{val[K]['final']:.3f}"
         L.append(f"| {K}{' (chosen)' if K == chosen else ''} | {v} | {'-' if z is None else f'{z:.5f}'} | "
                  f"{sc.cell(*row['fed'], S)} | {'-' if math.isnan(r) else f'{r:.3f}'} | {_reached(row)} |")
-        if K == chosen and row["reached"] is None:
-            found.append(f"- **K at {sc._pop(n)} users, ε {e:g}**: the validation split chose K = {K} "
-                         f"({val[K]['final']:.3f}, " + ", ".join(f"K = {k} {val[k]['final']:.3f}" for k in ks if k != K)
-                         + "); its test runs have not finished.")
-        if K != chosen or row["reached"] is None:
+        if K != chosen:
             continue
         others = ", ".join(f"K = {k} {val[k]['final']:.3f}" for k in ks if k != K)
+        if row["reached"] is None:
+            found.append(f"- **K at {sc._pop(n)} users, ε {e:g}**: the validation split chose K = {K} "
+                         f"({val[K]['final']:.3f}, {others}); its test runs have not finished.")
+            continue
         found.append(verdict(f"{sc._pop(n)} users, ε {e:g}, with the K the validation split chose (K = {K}: "
                              f"{val[K]['final']:.3f} on validation, {others})", row["fed"], goal, ref))
     if chosen is None:
@@ -199,8 +198,9 @@ def reference_section(st: dict[str, Any], lk: sc.Lookup, ref_recs: list[dict[str
     """Is the reference converged? Seed 0 at the reference's steps and at REF_CHECK_FACTOR
     times them; the goal ``rows`` against the reference's mean plus seed 0's gain (an
     estimate of the longer reference: one seed, one more point); and the findings."""
-    steps, more = fl.ref_steps(st), fl.ref_check_job(st)["steps"]
-    r0, r1 = ref_recs[0], lk.get(fl.ref_check_job(st)["key"])
+    check = fl.ref_check_job(st)
+    steps, more = fl.ref_steps(st), check["steps"]
+    r0, r1 = ref_recs[0], lk.get(check["key"])
     L = [f"## Is the reference converged? Centralized ArcFace at {more} steps\n",
          (f"Seed 0 of the reference trained {fl.REF_CHECK_FACTOR}x longer (cosine schedule to {more} steps; "
           "one seed: it is the longest run here, about an hour on one core). The earlier points of the curve "
@@ -239,11 +239,13 @@ def privacy_table(st: dict[str, Any], lk: sc.Lookup) -> list[str]:
           "noise on the average), delta = 1/N'.\n"),
          "| N' | K | target ε | z (simulation) | noise on average | M' | z' | ε (RDP) | δ |",
          "|---|---|---|---|---|---|---|---|---|"]
-    rows = [(st["K"], c, fl.fed_job(st, 0, c)) for c in fl.cells(st)]
-    rows += [(fl.K_LEVER, c, fl.k_job(st, 0, fl.K_LEVER, "test", c)) for c in fl.cells(st)]
-    for i, (K, (n, e), job) in enumerate(rows):
+    first = fl.cells(st)[0]
+    # (K, cell, seed 0's job, shown when not run): a further cell's K_LEVER runs only if validation chose it
+    rows = [(st["K"], c, fl.fed_job(st, 0, c), True) for c in fl.cells(st)]
+    rows += [(fl.K_LEVER, c, fl.k_job(st, 0, fl.K_LEVER, "test", c), c == first) for c in fl.cells(st)]
+    for K, (n, e), job, always in rows:
         r = lk.get(job["key"])
-        if r is None and i > len(fl.cells(st)):  # a further cell's K_LEVER runs only if validation chose it
+        if r is None and not always:
             continue
         if r is None:
             L.append(f"| {sc._pop(n)} | {K} | {e:g} | not run | | | | | |")
