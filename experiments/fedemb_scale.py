@@ -464,7 +464,8 @@ def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: d
     deadline = t0 + 60 * args.budget_min if args.budget_min else math.inf
     info = fg.build_data(work, REGIME, st["reg"], args.font_dir)
     print(f"data: train {info['train']}, test {info['eval']} ({time.time() - t0:.0f} s)", flush=True)
-    if fg.pre_key(REGIME, fg.WIDTH_MAIN) not in base and fg.pre_key(REGIME, fg.WIDTH_MAIN) not in results:
+    pre = fg.pre_key(REGIME, fg.WIDTH_MAIN)
+    if pre not in base and pre not in results:  # this invocation's results may hold it already
         print("public pretraining", flush=True)
         fg.run_all([fg.pretrain_job(REGIME, st["reg"])], results, work, args.jobs, deadline, results_file,
                    perf_of(args))

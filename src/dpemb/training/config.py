@@ -16,8 +16,6 @@ from typing import Any
 from dpemb.models import BACKBONES, TRAINABLE_CHOICES
 from dpemb.models.margin import LossConfig, as_loss_config
 
-TRAINABLE = TRAINABLE_CHOICES
-
 
 def _check(cond: bool, msg: str) -> None:
     if not cond:
@@ -36,7 +34,7 @@ class ModelConfig:
         _check(self.backbone in BACKBONES, f"unknown backbone {self.backbone!r}; choose from {BACKBONES}")
         _check(self.embedding_dim > 0, "embedding_dim must be positive")
         _check(self.width > 0, "width must be positive")
-        _check(self.trainable in TRAINABLE, f"trainable must be one of {TRAINABLE}")
+        _check(self.trainable in TRAINABLE_CHOICES, f"trainable must be one of {TRAINABLE_CHOICES}")
         _check(
             self.init != "imagenet" or self.backbone == "mobilenetv2-bn",
             "--init imagenet needs --backbone mobilenetv2-bn (the ImageNet weights are BatchNorm)",
