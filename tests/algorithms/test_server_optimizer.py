@@ -157,11 +157,12 @@ def test_cli_flags_reach_config_json(tiny_data_dir, tmp_path):
     out = tmp_path / "adam"
     assert main(["train", "--data", tiny_data_dir, "--out", str(out), *FED, "--server-optimizer", "adam",
                  "--server-adam-eps", "0.01", "--server-lr-schedule", "cosine", "--server-lr-warmup", "1",
-                 "--server-lr", "0.05"]) == 0
+                 "--server-lr", "0.05", "--server-ema", "0.9"]) == 0
     fed = json.loads((out / "config.json").read_text())["federated"]
     assert (fed["server_optimizer"], fed["server_adam_eps"], fed["server_lr_schedule"], fed["server_lr_warmup"],
-            fed["server_lr"], fed["server_adam_beta1"], fed["server_adam_beta2"]) == (
-        "adam", 0.01, "cosine", 1, 0.05, 0.9, 0.99)
+            fed["server_lr"], fed["server_adam_beta1"], fed["server_adam_beta2"], fed["server_ema"]) == (
+        "adam", 0.01, "cosine", 1, 0.05, 0.9, 0.99, 0.9)
+    assert json.loads((out / "model_card.json").read_text())["weight_average"]["decay"] == 0.9
 
 
 def test_cli_defaults_are_sgd_and_constant(tiny_data_dir, tmp_path, monkeypatch):
@@ -181,8 +182,8 @@ def test_cli_defaults_are_sgd_and_constant(tiny_data_dir, tmp_path, monkeypatch)
     with pytest.raises(Stop):
         main(["train", "--data", tiny_data_dir, "--out", str(tmp_path / "d"), *FED])
     cfg = seen["fed"]
-    assert (cfg.server_optimizer, cfg.server_lr_schedule, cfg.server_lr_warmup, cfg.server_adam_eps) == (
-        "sgd", "constant", 0, 1e-3)
+    assert (cfg.server_optimizer, cfg.server_lr_schedule, cfg.server_lr_warmup, cfg.server_adam_eps,
+            cfg.server_ema) == ("sgd", "constant", 0, 1e-3, 0.0)
 
 
 @pytest.mark.parametrize("flags,message", [
@@ -190,6 +191,7 @@ def test_cli_defaults_are_sgd_and_constant(tiny_data_dir, tmp_path, monkeypatch)
      "dp-ftrl-fedemb supports server_optimizer 'sgd' only"),
     (["--server-lr-warmup", "3"], "server_lr_warmup (3) must be smaller than the number of rounds (3)"),
     (["--server-optimizer", "adam", "--server-adam-eps", "0"], "server_adam_eps must be positive"),
+    (["--server-ema", "1"], "server_ema must lie in [0, 1)"),
 ])
 def test_invalid_server_flags_are_usage_errors(tiny_data_dir, tmp_path, capsys, flags, message):
     from dpemb.cli.main import main

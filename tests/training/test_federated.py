@@ -288,7 +288,8 @@ def test_non_private_run_adapts_the_clip_without_count_noise(tmp_path):
 
 
 @pytest.mark.parametrize("algorithm,server", [
-    ("dp-fedemb", dict(server_optimizer="adam", server_lr=0.05, server_lr_schedule="cosine", server_lr_warmup=1)),
+    ("dp-fedemb", dict(server_optimizer="adam", server_lr=0.05, server_lr_schedule="cosine", server_lr_warmup=1,
+                       server_ema=0.5)),
     ("dp-ftrl-fedemb", dict(server_lr_schedule="cosine", server_lr_warmup=1)),
 ])
 def test_resume_with_server_adam_and_cosine_equals_uninterrupted(tmp_path, monkeypatch, algorithm, server):
@@ -319,6 +320,8 @@ def test_resume_with_server_adam_and_cosine_equals_uninterrupted(tmp_path, monke
     a, b = load_checkpoint(tmp_path / "a"), load_checkpoint(tmp_path / "b")
     for k in a["backbone"]:
         assert torch.equal(a["backbone"][k], b["backbone"][k]), k
+    if cfg.server_ema:  # the moving average of the released models continues too
+        assert torch.equal(a["server_ema"], b["server_ema"])
     sa, sb = a["server_optimizer"], b["server_optimizer"]
     assert sa["param_groups"] == sb["param_groups"]
     for i in sa["state"]:
@@ -359,3 +362,59 @@ def test_batched_clients_and_bf16_are_performance_flags(tmp_path):
     start = torch.cat([v.flatten() for v in a["backbone"].values() if v.is_floating_point()])
     other = torch.cat([v.flatten() for v in c["backbone"].values() if v.is_floating_point()])
     assert float((start - other).norm() / start.norm()) < 0.05
+
+
+def test_server_ema_releases_and_evaluates_the_moving_average_of_the_server_models(tmp_path, monkeypatch):
+    """With server_ema d the released artifact and every evaluation hold
+    e_t = d e_(t-1) + (1 - d) w_t (e_0: the initial model), computed here from the server
+    models; the clients and the checkpoint's backbone keep the server model itself."""
+    from safetensors.torch import load_file
+    from torch.nn.utils import parameters_to_vector
+
+    from dpemb.training.executor import LocalExecutor
+
+    d = 0.6
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=4, server_ema=d)
+    starts, evaluated = [], []
+    real_round, real_embed = LocalExecutor.run_round, LocalExecutor.embed
+
+    def recording_round(self, rnd, start, *a, **k):
+        starts.append(start.clone())  # the server model the clients start from
+        return real_round(self, rnd, start, *a, **k)
+
+    def recording_embed(self, model, *a, **k):
+        evaluated.append(parameters_to_vector([p for p in model.parameters() if p.requires_grad]).detach().clone())
+        return real_embed(self, model, *a, **k)
+
+    monkeypatch.setattr(LocalExecutor, "run_round", recording_round)
+    monkeypatch.setattr(LocalExecutor, "embed", recording_embed)
+    fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=3)
+    ckpt = load_checkpoint(tmp_path / "run")
+    released = load_file(str(tmp_path / "run" / "model.safetensors"))
+    model = fed.build_model(MODEL, train.image_shape, device=torch.device("cpu"), per_user_training=True,
+                            private_run=True)[0]
+    names = [k for k, p in model.named_parameters() if p.requires_grad]  # the server's parameters, in order
+
+    def flat(state):
+        return torch.cat([state[k].flatten() for k in names])
+
+    models = starts + [flat(ckpt["backbone"])]  # w_0 .. w_4: the checkpoint keeps the server model
+    ema = [models[0]]
+    for w in models[1:]:
+        ema.append(d * ema[-1] + (1 - d) * w)
+    # evaluations at rounds 0, 2 and 4 (eval_every 2) see the average, not the server model
+    assert len(evaluated) == 3
+    for got, r in zip(evaluated, (0, 2, 4)):
+        assert torch.allclose(got, ema[r], atol=1e-6), r
+    assert not torch.allclose(ema[-1], models[-1], atol=1e-4)
+    assert torch.allclose(ckpt["server_ema"], ema[-1], atol=1e-6)
+    assert torch.allclose(flat(released), ema[-1], atol=1e-6)  # the artifact: the average
+    card = json.loads((tmp_path / "run" / "model_card.json").read_text())
+    assert card["weight_average"]["decay"] == d and card["weight_average"]["kind"] == "ema"
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["federated"]["server_ema"] == d
+
+
+def test_server_ema_out_of_range_is_refused():
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="server_ema must lie in"):
+            FederatedConfig(server_ema=bad)

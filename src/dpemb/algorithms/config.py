@@ -42,6 +42,9 @@ class FederatedConfig:
     server_adam_eps: float = 1e-3  # FedAdam's tau
     server_lr_schedule: str = "constant"  # "constant" or "cosine" (to 0 at the end of the planned rounds)
     server_lr_warmup: int = 0  # linear warmup over the first W rounds, lr (r+1)/(W+1) (any schedule)
+    # the released model: an exponential moving average of the server models with this
+    # decay (0: the last server model); post-processing of the released models as well
+    server_ema: float = 0.0
     efficient_tree: bool = True  # DP-FTRL: inverse-variance weighted (Honaker) prefix sums
     # the clients' loss on their head (DP-FedEmb's fresh head, DP-FedAvg's global head):
     # softmax, cosface or arcface (dpemb.models.margin); a kind name is accepted
@@ -71,6 +74,7 @@ class FederatedConfig:
         _check(self.server_lr_schedule in SERVER_LR_SCHEDULES,
                f"server_lr_schedule must be one of {SERVER_LR_SCHEDULES}")
         _check(self.server_lr_warmup >= 0, "server_lr_warmup must be >= 0")
+        _check(0 <= self.server_ema < 1, "server_ema must lie in [0, 1) (0: release the last server model)")
         _check(
             self.algorithm != "dp-ftrl-fedemb" or self.server_optimizer == "sgd",
             "dp-ftrl-fedemb supports server_optimizer 'sgd' only: its model is a linear function of the "

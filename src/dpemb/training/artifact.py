@@ -107,10 +107,13 @@ def make_card(
     provenance: dict[str, Any],
     privacy: Any,
     loss: dict[str, Any] | None = None,
+    ema_decay: float = 0.0,
 ) -> dict[str, Any]:
     """The model card (JSON-ready). ``privacy`` is a report's privacy entry;
     ``progress`` is ``{"rounds": n}`` or ``{"steps": n}``; ``loss`` the training loss
-    (``{"kind", "scale", "margin"}``, omitted when None)."""
+    (``{"kind", "scale", "margin"}``, omitted when None); ``ema_decay`` > 0: the weights
+    are an exponential moving average of the server models (recorded as
+    ``weight_average``)."""
     section = privacy_section(privacy)
     return {
         "format": CARD_FORMAT,
@@ -121,6 +124,9 @@ def make_card(
         "trainable": trainable,
         "algorithm": algorithm,
         **({"loss": dict(loss)} if loss is not None else {}),
+        **({"weight_average": {"kind": "ema", "decay": float(ema_decay),
+                               "of": "the server models (post-processing: the privacy is the same)"}}
+           if ema_decay else {}),
         **{k: int(v) for k, v in progress.items()},
         "provenance": {**provenance, "privacy": compact_privacy(section)},
         "privacy": section,
@@ -156,12 +162,15 @@ class Release:
         source: dict[str, Any] | None,
         private_training: bool,
         loss: Any = None,
+        ema_decay: float = 0.0,
     ):
-        """``loss``: the ``LossConfig`` trained with (recorded in the card), or None."""
+        """``loss``: the ``LossConfig`` trained with (recorded in the card), or None;
+        ``ema_decay``: the released weights' moving average (0: none)."""
         prov = provenance or Provenance()
         self.directory = Path(directory)
         self.algorithm = algorithm
         self.trainable = trainable
+        self.ema_decay = float(ema_decay)
         self.loss = None if loss is None else {k: getattr(loss, k) for k in ("kind", "scale", "margin")}
         self.backbone_name = meta["backbone_name"]
         self.backbone_kwargs = dict(meta["backbone_kwargs"])
@@ -183,6 +192,7 @@ class Release:
             backbone_name=self.backbone_name, backbone_kwargs=self.backbone_kwargs,
             embedding_dim=int(backbone.embedding_dim), trainable=self.trainable, algorithm=self.algorithm,
             progress=progress, provenance=self.provenance, privacy=self.privacy(privacy), loss=self.loss,
+            ema_decay=self.ema_decay,
         )
 
     def write(self, backbone: Backbone, privacy: Any, **progress: int) -> dict[str, Any]:

@@ -115,7 +115,7 @@ def train_federated(
                          **({"audit_canaries": audit_canaries} if audit_canaries else {}))
     release = Release(run.path, algorithm=fed_cfg.algorithm, trainable=model_cfg.trainable, meta=ckpt_meta,
                       provenance=provenance, source=train.source, private_training=not spec.nonprivate,
-                      loss=fed_cfg.loss)
+                      loss=fed_cfg.loss, ema_decay=fed_cfg.server_ema)
     plan = PrivacyPlan.build(spec, seed=noise_seed, efficient_tree=fed_cfg.efficient_tree)
     server = ServerState.open(model, params, global_head, plan, fed_cfg, model_cfg, run, release, config,
                               ckpt_meta, resume, device)
@@ -126,7 +126,8 @@ def train_federated(
                      seed=noise_seed + 3 if seeded else None, score=audit_score) if audit_canaries else None
 
     def evaluate() -> tuple[dict[str, Any], Any]:  # embedding shared by the ranks (one process: all here)
-        emb = executor.embed(model, eval_ds.images, run_cfg.eval_batch_size)
+        with server.released_weights():  # the model that is released (server_ema: the average)
+            emb = executor.embed(model, eval_ds.images, run_cfg.eval_batch_size)
         metrics, ver = evaluate_embeddings(emb, eval_ds.labels, max_pairs=run_cfg.eval_max_pairs)
         model.train()
         return metrics, ver
@@ -149,7 +150,8 @@ def train_federated(
     if audit is not None:  # released: the audit summary only (canaries: private/)
         report["privacy"]["audit"] = audit.finish(params, report["privacy"], run.make_private_dir())
     run.write_report(report)
-    release.write(model, report["privacy"], rounds=server.round)  # the final release artifact
+    with server.released_weights():
+        release.write(model, report["privacy"], rounds=server.round)  # the final release artifact
     return report
 
 

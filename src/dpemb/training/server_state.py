@@ -8,15 +8,21 @@ and its model card: only what the guarantee covers) and the private checkpoint (
 generator and sampler states, optimizer, ledger) atomically; ``ServerState.open``
 resumes from that checkpoint only under the same privacy spec, so the ledger's epsilon
 stays the epsilon of the whole run.
+
+With ``server_ema`` > 0 the model that is evaluated and released is an exponential
+moving average of the server models (``released_weights``); the clients still start
+from the server model. The average is a function of the released noised updates only
+(post-processing), so the guarantee is the same.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
-from torch.nn.utils import parameters_to_vector
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from dpemb.algorithms.config import FederatedConfig
 from dpemb.algorithms.round import server_step
@@ -48,6 +54,7 @@ class ServerState:
     config: str  # the run's settings as JSON (config.json, and the checkpoint's check)
     ckpt_meta: dict[str, Any]
     round: int = 0
+    ema: torch.Tensor | None = None  # server_ema > 0: the moving average of the server models (flat)
 
     @property
     def spec(self) -> PrivacySpec:
@@ -62,6 +69,8 @@ class ServerState:
         a checkpoint, the state it holds."""
         state = cls(model, params, global_head, make_server_optimizer(params, fed_cfg), plan, fed_cfg,
                     model_cfg, run, release, config, ckpt_meta)
+        if fed_cfg.server_ema:  # the average starts at the (public or random) initial model
+            state.ema = state.vector().clone()
         if resume_from_checkpoint(run, resume):
             state.load(device)
         else:
@@ -82,6 +91,22 @@ class ServerState:
         self.round += 1
         if not torch.isfinite(self.vector()).all():  # the released model: public
             raise TrainingDiverged(self.divergence_message())
+        if self.ema is not None:  # ema <- d ema + (1 - d) model
+            self.ema.lerp_(self.vector(), 1.0 - self.fed_cfg.server_ema)
+
+    @contextmanager
+    def released_weights(self) -> Iterator[None]:
+        """Inside: the server parameters hold the model that is released (the moving
+        average with ``server_ema``, else the server model itself); restored on exit."""
+        if self.ema is None:
+            yield
+            return
+        current = self.vector().clone()
+        vector_to_parameters(self.ema, self.params)
+        try:
+            yield
+        finally:
+            vector_to_parameters(current, self.params)
 
     def privacy(self) -> dict[str, Any]:
         """The privacy section of the report and model card (public quantities only)."""
@@ -89,12 +114,14 @@ class ServerState:
 
     def checkpoint(self) -> None:
         """Release artifact and private checkpoint, both atomically."""
-        card = self.release.write(self.model, self.privacy(), rounds=self.round)  # released
+        with self.released_weights():
+            card = self.release.write(self.model, self.privacy(), rounds=self.round)  # released
         save_checkpoint(self.run.checkpoint, {  # private (0600)
             "provenance": card["provenance"], "model_card": card, "kind": self.fed_cfg.algorithm, **self.ckpt_meta,
             "backbone": self.model.state_dict(),
             "global_head": self.global_head.detach().cpu() if self.global_head is not None else None,
             "server_optimizer": self.optimizer.state_dict(), **self.plan.state_dict(), "round": self.round,
+            "server_ema": self.ema.cpu() if self.ema is not None else None,
             "config": self.config, "privacy_fingerprint": self.spec.fingerprint(),
             "privacy_spec": to_dict(self.spec), "model_config": to_dict(self.model_cfg),
         })
@@ -116,6 +143,8 @@ class ServerState:
             with torch.no_grad():
                 self.global_head.copy_(state["global_head"])
         self.optimizer.load_state_dict(state["server_optimizer"])
+        if self.ema is not None:  # the same config, so the checkpoint holds it
+            self.ema.copy_(state["server_ema"])
         self.plan.load_state_dict(state)
         self.round = int(state["round"])
         run.truncate_metrics_after("round", self.round)
