@@ -43,9 +43,14 @@ def test_the_baseline_is_part_6s_validation_run_and_each_lever_changes_one_thing
     assert nn[1]["trainable"] == "features"
 
 
-def records(st: dict, scores: dict[str, float]) -> dict:
+def stage2(first_name: str, K: int = 16) -> list:
+    first = next(lv for lv in (ms.BASELINE, *ms.LEVERS) if (lv.name, lv.K) == (first_name, K))
+    return [ms.stacked(first, x) for x in ms.EXTRAS]
+
+
+def records(st: dict, scores: dict[str, float], stacked: tuple = ()) -> dict:
     out = {}
-    for lv in (ms.BASELINE, *ms.LEVERS):
+    for lv in (ms.BASELINE, *ms.LEVERS, *stacked):
         name = f"{lv.name}/K{lv.K}"
         if name in scores:
             j = ms.lever_job(st, lv)
@@ -66,14 +71,41 @@ def test_validation_alone_chooses_and_test_seeds_are_planned_only_then():
     assert ms.choice(sc.Lookup(records(st, partial), {}), st) is None
     planned = ms.jobs(st, sc.Lookup(records(st, partial), {}))
     assert all(j.get("eval_split") == "validation" for j in planned if j["kind"] == "fed")
+    # stage 1 chose K = 32: stage 2's levers (K = 32 and one more change each) join, on validation
     chosen = ms.jobs(st, sc.Lookup(records(st, {**ALL, "arcface/K32": 0.9}), {}))
-    tests = [j for j in chosen if j.get("eval_split") == "test"]
+    second = [j for j in chosen if "arcface+" in j["key"]]
+    assert len(second) == len(ms.EXTRAS) and all(
+        j["eval_split"] == "validation" and j["fed"]["K"] == 32 for j in second)
+    assert not any(j.get("eval_split") == "test" for j in chosen)
+    # stage 2 done: the best of stage 1's choice and stage 2 gets the test seeds
+    more = stage2("arcface", 32)
+    scores = {**ALL, "arcface/K32": 0.9, **{f"{lv.name}/K32": 0.89 for lv in more}}
+    done = ms.jobs(st, sc.Lookup(records(st, scores, more), {}))
+    tests = [j for j in done if j.get("eval_split") == "test"]
     assert [j["seed"] for j in tests] == [0, 1, 2] and all(j["fed"]["K"] == 32 and j["rounds"] == 600 for j in tests)
+    assert all("arcface+" not in j["key"] for j in tests)  # stage 1's choice kept: stage 2 did not beat it
+    scores[f"{more[-1].name}/K32"] = 0.91
+    tests = [j for j in ms.jobs(st, sc.Lookup(records(st, scores, more), {})) if j.get("eval_split") == "test"]
+    assert all(more[-1].name in j["key"] and j["fed"]["server_ema"] == 0.99 for j in tests)
+
+
+def test_each_stage_2_lever_adds_one_change_to_stage_1s_choice():
+    st = full()
+    first = next(lv for lv in ms.LEVERS if lv.name == "arcface-clr0.1")
+    base = ms.lever_job(st, first)
+    for lv in stage2(first.name):
+        j = ms.lever_job(st, lv)
+        diff = {k for k in {**base["fed"], **j["fed"]} if base["fed"].get(k) != j["fed"].get(k)}
+        diff |= {k for k in ("clip", "trainable") if j.get(k) != base.get(k)}
+        assert len(diff) == 1 and j["fed"]["client_lr"] == 0.1, (lv.name, diff)
+        assert j["key"] != base["key"] and j["eval_split"] == "validation"
+    assert ms.second_stage(sc.Lookup(records(st, ALL), {}), st) == []  # stage 1 kept the baseline: no stage 2
 
 
 def test_the_export_rewrites_the_same_page_and_holds_no_private_diagnostics(tmp_path):
     st = full()
-    res = records(st, {**ALL, "arcface-clr0.1/K16": 0.87})
+    res = records(st, {**ALL, "arcface-clr0.1/K16": 0.87,
+                       **{f"{lv.name}/K16": 0.86 for lv in stage2("arcface-clr0.1")}}, stage2("arcface-clr0.1"))
     for s, v in enumerate((0.95, 0.96, 0.94)):
         j = fl.ref_job(st, s)
         res[j["key"]] = {"job": j, "final": v, "seconds": 1.0}
@@ -104,7 +136,9 @@ def test_the_export_rewrites_the_same_page_and_holds_no_private_diagnostics(tmp_
 def test_a_lever_chosen_before_a_later_one_won_keeps_its_test_runs_on_the_page():
     st = full()
     earlier = next(lv for lv in ms.LEVERS if lv.name == "arcface-clr0.1")
-    res = records(st, {**ALL, "arcface-clr0.1/K16": 0.87, "arcface-clr0.2/K16": 0.88})
+    more = stage2("arcface-clr0.2")
+    res = records(st, {**ALL, "arcface-clr0.1/K16": 0.87, "arcface-clr0.2/K16": 0.88,
+                       **{f"{lv.name}/K16": 0.87 for lv in more}}, more)
     for s, v in enumerate((0.86, 0.87, 0.85)):
         j = ms.lever_job(st, earlier, s, "test")
         res[j["key"]] = {"job": j, "final": v}
@@ -115,3 +149,21 @@ def test_a_lever_chosen_before_a_later_one_won_keeps_its_test_runs_on_the_page()
     assert any(ln.startswith("| client lr 0.2 (four times the local progress per round) (chosen) | not run, not run")
                and ln.endswith("| not run |") for ln in lines)
     assert not any("Goal 3" in f for f in found)  # the chosen lever has no test run yet
+
+
+def test_a_stage_2_win_gets_the_test_seeds_and_stage_1s_test_runs_stay():
+    st = full()
+    first = next(lv for lv in ms.LEVERS if lv.name == "arcface-clr0.1")
+    more = stage2(first.name)
+    res = records(st, {**ALL, "arcface-clr0.1/K16": 0.87, **{f"{lv.name}/K16": 0.86 for lv in more},
+                       f"{more[-1].name}/K16": 0.9}, more)
+    for s, v in enumerate((0.86, 0.87, 0.85)):
+        j = ms.lever_job(st, first, s, "test")
+        res[j["key"]] = {"job": j, "final": v}
+    assert ms.final_choice(sc.Lookup(res, {}), st) == more[-1]
+    lines, found = ms.page(st, sc.Lookup(res, {}), ARGS)
+    assert "## Stage 2 on validation: one more change on top of stage 1's choice" in "\n".join(lines)
+    assert any(ln.startswith(f"| {more[-1].what} | 0.900 | +0.030 |") for ln in lines)
+    assert any(ln.startswith("| client lr 0.1 (twice the local progress per round) | 0.860, 0.870, 0.850 |")
+               for ln in lines)
+    assert any(ln.startswith(f"| {more[-1].what} (chosen) | not run, not run, not run |") for ln in lines)
