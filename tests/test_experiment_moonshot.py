@@ -75,18 +75,18 @@ def test_validation_alone_chooses_and_test_seeds_are_planned_only_then():
     chosen = ms.jobs(st, sc.Lookup(records(st, {**ALL, "arcface/K32": 0.9}), {}))
     second = [j for j in chosen if "arcface+" in j["key"]]
     assert len(second) == len(ms.EXTRAS) and all(
-        j["eval_split"] == "validation" and j["fed"]["K"] == 32 for j in second)
+        j["eval_split"] == "validation" and j["fed"]["K"] == (x.K or 32) for j, x in zip(second, ms.EXTRAS))
     assert not any(j.get("eval_split") == "test" for j in chosen)
     # stage 2 done: the best of stage 1's choice and stage 2 gets the test seeds
     more = stage2("arcface", 32)
-    scores = {**ALL, "arcface/K32": 0.9, **{f"{lv.name}/K32": 0.89 for lv in more}}
+    scores = {**ALL, "arcface/K32": 0.9, **{f"{lv.name}/K{lv.K}": 0.89 for lv in more}}
     done = ms.jobs(st, sc.Lookup(records(st, scores, more), {}))
     tests = [j for j in done if j.get("eval_split") == "test"]
     assert [j["seed"] for j in tests] == [0, 1, 2] and all(j["fed"]["K"] == 32 and j["rounds"] == 600 for j in tests)
     assert all("arcface+" not in j["key"] for j in tests)  # stage 1's choice kept: stage 2 did not beat it
-    scores[f"{more[-1].name}/K32"] = 0.91
+    scores[f"{more[3].name}/K32"] = 0.91
     tests = [j for j in ms.jobs(st, sc.Lookup(records(st, scores, more), {})) if j.get("eval_split") == "test"]
-    assert all(more[-1].name in j["key"] and j["fed"]["server_ema"] == 0.99 for j in tests)
+    assert all(more[3].name in j["key"] and j["fed"]["server_ema"] == 0.99 for j in tests)
 
 
 def test_each_stage_2_lever_adds_one_change_to_stage_1s_choice():
@@ -97,7 +97,9 @@ def test_each_stage_2_lever_adds_one_change_to_stage_1s_choice():
         j = ms.lever_job(st, lv)
         diff = {k for k in {**base["fed"], **j["fed"]} if base["fed"].get(k) != j["fed"].get(k)}
         diff |= {k for k in ("clip", "trainable") if j.get(k) != base.get(k)}
-        assert len(diff) == 1 and j["fed"]["client_lr"] == 0.1, (lv.name, diff)
+        # one change: a knob, or the cohort's shape at the same users per round (K and M together)
+        assert (len(diff) == 1 or (diff == {"K", "M"} and j["fed"]["K"] * j["fed"]["M"] == 128)) and \
+            j["fed"]["client_lr"] == 0.1, (lv.name, diff)
         assert j["key"] != base["key"] and j["eval_split"] == "validation"
     assert ms.second_stage(sc.Lookup(records(st, ALL), {}), st) == []  # stage 1 kept the baseline: no stage 2
 
@@ -105,7 +107,7 @@ def test_each_stage_2_lever_adds_one_change_to_stage_1s_choice():
 def test_the_export_rewrites_the_same_page_and_holds_no_private_diagnostics(tmp_path):
     st = full()
     res = records(st, {**ALL, "arcface-clr0.1/K16": 0.87,
-                       **{f"{lv.name}/K16": 0.86 for lv in stage2("arcface-clr0.1")}}, stage2("arcface-clr0.1"))
+                       **{f"{lv.name}/K{lv.K}": 0.86 for lv in stage2("arcface-clr0.1")}}, stage2("arcface-clr0.1"))
     for s, v in enumerate((0.95, 0.96, 0.94)):
         j = fl.ref_job(st, s)
         res[j["key"]] = {"job": j, "final": v, "seconds": 1.0}
@@ -138,7 +140,7 @@ def test_a_lever_chosen_before_a_later_one_won_keeps_its_test_runs_on_the_page()
     earlier = next(lv for lv in ms.LEVERS if lv.name == "arcface-clr0.1")
     more = stage2("arcface-clr0.2")
     res = records(st, {**ALL, "arcface-clr0.1/K16": 0.87, "arcface-clr0.2/K16": 0.88,
-                       **{f"{lv.name}/K16": 0.87 for lv in more}}, more)
+                       **{f"{lv.name}/K{lv.K}": 0.87 for lv in more}}, more)
     for s, v in enumerate((0.86, 0.87, 0.85)):
         j = ms.lever_job(st, earlier, s, "test")
         res[j["key"]] = {"job": j, "final": v}
@@ -155,8 +157,8 @@ def test_a_stage_2_win_gets_the_test_seeds_and_stage_1s_test_runs_stay():
     st = full()
     first = next(lv for lv in ms.LEVERS if lv.name == "arcface-clr0.1")
     more = stage2(first.name)
-    res = records(st, {**ALL, "arcface-clr0.1/K16": 0.87, **{f"{lv.name}/K16": 0.86 for lv in more},
-                       f"{more[-1].name}/K16": 0.9}, more)
+    res = records(st, {**ALL, "arcface-clr0.1/K16": 0.87, **{f"{lv.name}/K{lv.K}": 0.86 for lv in more},
+                       f"{more[-1].name}/K{more[-1].K}": 0.9}, more)
     for s, v in enumerate((0.86, 0.87, 0.85)):
         j = ms.lever_job(st, first, s, "test")
         res[j["key"]] = {"job": j, "final": v}
