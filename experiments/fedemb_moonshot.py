@@ -85,10 +85,9 @@ class Extra(NamedTuple):
     M: int | None = None
 
 
-# stage 2, a greedy second step: each adds ONE change to the lever stage 1 chose (the
-# runner-up levers of stage 1, and post-processing of the noised models that stage 1 did
-# not try), scored on validation the same way; the best of them and stage 1's choice gets
-# the test seeds
+# stages 2, 3, ...: greedy steps (``stages``), each adding ONE of these changes to the
+# incumbent (stage 1's runner-up levers, post-processing of the noised models that stage 1
+# did not try, the cohort's shape), scored on validation the same way
 EXTRAS = (
     Extra("cosine", "cosine server lr (to 0 at the last round)", {}, {"server_lr_schedule": "cosine"}),
     Extra("ep2", "2 local epochs", {}, {"local_epochs": 2}),
@@ -133,24 +132,44 @@ def choice(lk: Any, st: dict[str, Any]) -> Lever | None:
     return next(lv for lv, r in val if r["final"] == best)
 
 
-def second_stage(lk: Any, st: dict[str, Any]) -> list[Lever]:
-    """Stage 2's levers: stage 1's choice with each of EXTRAS ([] until stage 1 chose, or
-    when it kept the baseline)."""
-    first = choice(lk, st)
-    return [] if first is None or first is BASELINE else [stacked(first, x) for x in EXTRAS]
+def stages(lk: Any, st: dict[str, Any]) -> tuple[list[tuple[Lever, list[Lever]]], Lever | None]:
+    """The greedy steps after stage 1, as far as the finished runs decide them: each stage's
+    (incumbent, candidates), and the final choice (None until it is decided).
+
+    Stage 2 stacks each of EXTRAS on stage 1's choice. A stage whose best candidate beats
+    its incumbent on VALIDATION makes that candidate the next incumbent, and the next stage
+    stacks on it each of the other extras that beat the incumbent too; otherwise (or when
+    none is left) the incumbent is the final choice. Stage 1 keeping the baseline ends it
+    there. Ties go to the incumbent, then to the earlier extra."""
+    inc = choice(lk, st)
+    if inc is None or inc is BASELINE:
+        return [], inc
+    out: list[tuple[Lever, list[Lever]]] = []
+    extras = list(EXTRAS)
+    while extras:
+        cands = [stacked(inc, x) for x in extras]
+        out.append((inc, cands))
+        recs = [lk.get(lever_job(st, c)["key"]) for c in cands]
+        if any(r is None for r in recs):
+            return out, None
+        bar = lk.get(lever_job(st, inc)["key"])["final"]
+        better = [(x, c, r["final"]) for x, c, r in zip(extras, cands, recs) if r["final"] > bar]
+        if not better:
+            return out, inc
+        top = max(t[2] for t in better)
+        x_best, inc, _ = next(t for t in better if t[2] == top)
+        extras = [t[0] for t in better if not touches(t[0]) & touches(x_best)]  # x_best, and its rivals, go
+    return out, inc
+
+
+def touches(x: Extra) -> set[str]:
+    """What an extra changes (two that change the same thing do not stack)."""
+    return {*x.job, *x.knobs, *(("K", "M") if x.K or x.M else ())}
 
 
 def final_choice(lk: Any, st: dict[str, Any]) -> Lever | None:
-    """The best VALIDATION score among stage 1's choice and stage 2's levers (stage 1's
-    choice on a tie), None until all of them are done."""
-    first = choice(lk, st)
-    if first is None:
-        return None
-    val = [(lv, lk.get(lever_job(st, lv)["key"])) for lv in (first, *second_stage(lk, st))]
-    if any(r is None for _, r in val):
-        return None
-    best = max(r["final"] for _, r in val)
-    return next(lv for lv, r in val if r["final"] == best)
+    """The lever that gets the test seeds (``stages``), None until it is decided."""
+    return stages(lk, st)[1]
 
 
 def jobs(st: dict[str, Any], lk: Any) -> list[dict[str, Any]]:
@@ -160,8 +179,8 @@ def jobs(st: dict[str, Any], lk: Any) -> list[dict[str, Any]]:
     S = range(st["headline_seeds"])
     out = [fl.ref_job(st, s) for s in S] + [lever_job(st, lv) for lv in (BASELINE, *LEVERS)]
     out += [lever_job(st, lv, noise=False) for lv in NO_NOISE]
-    out += [lever_job(st, lv) for lv in second_stage(lk, st)]
-    best = final_choice(lk, st)
+    planned, best = stages(lk, st)
+    out += [lever_job(st, lv) for _, cands in planned for lv in cands]
     return out + ([lever_job(st, best, s, "test") for s in S] if best is not None else [])
 
 
@@ -200,21 +219,22 @@ def page(st: dict[str, Any], lk: Any, args: argparse.Namespace) -> tuple[list[st
           f"add/remove one user, the paper's extrapolation): DP-FedEmb with ArcFace, K = {BASELINE.K}, "
           f"M = {sc.M0}, clip {fg.CLIP:g}, {R} rounds, the other knobs of [RESULTS_LONG.md](RESULTS_LONG.md)."),
          ("- **Levers**: one change each, scored on the VALIDATION split (held-out users and identities, seed 0); "
-          "ε is calibrated for each run's K and rounds. Stage 2 adds one more change each to stage 1's choice "
-          "(the best validation score; the baseline on a tie). The best of stage 1's choice and stage 2 on "
-          f"validation (stage 1's choice on a tie) gets {S} test seed{'s' * (S > 1)}; nothing is chosen on the "
-          "test split."),
+          "ε is calibrated for each run's K and rounds. Then greedy stages on validation: stage 2 adds one more "
+          "change each to stage 1's choice (the best score; the baseline on a tie); when the best of them beats "
+          "its incumbent it becomes the next incumbent and the next stage adds to it each other change that beat "
+          "the incumbent too. The last incumbent (ties keep it) gets "
+          f"{S} test seed{'s' * (S > 1)}; nothing is chosen on the test split."),
          (f"- **Reference**: centralized ArcFace at {fl.ref_steps(st)} steps from the same public start, "
           f"{sc.cell(*ref, S)} on test ({S} seed{'s' * (S > 1)}, [RESULTS_LONG.md](RESULTS_LONG.md)); goal {GOAL3_TARGET:.2f}x, "
           f"which needs {need:.3f}.\n"),
          "## Levers on validation (seed 0)\n"]
     L += validation_rows(st, lk, (BASELINE, *LEVERS), base)
-    first, second = choice(lk, st), second_stage(lk, st)
-    if second:
-        top1 = lk.get(lever_job(st, first)["key"])
-        L += ["", f"## Stage 2 on validation: one more change on top of stage 1's choice ({first.what})\n",
-              f"| lever | validation, {R} rounds | vs stage 1's choice | z (simulation) | noise on the average |",
-              "|---|---|---|---|---|", *validation_rows(st, lk, (first, *second), top1)[2:]]
+    planned, best = stages(lk, st)
+    for i, (inc, cands) in enumerate(planned):
+        L += ["", f"## Stage {i + 2} on validation: one more change on top of {inc.what}\n",
+              f"| lever | validation, {R} rounds | vs the incumbent | z (simulation) | noise on the average |",
+              "|---|---|---|---|---|",
+              *validation_rows(st, lk, (inc, *cands), lk.get(lever_job(st, inc)["key"]))[2:]]
     found = []
     ceil = {lv.name: lk.get(lever_job(st, lv, noise=False)["key"]) for lv in NO_NOISE}
     L += ["", "Without noise (validation, seed 0, same rounds): what each trainable set reaches, so how much of "
@@ -227,21 +247,20 @@ def page(st: dict[str, Any], lk: Any, args: argparse.Namespace) -> tuple[list[st
         if cost:
             found.append(f"- **{what}**: {r['final']:.3f} without noise, {r_dp['final']:.3f} at ε {e:g} "
                          f"({sc._pop(n)} users): the noise costs {cost} on validation.")
-    best = final_choice(lk, st) or first
-    top, nn = best and lk.get(lever_job(st, best)["key"]), ceil[BASELINE.name]
+    lead = best or choice(lk, st)  # the best lever decided so far
+    top, nn = lead and lk.get(lever_job(st, lead)["key"]), ceil[BASELINE.name]
     if top and nn and base:
         found.append(f"- **Why the goal is far**: without noise DP-FedEmb reaches {nn['final']:.3f} on validation in "
                      f"{R} rounds, and the goal needs {need:.3f} on test (other users, so only roughly comparable): "
                      f"at this budget the noise would have to cost almost nothing. It costs "
-                     f"{nn['final'] - base['final']:+.3f}; the best lever ({best.what}) recovers "
+                     f"{nn['final'] - base['final']:+.3f}; the best lever ({lead.what}) recovers "
                      f"{top['final'] - base['final']:+.3f} of it on validation.")
     L += ["", "## On test\n",
           ("The lever the validation split chooses, and any lever that it chose before a later lever joined the "
            "table (its test runs stay on the page).\n"),
           f"| lever | seeds | DP-FedEmb, test | x centralized ({ref[0]:.3f}) | goal {GOAL3_TARGET:.2f}x |",
           "|---|---|---|---|---|"]
-    best = final_choice(lk, st)
-    for lv in (BASELINE, *LEVERS, *second):
+    for lv in (BASELINE, *LEVERS, *(c for _, cands in planned for c in cands)):
         recs = [lk.get(lever_job(st, lv, s, "test")["key"]) for s in range(S)]
         m = sc.stats(recs)
         if lv != best and not m[2]:

@@ -101,7 +101,7 @@ def test_each_stage_2_lever_adds_one_change_to_stage_1s_choice():
         assert (len(diff) == 1 or (diff == {"K", "M"} and j["fed"]["K"] * j["fed"]["M"] == 128)) and \
             j["fed"]["client_lr"] == 0.1, (lv.name, diff)
         assert j["key"] != base["key"] and j["eval_split"] == "validation"
-    assert ms.second_stage(sc.Lookup(records(st, ALL), {}), st) == []  # stage 1 kept the baseline: no stage 2
+    assert ms.stages(sc.Lookup(records(st, ALL), {}), st) == ([], ms.BASELINE)  # stage 1 kept the baseline
 
 
 def test_the_export_rewrites_the_same_page_and_holds_no_private_diagnostics(tmp_path):
@@ -164,8 +164,33 @@ def test_a_stage_2_win_gets_the_test_seeds_and_stage_1s_test_runs_stay():
         res[j["key"]] = {"job": j, "final": v}
     assert ms.final_choice(sc.Lookup(res, {}), st) == more[-1]
     lines, found = ms.page(st, sc.Lookup(res, {}), ARGS)
-    assert "## Stage 2 on validation: one more change on top of stage 1's choice" in "\n".join(lines)
+    assert f"## Stage 2 on validation: one more change on top of {first.what}" in "\n".join(lines)
     assert any(ln.startswith(f"| {more[-1].what} | 0.900 | +0.030 |") for ln in lines)
     assert any(ln.startswith("| client lr 0.1 (twice the local progress per round) | 0.860, 0.870, 0.850 |")
                for ln in lines)
     assert any(ln.startswith(f"| {more[-1].what} (chosen) | not run, not run, not run |") for ln in lines)
+
+
+def test_stage_3_stacks_the_other_winners_on_stage_2s_and_drops_its_rivals():
+    st = full()
+    first = next(lv for lv in ms.LEVERS if lv.name == "arcface-clr0.1")
+    more = {x.name: lv for x, lv in zip(ms.EXTRAS, stage2(first.name))}
+    # stage 2: K8M16 best, EMA and K4M32 also beat the incumbent (0.87), the rest do not
+    won = {"K8M16": 0.90, "ema0.99": 0.88, "K4M32": 0.89}
+    scores = {**ALL, "arcface-clr0.1/K16": 0.87,
+              **{f"{lv.name}/K{lv.K}": won.get(n, 0.86) for n, lv in more.items()}}
+    res = records(st, scores, tuple(more.values()))
+    planned, best = ms.stages(sc.Lookup(res, {}), st)
+    assert best is None and len(planned) == 2
+    inc, cands = planned[1]
+    assert inc == more["K8M16"] and [c.name for c in cands] == ["arcface-clr0.1+K8M16+ema0.99"]  # K4M32: a rival
+    j = ms.lever_job(st, cands[0])
+    assert (j["fed"]["K"], j["fed"]["M"], j["fed"]["server_ema"], j["fed"]["client_lr"]) == (8, 16, 0.99, 0.1)
+    assert not any(j.get("eval_split") == "test" for j in ms.jobs(st, sc.Lookup(res, {})))
+    # stage 3 does not beat its incumbent: stage 2's winner is the final choice
+    res.update(records(st, {f"{cands[0].name}/K8": 0.895}, tuple(cands)))
+    assert ms.final_choice(sc.Lookup(res, {}), st) == more["K8M16"]
+    tests = [j for j in ms.jobs(st, sc.Lookup(res, {})) if j.get("eval_split") == "test"]
+    assert len(tests) == 3 and all(t["fed"]["K"] == 8 and "server_ema" not in t["fed"] for t in tests)
+    lines, _ = ms.page(st, sc.Lookup(res, {}), ARGS)
+    assert f"## Stage 3 on validation: one more change on top of {more['K8M16'].what}\n" in lines
