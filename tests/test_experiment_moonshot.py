@@ -96,11 +96,12 @@ def test_each_stage_2_lever_adds_one_change_to_stage_1s_choice():
     for lv in stage2(first.name):
         j = ms.lever_job(st, lv)
         diff = {k for k in {**base["fed"], **j["fed"]} if base["fed"].get(k) != j["fed"].get(k)}
-        diff |= {k for k in ("clip", "trainable") if j.get(k) != base.get(k)}
+        diff |= {k for k in ("clip", "trainable", "rounds") if j.get(k) != base.get(k)}
         # one change: a knob, or the cohort's shape at the same users per round (K and M together)
         assert (len(diff) == 1 or (diff == {"K", "M"} and j["fed"]["K"] * j["fed"]["M"] == 128)) and \
             j["fed"]["client_lr"] == 0.1, (lv.name, diff)
         assert j["key"] != base["key"] and j["eval_split"] == "validation"
+        assert j["rounds"] == (1200 if lv.name.endswith("+r2x") else 600)
     assert ms.stages(sc.Lookup(records(st, ALL), {}), st) == ([], ms.BASELINE)  # stage 1 kept the baseline
 
 
