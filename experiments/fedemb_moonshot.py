@@ -242,7 +242,7 @@ def page(st: dict[str, Any], lk: Any, args: argparse.Namespace) -> tuple[list[st
               "| lever | validation | vs the incumbent | z (simulation) | noise on the average |",
               "|---|---|---|---|---|",
               *validation_rows(st, lk, (inc, *cands), lk.get(lever_job(st, inc)["key"]))[2:]]
-    found = []
+    found = stage_findings(st, lk, planned)
     ceil = {lv.name: lk.get(lever_job(st, lv, noise=False)["key"]) for lv in NO_NOISE}
     L += ["", "Without noise (validation, seed 0, same rounds): what each trainable set reaches, so how much of "
           "the gap is noise:\n", "| trainable | no noise | ε 2 at 100k | the noise costs |", "|---|---|---|---|"]
@@ -284,6 +284,29 @@ def page(st: dict[str, Any], lk: Any, args: argparse.Namespace) -> tuple[list[st
         L.append("\nNo lever chosen yet: the validation runs have not all finished.")
     L += ["", "## Findings (generated from the numbers above)\n", *(found or ["- Nothing has finished yet."]), ""]
     return L, found
+
+
+def stage_findings(st: dict[str, Any], lk: Any, planned: list[tuple[Lever, list[Lever]]]) -> list[str]:
+    """One finding per finished stage (each change against its incumbent), and what the
+    cohort's shape did at the same users per round."""
+    out = []
+    for i, (inc, cands) in enumerate(planned):
+        bar, recs = lk.get(lever_job(st, inc)["key"]), [lk.get(lever_job(st, c)["key"]) for c in cands]
+        if bar is None or any(r is None for r in recs):
+            continue
+        extra = {x.name: x for x in EXTRAS}
+        moves = [(extra[c.name.rsplit("+", 1)[1]], r) for c, r in zip(cands, recs)]
+        out.append(f"- **Stage {i + 2}** (on top of {inc.what}: {bar['final']:.3f}): "
+                   + "; ".join(f"{x.what} {r['final'] - bar['final']:+.3f}" for x, r in moves) + ".")
+        shape = [(x, r) for x, r in moves if x.K]
+        if shape and all(r["final"] < bar["final"] for _, r in shape):
+            out.append("- **Smaller virtual clients at the same users per round** ("
+                       + ", ".join(f"K = {x.K}, M = {x.M}: noise on the average "
+                                   f"{r['noise_on_average'] / bar['noise_on_average']:.2f}x, "
+                                   f"{r['final'] - bar['final']:+.3f}" for x, r in shape)
+                       + f"): less noise, lower scores. At {sc._pop(CELL[0])} users the contrast of the fresh "
+                         f"local head over K users is worth more than the noise it costs (K = {inc.K} stays).")
+    return out
 
 
 def command(args: argparse.Namespace) -> str:

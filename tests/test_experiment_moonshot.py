@@ -195,3 +195,16 @@ def test_stage_3_stacks_the_other_winners_on_stage_2s_and_drops_its_rivals():
     assert len(tests) == 3 and all(t["fed"]["K"] == 8 and "server_ema" not in t["fed"] for t in tests)
     lines, _ = ms.page(st, sc.Lookup(res, {}), ARGS)
     assert f"## Stage 3 on validation: one more change on top of {more['K8M16'].what}\n" in lines
+
+
+def test_the_stage_findings_say_what_each_change_did_and_what_the_cohort_shape_cost():
+    st = full()
+    more = stage2("arcface-clr0.1")
+    res = records(st, {**ALL, "arcface-clr0.1/K16": 0.87, **{f"{lv.name}/K{lv.K}": 0.86 for lv in more}}, more)
+    for lv in more:  # the noise on the average falls as 1/M at the same users per round
+        res[ms.lever_job(st, lv)["key"]]["noise_on_average"] = 5e-3 * 8 / lv.M
+    found = ms.stage_findings(st, sc.Lookup(res, {}), ms.stages(sc.Lookup(res, {}), st)[0])
+    assert found[0].startswith("- **Stage 2** (on top of client lr 0.1 (twice the local progress per round): 0.870): "
+                               "cosine server lr (to 0 at the last round) -0.010;")
+    assert "K = 8, M = 16: noise on the average 0.50x, -0.010, K = 4, M = 32: noise on the average 0.25x" in found[1]
+    assert ms.final_choice(sc.Lookup(res, {}), st).name == "arcface-clr0.1"  # no change beat it
