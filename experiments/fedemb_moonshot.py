@@ -359,9 +359,9 @@ def main() -> int:
         export = pub.load(doc.parent / "data" / RESULTS_FILE)
         done = {**export.get("runs", {}), **export.get("base", {}),
                 **pub.load(doc.parent / "data" / fl.RESULTS_FILE).get("runs", {})}
-        # the validation runs, then (once they chose) the chosen lever's test seeds
+        # the validation runs stage by stage, then (once they chose) the chosen lever's test seeds
         sc.execute_in_passes(args, st, work, results, timing, lambda lk: jobs(st, lk), RESULTS_FILE, TIMING_FILE,
-                             done)
+                             done, passes=len(EXTRAS) + 3)  # stage 1, each greedy stage, the test seeds
     write_outputs(st, results, timing, doc, args)
     return 0
 

@@ -482,14 +482,16 @@ def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: d
 def execute_in_passes(args: argparse.Namespace, st: dict[str, Any], work: Path, results: dict[str, Any],
                       timing: dict[str, Any], plan: Any, results_file: str, timing_file: str, done: Any,
                       passes: int = 2) -> None:
-    """``execute`` ``passes`` times for a plan that grows with its finished runs (``plan(lookup)``,
-    e.g. test seeds once the validation runs chose): ``done`` holds the keys finished in an
-    earlier checkout; each pass that planned runs is appended to ``timing``."""
+    """``execute`` for a plan that grows with its finished runs (``plan(lookup)``, e.g. test
+    seeds once the validation runs chose), again until a pass has nothing to run, at most
+    ``passes`` times: ``done`` holds the keys finished in an earlier checkout; each pass that
+    planned runs is appended to ``timing``."""
     for _ in range(passes):
         ran = execute(args, st, work, results, load_json(work / "results.json"),
                       jobs=lambda info: plan(Lookup(results, done)), results_file=results_file, done_elsewhere=done)
-        if ran["runs_planned"]:
-            save_invocation(work / timing_file, timing, ran)
+        if not ran["runs_planned"]:
+            break
+        save_invocation(work / timing_file, timing, ran)
 
 
 def pending(queue: list[dict[str, Any]], *done: Any) -> list[dict[str, Any]]:
