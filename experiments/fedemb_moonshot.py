@@ -6,10 +6,11 @@ on test = 0.894x centralized ArcFace at 64000 steps; the goal is 0.95x), the noi
 about 0.06. Each lever below changes one thing against that baseline and is scored on the
 VALIDATION split (seed 0, 600 rounds, epsilon calibrated for the run's K and rounds); two
 runs without noise on validation say how much of the gap is noise and how much capacity.
-The lever with the best validation score (the baseline on a tie) then gets 3 test seeds,
-judged against goal 3 and fedemb_long.py's centralized reference.
+Greedy stages then add one more change at a time to the best (``stages``), scored the
+same way; the last incumbent gets 3 test seeds, judged against goal 3 and fedemb_long.py's
+centralized reference.
 
-    .venv/bin/python experiments/fedemb_moonshot.py                # full: docs/RESULTS_MOONSHOT.md (about 1.5 h, 2 cores)
+    .venv/bin/python experiments/fedemb_moonshot.py                # full: docs/RESULTS_MOONSHOT.md (about 3 h, 2 cores)
     .venv/bin/python experiments/fedemb_moonshot.py --quick        # smoke test (13 tiny runs, 2.5 CPU-minutes)
     .venv/bin/python experiments/fedemb_moonshot.py --report-only  # rewrite the page from results
 
