@@ -11,7 +11,7 @@ same way; the last incumbent gets 3 test seeds, judged against goal 3 and fedemb
 centralized reference.
 
     .venv/bin/python experiments/fedemb_moonshot.py                # full: docs/RESULTS_MOONSHOT.md (about 3 h, 2 cores)
-    .venv/bin/python experiments/fedemb_moonshot.py --quick        # smoke test (13 tiny runs, 2.5 CPU-minutes)
+    .venv/bin/python experiments/fedemb_moonshot.py --quick        # smoke test (about 20 tiny runs, 4 CPU-minutes)
     .venv/bin/python experiments/fedemb_moonshot.py --report-only  # rewrite the page from results
 
 Runs share fedemb_scale.py's keys (the baseline's validation run is part 6's) and go to
