@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
+from torch.nn.utils import parameters_to_vector
 
+from dpemb.algorithms.client import load_flat_
 from dpemb.algorithms.config import FederatedConfig
 from dpemb.algorithms.round import server_step
 from dpemb.algorithms.server import make_server_optimizer, server_lr_at, set_server_lr
@@ -89,10 +90,11 @@ class ServerState:
         set_server_lr(self.optimizer, server_lr_at(self.fed_cfg, self.round, self.spec.rounds))
         server_step(self.params, self.optimizer, noised_sum, self.plan.expected_clients)
         self.round += 1
-        if not torch.isfinite(self.vector()).all():  # the released model: public
+        model = self.vector()
+        if not torch.isfinite(model).all():  # the released model: public
             raise TrainingDiverged(self.divergence_message())
         if self.ema is not None:  # ema <- d ema + (1 - d) model
-            self.ema.lerp_(self.vector(), 1.0 - self.fed_cfg.server_ema)
+            self.ema.lerp_(model, 1.0 - self.fed_cfg.server_ema)
 
     @contextmanager
     def released_weights(self) -> Iterator[None]:
@@ -102,11 +104,11 @@ class ServerState:
             yield
             return
         current = self.vector().clone()
-        vector_to_parameters(self.ema, self.params)
+        load_flat_(self.params, self.ema)  # copies: the parameters never alias the average
         try:
             yield
         finally:
-            vector_to_parameters(current, self.params)
+            load_flat_(self.params, current)
 
     def privacy(self) -> dict[str, Any]:
         """The privacy section of the report and model card (public quantities only)."""
