@@ -200,11 +200,11 @@ def _score(r: dict[str, Any] | None) -> str:
     return "not run" if r is None else f"{r['final']:.3f}"
 
 
-def validation_rows(st: dict[str, Any], lk: Any, levers: tuple[Lever, ...] | list[Lever],
-                    against: dict[str, Any] | None) -> list[str]:
+def validation_rows(st: dict[str, Any], lk: Any, levers: tuple[Lever, ...],
+                    against: dict[str, Any] | None, versus: str) -> list[str]:
     """The validation table: each lever's score and its difference to ``against`` (the
-    first lever's record; the first row has none)."""
-    L = ["| lever | validation | vs baseline | z (simulation) | noise on the average |", "|---|---|---|---|---|"]
+    first lever's record, named ``versus`` in the header; the first row has none)."""
+    L = [f"| lever | validation | vs {versus} | z (simulation) | noise on the average |", "|---|---|---|---|---|"]
     for i, lv in enumerate(levers):
         r = lk.get(lever_job(st, lv)["key"])
         d = f"{r['final'] - against['final']:+.3f}" if r and against and i else ""
@@ -236,13 +236,11 @@ def page(st: dict[str, Any], lk: Any, args: argparse.Namespace) -> tuple[list[st
           f"{sc.cell(*ref, S)} on test ({S} seed{'s' * (S > 1)}, [RESULTS_LONG.md](RESULTS_LONG.md)); goal {GOAL3_TARGET:.2f}x, "
           f"which needs {need:.3f}.\n"),
          f"## Levers on validation (seed 0, {R} rounds unless the lever says otherwise)\n"]
-    L += validation_rows(st, lk, (BASELINE, *LEVERS), base)
+    L += validation_rows(st, lk, (BASELINE, *LEVERS), base, "baseline")
     planned, best = stages(lk, st)
     for i, (inc, cands) in enumerate(planned):
         L += ["", f"## Stage {i + 2} on validation: one more change on top of {inc.what}\n",
-              "| lever | validation | vs the incumbent | z (simulation) | noise on the average |",
-              "|---|---|---|---|---|",
-              *validation_rows(st, lk, (inc, *cands), lk.get(lever_job(st, inc)["key"]))[2:]]
+              *validation_rows(st, lk, (inc, *cands), lk.get(lever_job(st, inc)["key"]), "the incumbent")]
     found = stage_findings(st, lk, planned)
     ceil = {lv.name: lk.get(lever_job(st, lv, noise=False)["key"]) for lv in NO_NOISE}
     L += ["", "Without noise (validation, seed 0, same rounds): what each trainable set reaches, so how much of "
@@ -290,12 +288,11 @@ def page(st: dict[str, Any], lk: Any, args: argparse.Namespace) -> tuple[list[st
 def stage_findings(st: dict[str, Any], lk: Any, planned: list[tuple[Lever, list[Lever]]]) -> list[str]:
     """One finding per finished stage (each change against its incumbent), and what the
     cohort's shape did at the same users per round."""
-    out = []
+    out, extra = [], {x.name: x for x in EXTRAS}
     for i, (inc, cands) in enumerate(planned):
         bar, recs = lk.get(lever_job(st, inc)["key"]), [lk.get(lever_job(st, c)["key"]) for c in cands]
         if bar is None or any(r is None for r in recs):
             continue
-        extra = {x.name: x for x in EXTRAS}
         moves = [(extra[c.name.rsplit("+", 1)[1]], r) for c, r in zip(cands, recs)]
         out.append(f"- **Stage {i + 2}** (on top of {inc.what}: {bar['final']:.3f}): "
                    + "; ".join(f"{x.what} {r['final'] - bar['final']:+.3f}" for x, r in moves) + ".")
