@@ -97,3 +97,33 @@ def test_help_states_the_defaults(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "softmax (default)" in text and "default 30" in text
     assert "default 0.35" in text and "default 0.5" in text
+
+
+def test_public_negatives_flag_passes_the_datasets_public_split(tiny_data_dir, tmp_path, monkeypatch):
+    """--public-negatives: the config asks for the rows and the loop gets the PUBLIC split
+    of --data (users 0 and 1 of the tiny dataset), never a private one."""
+    import dpemb.training.federated as fed
+
+    seen: dict = {}
+
+    class Stop(Exception):
+        pass
+
+    def stub(train, eval_ds, model_cfg, fed_cfg, spec, run_cfg, **kw):
+        seen.update(fed_cfg=fed_cfg, train=train, **kw)
+        raise Stop
+
+    monkeypatch.setattr(fed, "train_federated", stub)
+    argv = ["train", "--data", tiny_data_dir, "--out", str(tmp_path / "r"), "--algorithm", "dp-fedemb",
+            "--rounds", "1", "--clients-per-round", "3", "--users-per-client", "2", "--embedding-dim", "16",
+            "--no-progress", "--noise-multiplier", "1", "--loss", "arcface", "--public-negatives"]
+    with pytest.raises(Stop):
+        main(argv)
+    assert seen["fed_cfg"].public_negatives is True
+    public = seen["public"]
+    assert public.num_examples > 0 and sorted(set(public.user_names)) == ["u0", "u1"]
+    assert not set(public.user_names) & set(seen["train"].user_names)
+    seen.clear()
+    with pytest.raises(Stop):
+        main(argv[:-1])
+    assert seen["fed_cfg"].public_negatives is False and seen["public"] is None

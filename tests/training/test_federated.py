@@ -418,3 +418,36 @@ def test_server_ema_out_of_range_is_refused():
     for bad in (-0.1, 1.0):
         with pytest.raises(ValueError, match="server_ema must lie in"):
             FederatedConfig(server_ema=bad)
+
+
+def test_public_negatives_resume_equals_uninterrupted_and_the_report_names_the_public_input(tmp_path, monkeypatch):
+    """The heads' public rows are a function of the round's start model: a crash and
+    resume reproduce the uninterrupted run; the run needs the public split exactly when
+    the config asks for it, and its report says where the rows came from."""
+    splits = make_tiny_dataset(num_users=30).split()
+    train, ev, spec, cfg, run_a = setup(tmp_path, "a", loss="arcface", public_negatives=True, local_epochs=2)
+    with pytest.raises(ValueError, match="needs a public dataset"):
+        fed.train_federated(train, ev, MODEL, cfg, spec, run_a, noise_seed=7)
+    rep_a = fed.train_federated(train, ev, MODEL, cfg, spec, run_a, noise_seed=7, public=splits.public)
+    assert rep_a["public_negatives"]["identities"] == len(set(splits.public.labels.tolist()))
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["federated"]["public_negatives"] is True
+    _, _, _, _, run_b = setup(tmp_path, "b")
+    real_train = fed.train_federated
+
+    def with_public(*a, **k):
+        return real_train(*a, public=splits.public, **k)
+
+    monkeypatch.setattr(fed, "train_federated", with_public)
+    assert crash_in_round_3(monkeypatch, train, ev, cfg, spec, run_b)["round"] == 2
+    rep_b = with_public(train, ev, MODEL, cfg, spec, run_b, noise_seed=7, resume=True)
+    a, b = load_checkpoint(tmp_path / "a"), load_checkpoint(tmp_path / "b")
+    for k in a["backbone"]:
+        assert torch.equal(a["backbone"][k], b["backbone"][k]), k
+    assert rep_a["final"] == rep_b["final"]
+    # without the rows the same run trains another model
+    _, _, _, plain, run_c = setup(tmp_path, "c", loss="arcface", local_epochs=2)
+    real_train(train, ev, MODEL, plain, spec, run_c, noise_seed=7)
+    c = load_checkpoint(tmp_path / "c")
+    assert not all(torch.equal(a["backbone"][k], c["backbone"][k]) for k in a["backbone"])
+    with pytest.raises(ValueError, match="public_negatives is off"):
+        real_train(train, ev, MODEL, plain, spec, run_c, noise_seed=7, public=splits.public)

@@ -65,6 +65,7 @@ from dpemb.algorithms.client import (
     stepped_at,
 )
 from dpemb.algorithms.config import FederatedConfig, LocalPerformance
+from dpemb.algorithms.public_negatives import PublicNegatives
 from dpemb.models import Backbone
 from dpemb.models.margin import logits as head_logits
 from dpemb.models.trainable import batchnorm_stats_frozen
@@ -133,7 +134,8 @@ class BatchedClientTrainer:
     plus the B clients' images (uint8) on the device."""
 
     def __init__(self, backbone: Backbone, num_classes: int, cfg: FederatedConfig,
-                 max_batch_clients: int, performance: LocalPerformance | None = None):
+                 max_batch_clients: int, performance: LocalPerformance | None = None,
+                 negatives: PublicNegatives | None = None):
         if isinstance(max_batch_clients, bool) or not isinstance(max_batch_clients, int) or max_batch_clients < 1:
             raise ValueError(f"max_batch_clients must be a positive integer, got {max_batch_clients!r}")
         reason = batched_unsupported_reason(backbone)
@@ -144,7 +146,7 @@ class BatchedClientTrainer:
         self.max_batch_clients = max_batch_clients
         # the working model, its trainable parameters and the imprinting of a fresh head
         # are ClientTrainer's: the batched clients start where a single one would
-        self.single = ClientTrainer(backbone, num_classes, cfg, performance)
+        self.single = ClientTrainer(backbone, num_classes, cfg, performance, negatives)
         self.performance = self.single.performance
         self.model = self.single.model
         named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
@@ -165,7 +167,7 @@ class BatchedClientTrainer:
         order of ``clients``, computed ``max_batch_clients`` at a time."""
         start = start.detach()
         load_flat_(self.single.aggregated_params, start)  # the model every client starts from
-        prepared = [self._prepare(i, c, start.device) for i, c in enumerate(clients)]
+        prepared = [self._prepare(i, c, start) for i, c in enumerate(clients)]
         results: list[ClientResult | None] = [None] * len(clients)
         for p in prepared:
             if p.steps == 0:  # nothing to train on: ClientTrainer returns a zero delta
@@ -178,9 +180,10 @@ class BatchedClientTrainer:
         return results  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ internals
-    def _prepare(self, order: int, c: ClientInput, device: torch.device) -> _Prepared:
-        """The client's fresh head (as ClientTrainer draws and imprints it) and batches."""
-        cfg = self.cfg
+    def _prepare(self, order: int, c: ClientInput, start: torch.Tensor) -> _Prepared:
+        """The client's fresh head (as ClientTrainer draws and imprints it, with the public
+        negatives' rows after its own) and batches; the working model holds ``start``."""
+        cfg, device = self.cfg, start.device
         labels_cpu = c.labels.cpu()
         class_map = None
         head = None
@@ -196,6 +199,8 @@ class BatchedClientTrainer:
         if head is not None and imprints_fresh_head(cfg):
             self.single.imprint(head, c.images, c.labels, batches,
                                 None if class_map is None else class_map.to(device))
+        if head is not None and self.single.negatives is not None:
+            head = torch.cat([head, self.single.negatives.rows(self.model, start)])
         rows = np.unique(np.concatenate(batches)) if batches else np.zeros(0, dtype=np.int64)
         y = labels_cpu[torch.from_numpy(rows)]
         if class_map is not None:

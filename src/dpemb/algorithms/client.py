@@ -15,7 +15,9 @@ The loss on the head is ``cfg.loss`` (``dpemb.models.margin``): softmax cross-en
 (the default), CosFace or ArcFace. A cosine head has no direction when zero, so with a
 margin loss ``head_init="zeros"`` means an imprinted fresh head: each row starts at
 the normalised mean embedding of its class in the client's training examples (one
-extra forward pass, no gradient); rows of absent classes stay zero and inert.
+extra forward pass, no gradient); rows of absent classes stay zero and inert. With
+public negatives (``dpemb.algorithms.public_negatives``) one row per public identity
+follows the client's own rows.
 
 Nothing here clips or adds noise: the delta goes to ``dpemb.privacy`` unchanged.
 Expensive objects (the working copy of the model, the head) are built once and
@@ -37,6 +39,7 @@ from torch.nn.utils import parameters_to_vector
 
 from dpemb.algorithms.config import FederatedConfig, LocalPerformance
 from dpemb.models import Backbone
+from dpemb.algorithms.public_negatives import PublicNegatives
 from dpemb.models.margin import head_loss, imprint_
 
 
@@ -130,11 +133,19 @@ class ClientTrainer:
     """Runs client updates on a reusable working copy of the model.
 
     ``performance``: how local training runs (``LocalPerformance``: bf16 autocast);
-    it changes the arithmetic, not the algorithm or the privacy guarantee."""
+    it changes the arithmetic, not the algorithm or the privacy guarantee.
+    ``negatives``: the public identities' rows appended to every fresh head
+    (``dpemb.algorithms.public_negatives``; required exactly when
+    ``cfg.public_negatives``)."""
 
     def __init__(self, backbone: Backbone, num_classes: int, cfg: FederatedConfig,
-                 performance: LocalPerformance | None = None):
+                 performance: LocalPerformance | None = None, negatives: PublicNegatives | None = None):
+        if cfg.public_negatives != (negatives is not None):
+            raise ValueError("public_negatives is set in the config but no public dataset was given"
+                             if cfg.public_negatives else
+                             "public negatives were given but the config has public_negatives=False")
         self.cfg = cfg
+        self.negatives = negatives
         self.performance = LocalPerformance() if performance is None else performance
         self.num_classes = num_classes
         self.model = copy.deepcopy(backbone)
@@ -187,6 +198,8 @@ class ClientTrainer:
         batches = client_batches(example_idx, cfg, rng)
         if imprints_fresh_head(cfg):
             self.imprint(head_w, images, labels, batches, class_map)
+        if self.negatives is not None:  # the public identities' rows after the client's own
+            head_w = torch.nn.Parameter(torch.cat([head_w.detach(), self.negatives.rows(self.model, start)]))
 
         if cfg.aggregates_head:
             opt_backbone = torch.optim.SGD(params, lr=cfg.client_lr, momentum=cfg.client_momentum)

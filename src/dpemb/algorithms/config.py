@@ -46,6 +46,9 @@ class FederatedConfig:
     # decay (0: the last server model); post-processing of the released models as well
     server_ema: float = 0.0
     efficient_tree: bool = True  # DP-FTRL: inverse-variance weighted (Honaker) prefix sums
+    # DP-FedEmb: append one row per PUBLIC identity (its imprinted prototype under the
+    # round's start model) to every fresh head (dpemb.algorithms.public_negatives)
+    public_negatives: bool = False
     # the clients' loss on their head (DP-FedEmb's fresh head, DP-FedAvg's global head):
     # softmax, cosface or arcface (dpemb.models.margin); a kind name is accepted
     loss: LossConfig = field(default_factory=LossConfig)
@@ -86,6 +89,8 @@ class FederatedConfig:
             "dp-fedavg trains the global head with the model: --local-head and "
             "--head-first-steps apply to dp-fedemb only",
         )
+        _check(not (self.public_negatives and self.aggregates_head),
+               "public negatives extend DP-FedEmb's fresh local head; dp-fedavg trains a global head")
 
     @property
     def aggregates_head(self) -> bool:

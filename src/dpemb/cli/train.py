@@ -125,6 +125,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="release (and evaluate) an exponential moving average of the server models with "
                         "this decay, e.g. 0.99 (default 0: the last server model). The clients still start "
                         "from the server model. Post-processing: epsilon is unchanged")
+    f.add_argument("--public-negatives", action="store_true",
+                   help="dp-fedemb: append to every fresh head one row per identity of the dataset's PUBLIC "
+                        "split (its imprinted prototype under the round's model), so that small virtual "
+                        "clients still contrast their users with many identities. The public split is not "
+                        "protected; epsilon is unchanged")
     f.add_argument("--plain-tree", action="store_true",
                    help="dp-ftrl-fedemb: plain tree prefix sums instead of the efficient estimator")
     lo = p.add_argument_group(
@@ -341,7 +346,8 @@ def run(args: argparse.Namespace) -> int:
                                  noise_seed=args.noise_seed, epsilon_budget=args.epsilon_budget,
                                  resume=RESUME[args.resume], provenance=provenance(args),
                                  audit_canaries=canaries, audit_release=args.release_audit_run,
-                                 audit_score=getattr(args, "audit_score", "final"))
+                                 audit_score=getattr(args, "audit_score", "final"),
+                                 public=public_split(args) if args.public_negatives else None)
         if env is not None and env.rank != 0:  # a worker rank: rank 0 holds the run and prints its summary
             exit_worker()
     print_summary(report)
@@ -365,6 +371,15 @@ def training_splits(args: argparse.Namespace):
     if train.num_examples == 0:
         raise UsageError(f"the {args.train_split} split of {args.data} is empty")
     return train, held_out
+
+
+def public_split(args: argparse.Namespace):
+    """The PUBLIC split of --data (--public-negatives); a UsageError when it is empty."""
+    public = load_dataset(args.data).split().public
+    if public.num_examples == 0:
+        raise UsageError(f"--public-negatives needs public identities, and {args.data} has no public split; "
+                         "make one with `dpemb data make ... --public-user-fraction F` (or `dpemb data split`) or drop the flag")
+    return public
 
 
 def print_audit_setup(args: argparse.Namespace, spec, real_users: int) -> None:
@@ -438,6 +453,7 @@ def federated_configs(args: argparse.Namespace, num_users: int):
             server_optimizer=args.server_optimizer, server_adam_eps=args.server_adam_eps,
             server_lr_schedule=args.server_lr_schedule, server_lr_warmup=args.server_lr_warmup,
             server_ema=args.server_ema, efficient_tree=not args.plain_tree, loss=loss_config(args),
+            public_negatives=args.public_negatives,
         )
         fields = dict(
             population=num_users, clients_per_round=args.clients_per_round,

@@ -115,6 +115,7 @@ ADDED_SETTINGS: dict[str, Any] = {
     "federated.server_adam_beta2": 0.99, "federated.server_adam_eps": 1e-3,
     "federated.server_lr_schedule": "constant", "federated.server_lr_warmup": 0,
     "federated.server_ema": 0.0,  # the last server model released
+    "federated.public_negatives": False,  # fresh heads over the client's own identities only
 }
 
 

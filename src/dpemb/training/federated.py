@@ -32,6 +32,7 @@ import torch
 from dpemb.algorithms.client import ClientTrainer, glorot_
 from dpemb.algorithms.batched_client import BatchedClientTrainer
 from dpemb.algorithms.config import FederatedConfig, LocalPerformance
+from dpemb.algorithms.public_negatives import PublicNegatives
 from dpemb.algorithms.round import ClientData
 from dpemb.algorithms.server import check_server_schedule
 from dpemb.data.dataset import UserDataset
@@ -67,8 +68,13 @@ def train_federated(
     audit_canaries: int = 0,
     audit_release: bool = False,
     audit_score: str = "final",
+    public: UserDataset | None = None,
 ) -> dict[str, Any]:
     """Train with user-level DP; returns the report (also ``<out>/report.json``).
+
+    ``public``: a PUBLIC dataset (no private user in it) whose identities become extra
+    rows of every DP-FedEmb fresh head; required exactly when ``fed_cfg.public_negatives``
+    (``dpemb.algorithms.public_negatives``: the guarantee is unchanged).
 
     ``provenance``: the dataset and split trained on, recorded in the checkpoint and
     the release artifact (``model.safetensors`` + ``model_card.json``, written with
@@ -100,7 +106,15 @@ def train_federated(
                                    private_run=not spec.nonprivate,
                                    allow_nonprivate_init=provenance.allow_nonprivate_init)
     params, global_head = server_parameters(model, fed_cfg, train.num_classes, run_cfg.seed)
-    trainer, data = client_trainer(model, train.num_classes, fed_cfg, run_cfg), ClientData.of(train, device)
+    if fed_cfg.public_negatives != (public is not None):
+        raise ValueError("--public-negatives needs a public dataset (give its folder)" if fed_cfg.public_negatives
+                         else "a public dataset was given but public_negatives is off")
+    if public is not None and public.image_shape != train.image_shape:
+        raise ValueError(f"the public negatives' images are {public.image_shape}, the training images "
+                         f"{train.image_shape}: prepare both at the same size and channels")
+    negatives = PublicNegatives.of(public, device) if public is not None else None
+    trainer = client_trainer(model, train.num_classes, fed_cfg, run_cfg, negatives)
+    data = ClientData.of(train, device)
     template = [torch.zeros(sum(p.numel() for p in params), device=device)]
     if env is not None and env.rank != 0:  # a worker: serve rank 0's rounds, hold no state
         served = DistributedExecutor(trainer, data, ClientRandomness(), env, template, eval_ds.images).serve()
@@ -147,6 +161,9 @@ def train_federated(
                         provenance=release.provenance, train_users=train.num_users,
                         train_examples=train.num_examples, train_identities=train.num_classes,
                         eval_identities=eval_ds.num_classes, processes=executor.world_size)
+    if public is not None:  # public input: where the heads' extra rows came from
+        report["public_negatives"] = {"source": public.source, "identities": negatives.num_identities,
+                                      "images": public.num_examples}
     if audit is not None:  # released: the audit summary only (canaries: private/)
         report["privacy"]["audit"] = audit.finish(params, report["privacy"], run.make_private_dir())
     run.write_report(report)
@@ -208,13 +225,14 @@ def check_population(spec: PrivacySpec, train: UserDataset, audit_canaries: int)
 
 
 def client_trainer(model: torch.nn.Module, num_classes: int, fed_cfg: FederatedConfig,
-                   run_cfg: RunConfig) -> ClientTrainer | BatchedClientTrainer:
+                   run_cfg: RunConfig, negatives: PublicNegatives | None = None
+                   ) -> ClientTrainer | BatchedClientTrainer:
     """One client at a time, or ``run_cfg.client_batch`` at once (vmap); bf16 autocast on
     request. Performance only: the clients compute the same updates (to float rounding)."""
     perf = LocalPerformance(bf16=run_cfg.bf16)
     if run_cfg.client_batch == 1:
-        return ClientTrainer(model, num_classes, fed_cfg, perf)
-    return BatchedClientTrainer(model, num_classes, fed_cfg, run_cfg.client_batch, perf)
+        return ClientTrainer(model, num_classes, fed_cfg, perf, negatives)
+    return BatchedClientTrainer(model, num_classes, fed_cfg, run_cfg.client_batch, perf, negatives)
 
 
 def server_parameters(model: torch.nn.Module, fed_cfg: FederatedConfig, num_classes: int,
