@@ -176,17 +176,21 @@ def make_spec(n_users: int, fed: dict[str, Any], rounds: int) -> Any:
                        noise_multiplier=1.0, clip_norm=CLIP, rounds=rounds, mechanism=mech)
 
 
-def calibrate(spec: Any, eps: float, population: int = CAL_POP) -> float:
+def calibrate(spec: Any, eps: float, population: int = CAL_POP, accountant: str = "rdp") -> float:
     """Simulation noise multiplier z such that the run extrapolated to ``population``
-    users (default CAL_POP; z and M scaled by k) has epsilon ``eps`` (RDP)."""
+    users (default CAL_POP; z and M scaled by k) has epsilon ``eps`` under ``accountant``
+    (at ``spec.delta``, or delta = 1/N' when the spec leaves it unset)."""
     from dpemb.privacy.accounting import calibrate_noise_multiplier, extrapolate
 
-    ex = extrapolate(spec, population)
-    z_big = calibrate_noise_multiplier(ex.spec, eps, "rdp")
+    ex = extrapolate(spec, population, accountant)
+    z_big = calibrate_noise_multiplier(ex.spec, eps, accountant)
     return z_big / ex.factor
 
 
-def privacy_numbers(spec: Any) -> dict[str, Any]:
+def privacy_numbers(spec: Any, job: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Epsilon of the simulated run and of its extrapolations (RDP), the noise; for a job
+    with its own terms (``delta``, ``accountant``) also the epsilon it was calibrated to,
+    recomputed under those terms at its population (``eps_goal``, ``delta_goal``)."""
     from dpemb.privacy.accounting import epsilon_for, extrapolate
 
     if spec.nonprivate:
@@ -199,6 +203,11 @@ def privacy_numbers(spec: Any) -> dict[str, Any]:
         out[f"eps_{n}"] = ex.epsilon
         out[f"z_{n}"] = ex.noise_multiplier
         out[f"M_{n}"] = ex.clients_per_round
+    if job and ("delta" in job or "accountant" in job):
+        acc = job.get("accountant", "rdp")
+        ex = extrapolate(spec, job.get("population", CAL_POP), acc)
+        out.update(eps_goal=ex.epsilon, delta_goal=ex.delta, accountant_goal=acc, population_goal=ex.population,
+                   z_goal=ex.noise_multiplier, M_goal=ex.clients_per_round)
     return out
 
 
@@ -215,8 +224,9 @@ def run_job(job: dict[str, Any], work: str, threads: int, perf: dict[str, Any] |
 
     Optional job fields (absent in this experiment's own jobs, whose defaults they keep):
     ``z`` (an explicit simulation noise multiplier instead of calibrating ``eps``),
-    ``population`` (the extrapolated population ``eps`` is calibrated at; CAL_POP) and
-    ``noise_seed`` (noise, sampling and client randomness; 1234)."""
+    ``population`` (the extrapolated population ``eps`` is calibrated at; CAL_POP),
+    ``delta`` and ``accountant`` (the terms ``eps`` is calibrated under; delta = 1/N' and
+    RDP) and ``noise_seed`` (noise, sampling and client randomness; 1234)."""
     import torch
 
     torch.set_num_threads(threads)
@@ -263,7 +273,10 @@ def run_job(job: dict[str, Any], work: str, threads: int, perf: dict[str, Any] |
         elif job["eps"] is None:
             spec = replace(spec, noise_multiplier=0.0, nonprivate=True)
         else:
-            spec = replace(spec, noise_multiplier=calibrate(spec, job["eps"], job.get("population", CAL_POP)))
+            if job.get("delta") is not None:  # the job's own delta at every population (not 1/N')
+                spec = replace(spec, delta=job["delta"])
+            spec = replace(spec, noise_multiplier=calibrate(spec, job["eps"], job.get("population", CAL_POP),
+                                                            job.get("accountant", "rdp")))
         if job.get("clip") is not None:  # epsilon does not depend on C
             spec = replace(spec, clip_norm=job["clip"])
         if job.get("adaptive_quantile") is not None:  # after calibration: epsilon depends on the total z only
@@ -275,7 +288,8 @@ def run_job(job: dict[str, Any], work: str, threads: int, perf: dict[str, Any] |
         rep = train_federated(tr, ev, mcfg, fcfg, spec,
                               RunConfig(eval_every=job["rounds"], client_batch=client_batch, **rcfg_kw),
                               noise_seed=job.get("noise_seed", 1234), resume="auto" if resume else False,
-                              provenance=Provenance(str(data), "private"))
+                              provenance=Provenance(str(data), "private"),
+                              public=UserDataset.load(data / "public", mmap=False) if fcfg.public_negatives else None)
         rows, ips = _run_rows(out, rep)
         losses = [r["train_loss"] for r in rows if r.get("train_loss") is not None]
         norms = [r["preclip_norm_mean"] for r in rows if r.get("preclip_norm_mean") is not None]
@@ -285,7 +299,7 @@ def run_job(job: dict[str, Any], work: str, threads: int, perf: dict[str, Any] |
                    preclip_norm=float(np.mean(norms[-10:])) if norms else None,
                    head_params=tr.num_classes * EMB,
                    final_clip_norm=(rep["privacy"].get("adaptive_clipping") or {}).get("final_clip_norm"),
-                   **privacy_numbers(spec))
+                   **privacy_numbers(spec, job))
         earlier = earlier_invocations_seconds(before, _round_times(out))
         if earlier:  # a resumed run costs its earlier invocations' rounds too
             rec["seconds_this_invocation"], rec["seconds_earlier_invocations"] = time.time() - t0, earlier
@@ -421,7 +435,8 @@ def seeded_fed_job(key: str, regime: str, rounds: int, fed: dict[str, Any], knob
                    eval_split: str = "test", **fields: Any) -> dict[str, Any]:
     """A federated job from the public pretraining with an explicit run seed and noise
     seed (``run_job``'s optional fields); ``population``: the N' ``eps`` is calibrated at;
-    ``fields``: other optional job fields (``z``, ``clip``, ``adaptive_quantile``)."""
+    ``fields``: other optional job fields (``z``, ``clip``, ``adaptive_quantile``, ``delta``,
+    ``accountant``)."""
     job = dict(key=key, kind="fed", regime=regime, width=WIDTH_MAIN, init=pre_key(regime, WIDTH_MAIN),
                rounds=rounds, eps=eps, fed=fed, knobs=knobs, eval_split=eval_split, seed=seed,
                noise_seed=noise_seed)

@@ -132,25 +132,32 @@ def _pop(n: int) -> str:
 def fed_run(st: dict[str, Any], algo: str, seed: int, *, M: int = M0, eps: float | None = None,
             pop: int | None = None, z: float | None = None, tag: str = "",
             lever: tuple[str, str, dict[str, Any], dict[str, Any]] | None = None,
-            split: str = "test", rounds: int | None = None) -> dict[str, Any]:
+            split: str = "test", rounds: int | None = None,
+            terms: dict[str, Any] | None = None) -> dict[str, Any]:
     """A federated job in fedemb_glyphs' job format (run by ``fg.run_job``).
 
     ``eps`` + ``pop``: z calibrated so that the run extrapolated to ``pop`` has epsilon
     ``eps``; ``z``: an explicit noise multiplier (``tag`` names it in the key); neither:
     no noise. ``split``: where the run is scored ("validation" for choices, which the key
     names). ``rounds``: other than the plan's (part 6; epsilon is calibrated for them).
-    Identical configurations get identical keys (so they run once)."""
+    ``terms``: ``delta`` and/or ``accountant`` that ``eps`` is calibrated under instead of
+    delta = 1/N' and RDP (the key names them). Identical configurations get identical keys
+    (so they run once)."""
     rounds = rounds or st["rounds"]
     fed = {**fg.BASE_FED, **KNOBS, "algorithm": algo, "M": M, "K": st["K"],
            "max_examples_per_client": None}
     noise = "np" if eps is None and z is None else (tag if z is not None else f"e{eps:g}@{_pop(pop)}")
+    terms = dict(terms or {}) if eps is not None else {}
+    if terms:  # e.g. e2@100k-d1e-06-pld
+        noise += "".join(f"-d{terms['delta']:g}" if k == "delta" else f"-{v}" for k, v in sorted(terms.items()))
     if lever is not None:  # one of LEVERS: job fields (clip, adaptive clipping) and client/server knobs
         noise += f"/{lever[0]}"
         fed = {**fed, **lever[3]}
     key = f"scale/{algo}/K{st['K']}/M{M}/r{rounds}/{noise}/s{seed}" + ("" if split == "test" else f"/{split}")
     return fg.seeded_fed_job(key, REGIME, rounds, fed, KNOBS, eps, seed=seed, eval_split=split,
                              noise_seed=NOISE_SEED0 + SEED_STRIDE * seed, population=pop,
-                             **({"z": z} if z is not None else {}), **(lever[2] if lever is not None else {}))
+                             **({"z": z} if z is not None else {}), **(lever[2] if lever is not None else {}),
+                             **terms)
 
 
 MOONSHOT_LEVER = next(lv for lv in LEVERS if lv[0] == "arcface")
