@@ -38,8 +38,8 @@ import torch
 from torch.nn.utils import parameters_to_vector
 
 from dpemb.algorithms.config import FederatedConfig, LocalPerformance
-from dpemb.models import Backbone
 from dpemb.algorithms.public_negatives import PublicNegatives
+from dpemb.models import Backbone
 from dpemb.models.margin import head_loss, imprint_
 
 

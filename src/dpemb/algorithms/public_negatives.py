@@ -14,8 +14,8 @@ Privacy: the rows are a function of the start model (the released, noised server
 and of the public dataset alone. Each client's update stays a function of (start, public
 data, its own users' data, its own key), so adding or removing one user still changes
 one virtual client's update and the clipped sum's sensitivity is unchanged. The public
-dataset itself is NOT protected: it must hold no private user (``dpemb train`` records
-its path in the run's report as public input).
+dataset itself is NOT protected: it must hold no private user (``dpemb train`` takes the
+dataset's public split, and the run's report names its source and size as public input).
 """
 
 from __future__ import annotations
