@@ -127,16 +127,34 @@ NEGATIVES = Extra("neg", "public negatives (the 810 public identities as extra r
                   {"public_negatives": True})
 
 
-def probes(lk: Any, st: dict[str, Any]) -> list[tuple[Lever, Lever]]:
-    """(probe, the same lever without public negatives) once the final choice is decided:
-    stage 1's choice alone, with K = 8, M = 16 and with K = 4, M = 32, then the final choice."""
+class Probe(NamedTuple):
+    """A probe (a short label and its lever) and the run it is compared with."""
+    label: str
+    lever: Lever
+    against: Lever
+    against_label: str
+
+
+def probes(lk: Any, st: dict[str, Any]) -> list[Probe]:
+    """Once the final choice is decided: public negatives on stage 1's choice alone, with
+    K = 8, M = 16 and with K = 4, M = 32, and on the final choice, each against the same
+    lever without them. When they lifted stage 1's choice at K = 8 above stage 1's choice
+    itself (K = 16), the final choice with K = 8, M = 16 and public negatives too, against
+    the final choice."""
     first, best = choice(lk, st), final_choice(lk, st)
     if first is None or best is None or first is BASELINE:
         return []
     shape = {x.name: x for x in EXTRAS}
-    bases = [first, stacked(first, shape["K8M16"]), stacked(first, shape["K4M32"])]
-    bases += [best] if best not in bases else []
-    return [(stacked(b, NEGATIVES), b) for b in bases]
+    bases = [(f"stage 1's choice (K = {first.K})", first),
+             ("stage 1's choice with K = 8, M = 16", stacked(first, shape["K8M16"])),
+             ("stage 1's choice with K = 4, M = 32", stacked(first, shape["K4M32"]))]
+    bases += [] if best is first else [(f"the final choice (K = {best.K})", best)]
+    out = [Probe(label, stacked(b, NEGATIVES), b, f"{label}, no public negatives") for label, b in bases]
+    k8, r1 = lk.get(lever_job(st, out[1].lever)["key"]), lk.get(lever_job(st, first)["key"])
+    if best is not first and k8 and r1 and k8["final"] > r1["final"]:
+        out.append(Probe("the final choice with K = 8, M = 16", stacked(stacked(best, shape["K8M16"]), NEGATIVES),
+                         best, f"the final choice (K = {best.K}), no public negatives"))
+    return out
 
 
 def stacked(first: Lever, extra: Extra) -> Lever:
@@ -234,7 +252,7 @@ def jobs(st: dict[str, Any], lk: Any) -> list[dict[str, Any]]:
         return out
     out += [goal_job(st, best, s) for s in S] + [lever_job(st, best, s, "test") for s in S] + (
         [lever_job(st, best, noise=False)] if best is not BASELINE else [])
-    return out + [lever_job(st, pr) for pr, _ in probes(lk, st)]
+    return out + [lever_job(st, pr.lever) for pr in probes(lk, st)]
 
 
 # ----------------------------------------------------------------------------- the page
@@ -386,24 +404,27 @@ def goal_terms_rows(st: dict[str, Any], lk: Any, best: Lever, ref: float, need: 
 
 
 def probe_rows(st: dict[str, Any], lk: Any, found: list[str]) -> list[str]:
-    """The probes' table (``probes``): each beside the same lever without public negatives;
-    appends one finding when all have run."""
+    """The probes' table (``probes``), each beside the run it is compared with; appends one
+    finding when all have run."""
     pairs = probes(lk, st)
     if not pairs:
         return []
     L = ["", "## Probes on validation: public negatives (not in the stages yet)\n",
          (f"{NEGATIVES.what.capitalize()}: each fresh head gets one row per identity of the public split (the "
           "data of the public pretraining), imprinted under the round's start model; the rows depend on the "
-          "released model and public data only, so ε is unchanged. Seed 0, validation, the paper's δ = 1/N'.\n"),
-         "| lever | without | with public negatives | difference | noise on the average |", "|---|---|---|---|---|"]
+          "released model and public data only, so ε is unchanged. Seed 0, validation, the paper's δ = 1/N'. "
+          "The final choice is "
+          f"{final_choice(lk, st).what}.\n"),
+         "| with public negatives | validation | against | validation | difference | noise on the average |",
+         "|---|---|---|---|---|---|"]
     moves = []
-    for pr, base in pairs:
-        r, r0 = lk.get(lever_job(st, pr)["key"]), lk.get(lever_job(st, base)["key"])
+    for pr in pairs:
+        r, r0 = lk.get(lever_job(st, pr.lever)["key"]), lk.get(lever_job(st, pr.against)["key"])
         d = f"{r['final'] - r0['final']:+.3f}" if r and r0 else ""
-        L.append(f"| {base.what} | {_score(r0)} | {_score(r)} | {d} | "
+        L.append(f"| {pr.label} | {_score(r)} | {pr.against_label} | {_score(r0)} | {d} | "
                  + ("-" if r is None else f"{r['noise_on_average']:.2e}") + " |")
         if d:
-            moves.append(f"{base.what}: {r0['final']:.3f} -> {r['final']:.3f} ({d})")
+            moves.append(f"{pr.label} {r['final']:.3f} against {r0['final']:.3f} ({d})")
     if len(moves) == len(pairs):
         found.append("- **Probes, public negatives** (validation): " + "; ".join(moves) + ".")
     return L

@@ -278,12 +278,33 @@ def test_the_public_negatives_probes_follow_the_final_choice_on_validation():
     assert [(j["fed"]["K"], j["fed"]["M"]) for j in pr] == [(16, 8), (8, 16), (4, 32)]
     assert all(j["eval_split"] == "validation" and j["eps"] == 2.0 and "delta" not in j and
                j["fed"]["client_lr"] == 0.1 and j["key"].endswith("+neg/s0/validation") for j in pr)
-    for j, (probe, base) in zip(pr, ms.probes(sc.Lookup(res, {}), st)):
-        b = ms.lever_job(st, base)
+    for j, pr in zip(pr, ms.probes(sc.Lookup(res, {}), st)):
+        b = ms.lever_job(st, pr.against)
         assert {k for k in {**b["fed"], **j["fed"]} if b["fed"].get(k) != j["fed"].get(k)} == {"public_negatives"}
-    res.update(records(st, {f"{p.name}/K{p.K}": 0.9 for p, _ in ms.probes(sc.Lookup(res, {}), st)},
-                       tuple(p for p, _ in ms.probes(sc.Lookup(res, {}), st))))
+    done = tuple(pr.lever for pr in ms.probes(sc.Lookup(res, {}), st))
+    res.update(records(st, {f"{p.name}/K{p.K}": 0.9 for p in done}, done))
     lines, found = ms.page(st, sc.Lookup(res, {}), ARGS)
     assert "## Probes on validation: public negatives (not in the stages yet)\n" in lines
-    assert f"| {first.what} | 0.870 | 0.900 | +0.030 | 5.00e-03 |" in lines
+    assert "| stage 1's choice (K = 16) | 0.900 | stage 1's choice (K = 16), no public negatives | 0.870 | +0.030 " \
+           "| 5.00e-03 |" in lines
     assert any(f.startswith("- **Probes, public negatives** (validation): ") for f in found)
+
+
+def test_a_final_choice_with_smaller_clients_and_public_negatives_is_probed_once_k8_won_with_them():
+    st = full()
+    first = next(lv for lv in ms.LEVERS if lv.name == "arcface-clr0.1")
+    more = {x.name: lv for x, lv in zip(ms.EXTRAS, stage2(first.name))}
+    scores = {**ALL, "arcface-clr0.1/K16": 0.87, **{f"{lv.name}/K{lv.K}": 0.86 for lv in more.values()},
+              f"{more['ep2'].name}/K16": 0.88}
+    res = records(st, scores, tuple(more.values()))
+    best = ms.final_choice(sc.Lookup(res, {}), st)
+    assert best == more["ep2"] and len(ms.probes(sc.Lookup(res, {}), st)) == 4
+    k8 = ms.probes(sc.Lookup(res, {}), st)[1]
+    for score, n in ((0.87, 4), (0.875, 5)):  # a tie with stage 1's choice is not a win
+        res.update(records(st, {f"{k8.lever.name}/K8": score}, (k8.lever,)))
+        got = ms.probes(sc.Lookup(res, {}), st)
+        assert len(got) == n
+    last = got[-1]
+    j = ms.lever_job(st, last.lever)
+    assert (j["fed"]["K"], j["fed"]["M"], j["fed"]["local_epochs"], j["fed"]["public_negatives"]) == (8, 16, 2, True)
+    assert last.against == best and j["key"] in {x["key"] for x in ms.jobs(st, sc.Lookup(res, {}))}
