@@ -19,6 +19,8 @@ On a GPU (``--device cuda``) small clients leave the device idle one at a time:
 at once (vmap), ``--central-batch 32 256`` a centralized row per batch size, and
 ``--backbone resnet-gn --image-size 64`` the larger backbone. Ratios are against
 centralized training at the clients' local batch size (the first ``--central-batch``).
+``--public-negatives`` adds a DP-FedEmb row whose fresh heads get one row per identity
+of the glyph set's public split (the per-round imprinting of those rows is the cost).
 
     .venv/bin/python bench/bench_federated.py [--repeats 3] [--threads 1] [--no-profile]
     python bench/bench_federated.py --device cuda --clients 64 --client-batch 1 16 64 \
@@ -58,7 +60,7 @@ def data(image_size: int = 28, users: int = 300):
     ev = sp.eval
     keep = np.zeros(ev.num_examples, dtype=bool)
     keep[np.random.default_rng(0).choice(ev.num_examples, 64, replace=False)] = True
-    return sp.train, ev.select(keep, relabel=True)
+    return sp.train, ev.select(keep, relabel=True), sp.public
 
 
 @dataclass(frozen=True)
@@ -86,13 +88,14 @@ def run_central(train, ev, steps: int, out: Path, s: Setting, batch: int = BATCH
     return rep["images_per_second"]
 
 
-def run_fed(train, ev, algorithm: str, rounds: int, out: Path, s: Setting, client_batch: int = 1) -> float:
+def run_fed(train, ev, algorithm: str, rounds: int, out: Path, s: Setting, client_batch: int = 1,
+            public=None) -> float:
     spec = PrivacySpec(population=train.num_users, clients_per_round=s.clients, users_per_client=s.users_per_client,
                        noise_multiplier=0.01, clip_norm=0.3, rounds=rounds)
     fed = FederatedConfig(algorithm=algorithm, local_batch_size=BATCH, client_lr=0.05,
-                          head_lr_scale=3.0 if algorithm == "dp-fedemb" else 1.0)
+                          head_lr_scale=3.0 if algorithm == "dp-fedemb" else 1.0, public_negatives=public is not None)
     rep = train_federated(train, ev, ModelConfig(s.backbone), fed, spec, s.run(out, client_batch=client_batch),
-                          noise_seed=0)
+                          noise_seed=0, public=public)
     # the examples a round processed are a private count: the throughput is in the private diagnostics
     return [r for r in RunDir(out).read_diagnostics() if r.get("summary")][-1]["images_per_second"]
 
@@ -159,11 +162,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--central-batch", type=int, nargs="+", default=[BATCH],
                     help="centralized rows: batch sizes; the first is the ratios' base (default 32)")
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (federated local training)")
+    ap.add_argument("--public-negatives", action="store_true",
+                    help="add a DP-FedEmb row with public negatives (the public split's identities in every head)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     s = Setting(args.backbone, args.device, args.threads, args.clients, args.users_per_client, args.bf16)
     load0 = os.getloadavg()
-    train, ev = data(args.image_size, args.users)
+    train, ev, public = data(args.image_size, args.users)
     # one federated round trains about M * K * (examples per user) examples; give the
     # centralized run the same number of examples
     per_user = train.num_examples / train.num_users
@@ -171,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     central = {b: f"centralized, batch {b} (non-private)" for b in args.central_batch}
     batched = {b: "DP-FedEmb" + ("" if args.client_batch == [1] else ", one client at a time" if b == 1
                                  else f", {b} clients at once") for b in args.client_batch}
-    rates: dict[str, list[float]] = {name: [] for name in [*central.values(), *batched.values(), "DP-FedAvg"]}
+    negatives = f"DP-FedEmb, public negatives ({len(set(public.labels.tolist()))} identities)"
+    rates: dict[str, list[float]] = {name: [] for name in [*central.values(), *batched.values(), "DP-FedAvg",
+                                                           *([negatives] if args.public_negatives else [])]}
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         for b in args.central_batch:  # warm-up (and CUDA kernels' first compilation)
@@ -183,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             for b, name in batched.items():
                 rates[name].append(run_fed(train, ev, "dp-fedemb", args.rounds, t / f"e{b}-{r}", s, b))
             rates["DP-FedAvg"].append(run_fed(train, ev, "dp-fedavg", args.rounds, t / f"a{r}", s))
+            if args.public_negatives:
+                rates[negatives].append(run_fed(train, ev, "dp-fedemb", args.rounds, t / f"n{r}", s, public=public))
         prof = "" if args.no_profile else profile_fed(train, ev, args.rounds, t / "prof", s)
     load1 = os.getloadavg()
     base = statistics.median(rates[central[args.central_batch[0]]])
