@@ -308,3 +308,42 @@ def test_a_final_choice_with_smaller_clients_and_public_negatives_is_probed_once
     j = ms.lever_job(st, last.lever)
     assert (j["fed"]["K"], j["fed"]["M"], j["fed"]["local_epochs"], j["fed"]["public_negatives"]) == (8, 16, 2, True)
     assert last.against == best and j["key"] in {x["key"] for x in ms.jobs(st, sc.Lookup(res, {}))}
+
+
+def test_a_probe_that_beats_the_final_choice_on_validation_gets_test_seeds_under_goal_3s_terms():
+    st = full()
+    first = next(lv for lv in ms.LEVERS if lv.name == "arcface-clr0.1")
+    more = {x.name: lv for x, lv in zip(ms.EXTRAS, stage2(first.name))}
+    scores = {**ALL, "arcface-clr0.1/K16": 0.87, **{f"{lv.name}/K{lv.K}": 0.86 for lv in more.values()},
+              f"{more['ep2'].name}/K16": 0.88}
+    res = records(st, scores, tuple(more.values()))
+    best = ms.final_choice(sc.Lookup(res, {}), st)
+    pr = ms.probes(sc.Lookup(res, {}), st)
+    res.update(records(st, {f"{p.lever.name}/K{p.lever.K}": 0.87 for p in pr[:-1]}, tuple(p.lever for p in pr)))
+    assert ms.probe_winner(sc.Lookup(res, {}), st) is None  # one probe has not run
+    res.update(records(st, {f"{pr[-1].lever.name}/K{pr[-1].lever.K}": 0.88}, (pr[-1].lever,)))
+    assert ms.probe_winner(sc.Lookup(res, {}), st) is None  # a tie with the final choice keeps it
+    k8 = ms.probes(sc.Lookup(res, {}), st)[1]  # K = 8 with public negatives beats stage 1's choice:
+    res.update(records(st, {f"{k8.lever.name}/K8": 0.875}, (k8.lever,)))  # a fifth probe is planned
+    fifth = ms.probes(sc.Lookup(res, {}), st)[-1]
+    assert ms.probe_winner(sc.Lookup(res, {}), st) is None
+    res.update(records(st, {f"{fifth.lever.name}/K8": 0.89}, (fifth.lever,)))
+    assert ms.probe_winner(sc.Lookup(res, {}), st) == fifth.lever
+    planned = {j["key"]: j for j in ms.jobs(st, sc.Lookup(res, {}))}
+    goal = [ms.goal_job(st, fifth.lever, s) for s in range(st["headline_seeds"])]
+    assert all(j["key"] in planned and j["eval_split"] == "test" and j["delta"] == 1e-6 for j in goal)
+    assert not any(ms.lever_job(st, fifth.lever, s, "test")["key"] in planned for s in range(3))
+    for s, v in enumerate((0.90, 0.91, 0.92)):
+        res[goal[s]["key"]] = {"job": goal[s], "final": v, "seconds": 1.0, "z": 0.0802, "noise_on_average": 3e-3,
+                               "eps_goal": 2.0, "delta_goal": 1e-6, "accountant_goal": "pld", "M_goal": 348,
+                               "z_goal": 1.745}
+    for s in range(3):
+        j = fl.ref_job(st, s)
+        res[j["key"]] = {"job": j, "final": 0.95, "seconds": 1.0}
+    lines, found = ms.page(st, sc.Lookup(res, {}), ARGS)
+    text = "\n".join(lines)
+    assert "## The probes' winner on test, goal 3's terms: δ = 1e-06, PLD" in text
+    assert "| δ 1e-06, PLD | 0.0802 | 3.00e-03 | 348, 1.745 | 2.000 | 0.900, 0.910, 0.920 | 0.910 ± 0.010 | 0.958 " \
+           "| **yes** |" in text
+    assert any("with the probes' winner on validation" in f and "reached" in f and "NOT" not in f for f in found)
+    assert best != fifth.lever
