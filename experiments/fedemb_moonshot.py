@@ -15,7 +15,7 @@ validation (``probes``) try public negatives (``--public-negatives``) beside the
 probe that beats the final choice on validation (``probe_winner``) gets 3 test seeds under
 goal 3's terms too.
 
-    .venv/bin/python experiments/fedemb_moonshot.py                # full: docs/RESULTS_MOONSHOT.md (about 4 h, 2 cores)
+    .venv/bin/python experiments/fedemb_moonshot.py                # full: docs/RESULTS_MOONSHOT.md (about 5 h, 2 cores)
     .venv/bin/python experiments/fedemb_moonshot.py --quick        # smoke test (about 20 tiny runs, 4 CPU-minutes)
     .venv/bin/python experiments/fedemb_moonshot.py --report-only  # rewrite the page from results
 

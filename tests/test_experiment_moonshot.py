@@ -290,13 +290,19 @@ def test_the_public_negatives_probes_follow_the_final_choice_on_validation():
     assert any(f.startswith("- **Probes, public negatives** (validation): ") for f in found)
 
 
-def test_a_final_choice_with_smaller_clients_and_public_negatives_is_probed_once_k8_won_with_them():
-    st = full()
+def ep2_final_records(st: dict) -> tuple[dict, dict]:
+    """Validation records where stage 1 chose client lr 0.1 and stage 2 added 2 local epochs
+    (the final choice: no other change beat it), and stage 2's levers by extra."""
     first = next(lv for lv in ms.LEVERS if lv.name == "arcface-clr0.1")
     more = {x.name: lv for x, lv in zip(ms.EXTRAS, stage2(first.name))}
     scores = {**ALL, "arcface-clr0.1/K16": 0.87, **{f"{lv.name}/K{lv.K}": 0.86 for lv in more.values()},
               f"{more['ep2'].name}/K16": 0.88}
-    res = records(st, scores, tuple(more.values()))
+    return records(st, scores, tuple(more.values())), more
+
+
+def test_a_final_choice_with_smaller_clients_and_public_negatives_is_probed_once_k8_won_with_them():
+    st = full()
+    res, more = ep2_final_records(st)
     best = ms.final_choice(sc.Lookup(res, {}), st)
     assert best == more["ep2"] and len(ms.probes(sc.Lookup(res, {}), st)) == 4
     k8 = ms.probes(sc.Lookup(res, {}), st)[1]
@@ -312,11 +318,7 @@ def test_a_final_choice_with_smaller_clients_and_public_negatives_is_probed_once
 
 def test_a_probe_that_beats_the_final_choice_on_validation_gets_test_seeds_under_goal_3s_terms():
     st = full()
-    first = next(lv for lv in ms.LEVERS if lv.name == "arcface-clr0.1")
-    more = {x.name: lv for x, lv in zip(ms.EXTRAS, stage2(first.name))}
-    scores = {**ALL, "arcface-clr0.1/K16": 0.87, **{f"{lv.name}/K{lv.K}": 0.86 for lv in more.values()},
-              f"{more['ep2'].name}/K16": 0.88}
-    res = records(st, scores, tuple(more.values()))
+    res, more = ep2_final_records(st)
     best = ms.final_choice(sc.Lookup(res, {}), st)
     pr = ms.probes(sc.Lookup(res, {}), st)
     res.update(records(st, {f"{p.lever.name}/K{p.lever.K}": 0.87 for p in pr[:-1]}, tuple(p.lever for p in pr)))
