@@ -349,3 +349,57 @@ def test_a_probe_that_beats_the_final_choice_on_validation_gets_test_seeds_under
            "| **yes** |" in text
     assert any("with the probes' winner on validation" in f and "reached" in f and "NOT" not in f for f in found)
     assert best != fifth.lever
+
+
+def winner_records(st: dict) -> tuple[dict, "ms.Lever"]:
+    """Records where every probe has run and the last (the final choice with K = 8 and public
+    negatives) beat the final choice on validation, with the centralized reference."""
+    res, _ = ep2_final_records(st)
+    pr = ms.probes(sc.Lookup(res, {}), st)
+    res.update(records(st, {f"{p.lever.name}/K{p.lever.K}": 0.875 for p in pr}, tuple(p.lever for p in pr)))
+    won = ms.probes(sc.Lookup(res, {}), st)[-1].lever
+    res.update(records(st, {f"{won.name}/K8": 0.89}, (won,)))
+    assert ms.probe_winner(sc.Lookup(res, {}), st) == won
+    for s in range(3):
+        j = fl.ref_job(st, s)
+        res[j["key"]] = {"job": j, "final": 0.95, "seconds": 1.0}
+    return res, won
+
+
+def goal_records(st: dict, lv: "ms.Lever", scores: tuple) -> dict:
+    out = {}
+    for s, v in enumerate(scores):
+        j = ms.goal_job(st, lv, s)
+        out[j["key"]] = {"job": j, "final": v, "seconds": 1.0, "z": 0.1, "noise_on_average": 4e-3, "eps_goal": 2.0,
+                         "delta_goal": 1e-6, "accountant_goal": "pld", "M_goal": 348, "z_goal": 2.3}
+    return out
+
+
+def test_the_follow_up_gives_the_winner_twice_the_rounds_and_its_test_seeds_count_only_if_validation_chooses_it():
+    st = full()
+    res, won = winner_records(st)
+    fu = ms.follow_up(sc.Lookup(res, {}), st)
+    j, jw = ms.lever_job(st, fu), ms.lever_job(st, won)
+    assert j["rounds"] == 2 * jw["rounds"] == 1200 and j["eval_split"] == "validation" and j["eps"] == 2.0
+    assert {k for k in {**jw["fed"], **j["fed"]} if jw["fed"].get(k) != j["fed"].get(k)} <= {"rounds"}
+    assert (j["fed"]["K"], j["fed"]["M"], j["fed"]["public_negatives"]) == (8, 16, True)
+    planned = {x["key"] for x in ms.jobs(st, sc.Lookup(res, {}))}
+    goal = [ms.goal_job(st, fu, s) for s in range(3)]
+    assert j["key"] in planned and all(g["key"] in planned and g["rounds"] == 1200 and g["delta"] == 1e-6
+                                       for g in goal)
+    assert not ms.follow_up_chosen(sc.Lookup(res, {}), st)  # its validation run has not finished
+    res.update(goal_records(st, won, (0.90, 0.90, 0.90)))
+    res.update(goal_records(st, fu, (0.91, 0.92, 0.93)))
+    for v, chosen in ((0.89, False), (0.895, True)):  # a tie keeps the winner
+        res.update(records(st, {f"{fu.name}/K8": v}, (fu,)))
+        assert ms.follow_up_chosen(sc.Lookup(res, {}), st) is chosen
+        lines, found = ms.page(st, sc.Lookup(res, {}), ARGS)
+        text = "\n".join(lines)
+        assert "## Follow-up: the probes' winner with twice the rounds" in text
+        row = "| δ 1e-06, PLD | 0.1000 | 4.00e-03 | 348, 2.300 | 2.000 | 0.910, 0.920, 0.930 | 0.920 ± 0.010 | 0.968 | "
+        assert row + ("**yes** |" if chosen else "not chosen |") in text
+        verdicts = [f for f in found if "with the follow-up chosen on validation" in f]
+        assert len(verdicts) == chosen and all("reached" in f and "NOT" not in f for f in verdicts)
+        assert chosen or any("not chosen, so its test seeds give no verdict" in f for f in found)
+        # the winner's own verdict stays on the page either way
+        assert any("with the probes' winner on validation" in f and "NOT reached" in f for f in found)
