@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 NormFactory = Callable[[int], nn.Module]
 
@@ -109,6 +110,30 @@ def make_divisible(value: float, divisor: int = 8) -> int:
     if new < 0.9 * value:
         new += divisor
     return new
+
+
+class StridedPointwiseConv2d(nn.Conv2d):
+    """A 1x1 convolution with a stride, computed as a stride-1 1x1 convolution of the
+    strided pixels ``x[:, :, ::s, ::s]``: the same numbers (a 1x1 kernel without
+    padding reads exactly those pixels), the same parameter (``weight`` of shape
+    ``(cout, cin, 1, 1)``, so state dicts are unchanged), and no strided 1x1 convolution
+    ever reaches PyTorch's CPU backend.
+
+    Why: oneDNN's strided 1x1 backward_weights (its "rtus" path, up to at least v3.12,
+    the version in torch 2.13) writes past a per-thread workspace when the input is
+    channels-last and has fewer channels than the ISA's block (8 on AVX2, 16 on
+    AVX-512): heap corruption, a crash, a hang, or silently wrong weight gradients
+    (uxlfoundation/oneDNN#6035; the map is ``tools/onednn_conv_map.py``, the story
+    docs/SCALE.md). A grayscale batch makes every activation channels-last, and
+    ResNet-GN's first strided shortcut has 8 input channels at width 0.25.
+    """
+
+    def __init__(self, cin: int, cout: int, stride: int, *, bias: bool = False):
+        super().__init__(cin, cout, 1, stride=stride, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        sh, sw = self.stride
+        return F.conv2d(x[:, :, ::sh, ::sw], self.weight, self.bias)
 
 
 def group_norm_factory(groups: int, where: str) -> NormFactory:

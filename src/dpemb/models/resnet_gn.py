@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from .base import Backbone, NormFactory, group_norm_factory, make_divisible
+from .base import Backbone, NormFactory, StridedPointwiseConv2d, group_norm_factory, make_divisible
 
 STAGE_WIDTHS = (32, 64, 128, 256)
 STAGE_STRIDES = (1, 2, 2, 2)
@@ -31,8 +31,8 @@ class BasicBlock(nn.Module):
         self.act = nn.ReLU()
         self.shortcut: nn.Module
         if stride != 1 or cin != cout:
-            self.shortcut = nn.Sequential(
-                nn.Conv2d(cin, cout, 1, stride=stride, bias=False), norm(cout))
+            # not nn.Conv2d(cin, cout, 1, stride=stride): see StridedPointwiseConv2d
+            self.shortcut = nn.Sequential(StridedPointwiseConv2d(cin, cout, stride), norm(cout))
         else:
             self.shortcut = nn.Identity()
 
