@@ -196,3 +196,26 @@ def test_spec_defaults_and_fingerprint():
     for change in ({"noise_multiplier": 1.1}, {"clip_norm": 2.0}, {"rounds": 2}, {"delta": 1e-4},
                    {"users_per_client": 2}, {"sampling": "fixed", "relation": None}):
         assert replace(a, **change).fingerprint() != a.fingerprint()
+
+
+def test_memoised_epsilons_equal_a_fresh_dp_accounting_computation():
+    """compute_epsilon and the shared curves memoise on their exact inputs: a repeated
+    question gets dp_accounting's own answer, a changed one is computed anew."""
+    from dpemb.privacy.events import epsilon_curve
+
+    spec = spec_q(40, 5_000, 0.9, 300, delta=1e-6)
+    q = spec.sampling_rate
+    for accountant, fresh in (("rdp", RdpAccountant(list(DEFAULT_RDP_ORDERS))),
+                              ("pld", PLDAccountant(value_discretization_interval=1e-3))):
+        fresh.compose(dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(0.9)), 300))
+        want = fresh.get_epsilon(1e-6)
+        assert epsilon_for(spec, accountant) == epsilon_for(spec, accountant) == pytest.approx(want, rel=1e-9)
+        assert epsilon_for(replace(spec, noise_multiplier=0.99), accountant) < want  # not served from the memo
+        assert epsilon_for(replace(spec, delta=1e-5), accountant) < want
+    assert epsilon_curve(spec, "rdp") is epsilon_curve(replace(spec), "rdp")  # equal specs share one curve
+    assert epsilon_curve(spec, "rdp") is not epsilon_curve(replace(spec, rounds=301), "rdp")
+    assert epsilon_curve(spec, "rdp")(300) == pytest.approx(epsilon_for(spec, "rdp"), rel=1e-9)
+    # a composed event holds a list (unhashable): computed each time, still right
+    composed = dpa.ComposedDpEvent([dpa.GaussianDpEvent(1.0), dpa.GaussianDpEvent(2.0)])
+    single = dpa.GaussianDpEvent(1.0 / math.sqrt(1.0 + 0.25))  # the same Gaussian mechanism
+    assert compute_epsilon(composed, 1e-5, "pld") == pytest.approx(compute_epsilon(single, 1e-5, "pld"), rel=1e-3)

@@ -308,7 +308,7 @@ def _plot(rows: list[dict[str, Any]], path: str, accountants: tuple[str, ...]) -
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from dpemb.privacy import EpsilonCurve, supported_accountants
+    from dpemb.privacy.events import epsilon_curve, supported_accountants
     from dpemb.privacy.relations import describe_relation
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -321,7 +321,7 @@ def _plot(rows: list[dict[str, Any]], path: str, accountants: tuple[str, ...]) -
                 continue
             n = 200 if acc == "rdp" else 30
             ts = np.unique(np.geomspace(1, spec.rounds, n).round().astype(int))
-            curve = EpsilonCurve(spec, acc)
+            curve = epsilon_curve(spec, acc)
             ax.plot(ts, [curve(int(t)) for t in ts], "-" if acc == "rdp" else "--", color=f"C{i}",
                     label=f"{label} ({acc.upper()})")
     first = rows[0]["_spec"]

@@ -25,10 +25,10 @@ from typing import Any, Callable
 from dpemb.privacy._checks import positive_finite, positive_int
 from dpemb.privacy.delta import is_large_delta
 from dpemb.privacy.events import (
-    EpsilonCurve,
     _check_accountant,
     _check_delta,
     compute_epsilon,
+    epsilon_curve,
     epsilon_for,
     gaussian_releases_event,
 )
@@ -109,7 +109,7 @@ def max_rounds(spec: PrivacySpec, epsilon_budget: float, accountant: str = "rdp"
     budget = positive_finite("epsilon budget", epsilon_budget)
     if spec.nonprivate:
         return 0
-    curve = EpsilonCurve(spec, accountant)
+    curve = epsilon_curve(spec, accountant)
     if curve(1) > budget:
         return 0
     lo, hi = 1, 2

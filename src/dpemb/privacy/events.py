@@ -23,6 +23,7 @@ unit is one round (poisson, fixed), one epoch's Gaussian (epoch) or one unit of 
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable
 
@@ -200,6 +201,19 @@ def compute_epsilon(
     """
     delta = _check_delta(delta)
     relation = _infer_relation(event) if relation is None else relation
+    try:
+        hash(event)  # a ComposedDpEvent holds a list: computed every time
+    except TypeError:
+        return _epsilon_of.__wrapped__(event, delta, accountant, relation, pld_discretization)
+    return _epsilon_of(event, delta, accountant, relation, pld_discretization)
+
+
+@functools.lru_cache(maxsize=4096)
+def _epsilon_of(event: dp_accounting.DpEvent, delta: float, accountant: str, relation: Relation,
+                pld_discretization: float) -> float:
+    """``compute_epsilon``'s computation, memoised on its exact arguments: the same event
+    at the same delta is one dp_accounting computation per process (a run's report,
+    its resume and a calibration ask for the same ones again)."""
     acc = make_accountant(accountant, relation, pld_discretization)
     if not acc.supports(event):
         raise UnsupportedAccountantError(
@@ -302,6 +316,14 @@ class EpsilonCurve:
             else:
                 self._memo[t] = self._pld_epsilon(t)
         return self._memo[t]
+
+
+@functools.lru_cache(maxsize=64)
+def epsilon_curve(spec: PrivacySpec, accountant: str = "rdp",
+                  pld_discretization: float = PLD_DISCRETIZATION) -> EpsilonCurve:
+    """The process's one ``EpsilonCurve`` for (spec, accountant): every ledger, calibration
+    and report of the same spec shares its memo (the spec is frozen, so is the curve)."""
+    return EpsilonCurve(spec, accountant, pld_discretization)
 
 
 # ---------------------------------------------------------------------- full-batch releases

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from dpemb.privacy.events import EpsilonCurve, UnsupportedAccountantError, supported_accountants
+from dpemb.privacy.events import EpsilonCurve, UnsupportedAccountantError, epsilon_curve, supported_accountants
 from dpemb.privacy.spec import PrivacySpec
 from dpemb.privacy.statements import describe_epsilon, describe_mechanism
 
@@ -58,7 +58,7 @@ class PrivacyLedger:
 
     def _curve(self, accountant: str) -> EpsilonCurve:
         if accountant not in self._curves:
-            self._curves[accountant] = EpsilonCurve(self.spec, accountant)
+            self._curves[accountant] = epsilon_curve(self.spec, accountant)
         return self._curves[accountant]
 
     def epsilon(self, accountant: str = "rdp") -> float:
