@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import dpemb  # noqa: F401  (before torch: dpemb sets the OpenMP wait policy, dpemb.openmp)
 import numpy as np
 import pytest
 import torch
