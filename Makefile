@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
+# pytest-xdist workers for `make test` (2 on the 2-core CI machine: about 4.5 min)
+WORKERS ?= 2
 PIP     = $(VENV)/bin/pip
 STAMP   = $(VENV)/.installed-stamp
 WEIGHTS = $(VENV)/.weights-stamp
@@ -36,10 +38,10 @@ demo: $(STAMP) $(WEIGHTS)
 	$(PY) -m dpemb.cli.demo --out runs/demo
 
 test: $(STAMP) $(WEIGHTS)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal
 
 test-slow: $(STAMP) $(WEIGHTS)
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal -m slow
 
 bench: $(STAMP) $(WEIGHTS)
 	for f in bench/bench_*.py; do $(PY) $$f || exit 1; done

@@ -24,11 +24,14 @@ if torch.cuda.is_available():
     torch.backends.cudnn.benchmark = False
     torch.use_deterministic_algorithms(True, warn_only=True)
 
-# Under pytest-xdist every worker would start one torch thread per core: 15 workers on 16
-# cores ran 240 threads and tests hit their timeouts. One thread per worker instead (2 per
-# worker crashed the H100 machine's torch 2.11.0+cu130 in oneDNN: docs/SCALE.md).
-if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
-    torch.set_num_threads(1)
+# Under pytest-xdist every worker starts torch's default threads (one per core). `make test`
+# runs 2 workers: on 2 cores that is 4 threads, which sleep when idle (dpemb.openmp), and
+# the suite took 263 s against 260 s with 1 thread per worker, so the workers keep the
+# default threads that users run with. Many workers on many cores (15 x 16 = 240 threads
+# on the GPU machine hit the timeouts) are held to cores // workers threads each.
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _workers * torch.get_num_threads() > 2 * (os.cpu_count() or 1):
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // _workers))
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

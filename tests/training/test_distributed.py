@@ -1,8 +1,8 @@
 """torch.distributed training (2 processes, gloo on loopback) against one process.
 
-Every test starts real processes (``tests/training/dist_ranks.py``), as torchrun does
-(about 10-20 s each on 2 cores; DP-FTRL, 1 -> 2 resume and real torchrun restarts:
-``make test-slow``):
+Every test starts real processes (``tests/training/dist_ranks.py``: forked from a server
+that imported torch and dpemb once, 3-5 s a test on 2 cores after the first) or real
+torchrun (the restart, about 30 s); DP-FTRL and 1 -> 2 resume run in ``make test-slow``:
 the same model, epsilon and metrics as one process; noise drawn once per round whatever
 the world size (and a planted per-rank draw rejected); resume across world sizes; a
 killed rank stops the job with a clear error and an intact checkpoint to resume from.
