@@ -6,7 +6,7 @@ backbones never ask PyTorch for a strided 1x1 convolution (``StridedPointwiseCon
 The children run with 2 torch threads and glibc's heap checks (``MALLOC_CHECK_=3``) and
 fail the test if they die by any signal, hang, or compute other gradients than a float64
 computation without oneDNN. On this project's AVX2 machines the bare ``nn.Conv2d`` dies
-or hangs on the class's shapes (input channels 1-4; see tools/onednn_conv_map.py); on
+or hangs on the class's shapes (2 or 4 input channels; see tools/onednn_conv_map.py); on
 AVX-512 ResNet-GN's own shortcut (8 input channels at width 0.25) is in the class.
 """
 
