@@ -13,7 +13,7 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from dpemb.privacy.events import EpsilonCurve, UnsupportedAccountantError, epsilon_curve, supported_accountants
+from dpemb.privacy.events import UnsupportedAccountantError, epsilon_curve, supported_accountants
 from dpemb.privacy.spec import PrivacySpec
 from dpemb.privacy.statements import describe_epsilon, describe_mechanism
 
@@ -31,7 +31,6 @@ class PrivacyLedger:
         self.spec = spec
         self._rounds = 0
         self._entries: list[dict[str, Any]] = []
-        self._curves: dict[str, EpsilonCurve] = {}
 
     @property
     def rounds(self) -> int:
@@ -56,11 +55,6 @@ class PrivacyLedger:
                 "fingerprint": self.spec.fingerprint(),
             })
 
-    def _curve(self, accountant: str) -> EpsilonCurve:
-        if accountant not in self._curves:
-            self._curves[accountant] = epsilon_curve(self.spec, accountant)
-        return self._curves[accountant]
-
     def epsilon(self, accountant: str = "rdp") -> float:
         """Epsilon at ``spec.resolved_delta`` for the rounds composed so far (inf if non-private)."""
         return self.epsilon_after(self._rounds, accountant)
@@ -73,7 +67,7 @@ class PrivacyLedger:
                 f"sampling with {self.spec.mechanism} noise; use "
                 f"{' or '.join(a.upper() for a in supported_accountants(self.spec))}"
             )
-        return self._curve(accountant)(rounds)
+        return epsilon_curve(self.spec, accountant)(rounds)
 
     def describe(self, accountant: str = "rdp") -> str:
         """The current guarantee as a sentence naming accountant, delta, unit and relation."""
