@@ -258,8 +258,7 @@ def run_job(job: dict[str, Any], work: str, threads: int, perf: dict[str, Any] |
                                                           loss=job.get("loss", "softmax")),
                                 RunConfig(eval_every=steps, **rcfg_kw),
                                 provenance=Provenance(str(data), "public" if job["kind"] == "pretrain" else "private"))
-        rec.update(final=rep["final"][METRIC], initial=(rep.get("initial") or {}).get(METRIC),
-                   images_per_second=_run_rows(out, rep)[1])
+        rec.update(final=rep["final"][METRIC], initial=(rep.get("initial") or {}).get(METRIC))
     else:
         from dpemb.algorithms.config import FederatedConfig
         from dpemb.training.federated import train_federated
@@ -290,11 +289,10 @@ def run_job(job: dict[str, Any], work: str, threads: int, perf: dict[str, Any] |
                               noise_seed=job.get("noise_seed", 1234), resume="auto" if resume else False,
                               provenance=Provenance(str(data), "private"),
                               public=UserDataset.load(data / "public", mmap=False) if fcfg.public_negatives else None)
-        rows, ips = _run_rows(out, rep)
+        rows = _run_rows(out)
         losses = [r["train_loss"] for r in rows if r.get("train_loss") is not None]
         norms = [r["preclip_norm_mean"] for r in rows if r.get("preclip_norm_mean") is not None]
         rec.update(final=rep["final"][METRIC], initial=rep["initial"].get(METRIC),
-                   images_per_second=ips,
                    final_loss=float(np.mean(losses[-10:])) if losses else None,
                    preclip_norm=float(np.mean(norms[-10:])) if norms else None,
                    head_params=tr.num_classes * EMB,
@@ -328,18 +326,15 @@ def earlier_invocations_seconds(before: list[tuple[int, float]], after: list[tup
     return float(sum(sec for rnd, sec in after if (rnd, sec) in kept))
 
 
-def _run_rows(out: Path, rep: dict[str, Any]) -> tuple[list[dict[str, Any]], float | None]:
+def _run_rows(out: Path) -> list[dict[str, Any]]:
     """The per-round records of a finished run (released metrics.jsonl and, where the
     trainer keeps them apart, its private diagnostics: this experiment reads its own run
-    folders) and the throughput."""
+    folders into its work records, which the public export and the pages filter)."""
     rows: list[dict[str, Any]] = []
     for f in (out / "metrics.jsonl", out / "private" / "diagnostics.jsonl"):
         if f.is_file():
             rows += [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
-    ips = rep.get("images_per_second")
-    if ips is None:
-        ips = next((r["images_per_second"] for r in reversed(rows) if r.get("images_per_second")), None)
-    return rows, ips
+    return rows
 
 
 def run_all(jobs: list[dict[str, Any]], results: dict[str, Any], work: Path, nproc: int,
@@ -766,18 +761,17 @@ def write_report(results: dict[str, Any], regs: dict[str, Any], work: Path, docs
               "result; re-run it by deleting its entry from results.json).")
         w("")
         # details
-        w("<details><summary>every run of this regime (noise, epsilons, and the PRIVATE diagnostics "
-          "'pre-clip norm' and 'loss', shown here only because the users are synthetic)</summary>\n")
+        w("<details><summary>every run of this regime (noise, epsilons; 's': its training seconds, benchmark "
+          "timing on the built-in synthetic data)</summary>\n")
         w("| run | z (sim) | noise/avg | eps at N (delta 1/(10N)) | eps 1M | eps 10M | init score | final | "
-          "pre-clip norm | loss | s |\n|---|---|---|---|---|---|---|---|---|---|---|")
+          "s |\n|---|---|---|---|---|---|---|---|---|")
         for k in sorted(fed):
             v = fed[k]
             if v["job"]["regime"] != name:
                 continue
             w(f"| `{k.split('/', 1)[1]}` | {_f(v.get('z'), 4)} | {_f(v.get('noise_on_average'))} | "
               f"{_f(v.get('eps_sim'))} | {_f(v.get('eps_1000000'))} | {_f(v.get('eps_10000000'))} | "
-              f"{_f(v.get('initial'))} | {_f(v['final'])} | {_f(v.get('preclip_norm'))} | "
-              f"{_f(v.get('final_loss'), 2)} | {v.get('seconds', 0):.0f} |")
+              f"{_f(v.get('initial'))} | {_f(v['final'])} | {v.get('seconds', 0):.0f} |")
         w("\n</details>\n")
         # tolerated noise at equal utility
         curves = {}
@@ -932,7 +926,7 @@ reference's Glorot-uniform head scores 0.538 (face-like) and 0.000 (handwriting-
 collapsed embedding) on validation, against 0.666 and 0.233 for the zero head; dpemb's
 default is `--head-init zeros`. With it a client with a single local step sends a zero
 delta, which is why DP-FedEmb K = 1 in the face-like regime (8 examples, one step) does
-not move from the pretrained score (0.648, pre-clip norm 0).
+not move from the pretrained score (0.648; its clients' deltas are zero by construction).
 
 **Face-like regime (the paper's setting).**
 - At equal epsilon (1M users) DP-FedEmb holds its no-noise score far longer: 0.672 (no

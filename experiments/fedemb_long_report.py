@@ -364,7 +364,7 @@ def write_outputs(st: dict[str, Any], results: dict[str, Any], timing: dict[str,
 
     keys = {j["key"] for j in fl.jobs(st)}
     data = pub.merge(pub.load(export), {k: v for k, v in results.items() if k in keys}, timing,
-                     context_of(results, info), ABOUT)
+                     context_of(results, info), ABOUT, synthetic=True)  # the glyph benchmark
     pub.write(export, data)
     img = doc.parent / "img"
     img.mkdir(parents=True, exist_ok=True)

@@ -559,7 +559,8 @@ def write_outputs(st: dict[str, Any], results: dict[str, Any], timing: dict[str,
     refs = {j["key"] for j in planned if j["kind"] == "central"}
     mine = {k: v for k, v in results.items() if k in {j["key"] for j in planned}}
     base = {k: v for k, v in {**mine, **long_runs}.items() if k in refs}
-    data = pub.merge(earlier, {k: v for k, v in mine.items() if k not in refs}, timing, {}, ABOUT, base)
+    data = pub.merge(earlier, {k: v for k, v in mine.items() if k not in refs}, timing, {}, ABOUT, base,
+                     synthetic=True)  # the glyph benchmark
     pub.write(export, data)
     L, found = page(st, sc.Lookup(data["runs"], data["base"]), args)
     atomic_write_text(doc, "\n".join(L))

@@ -574,7 +574,7 @@ def main() -> int:
     reused_keys = (fg.pre_key(REGIME, fg.WIDTH_MAIN), central_job(st, 0)["key"])
     info = load_json(work / "data" / REGIME / "info.json") or None
     data = pub.merge(pub.load(export), results, timing, {"info": info}, EXPORT_ABOUT,
-                     base={k: base[k] for k in reused_keys if k in base})
+                     base={k: base[k] for k in reused_keys if k in base}, synthetic=True)  # the glyph benchmark
     if not data["runs"] or not data["context"].get("info"):
         sys.exit(f"no finished runs in {work} nor in {export}: run without --report-only first")
     pub.write(export, data)
