@@ -17,6 +17,7 @@ fg = importlib.import_module("fedemb_glyphs")
 sc = importlib.import_module("fedemb_scale")
 fl = importlib.import_module("fedemb_long")
 pub = importlib.import_module("public_results")
+scope_note = importlib.import_module("epsilon_scope").scope_note
 
 ABOUT = ("Public numbers of docs/RESULTS_LONG.md (experiments/fedemb_long.py): run records without the "
          "private training diagnostics. `fedemb_long.py --report-only` rewrites the page from it.")
@@ -301,6 +302,14 @@ def knobs_text(st: dict[str, Any]) -> str:
             f"to {k['head_init']}, head lr scale {k['head_lr_scale']:g}, {sc.MOONSHOT_LEVER[1]}")
 
 
+def scope(st: dict[str, Any], lk: sc.Lookup, users: int | None) -> str:
+    """What the page's ε covers (epsilon_scope), from the records it reads."""
+    cells = " and ".join(f"{e:g} at {sc._pop(n)} users" for n, e in fl.cells(st))
+    return scope_note([*lk.mine.values(), *lk.base.values()], users=users,
+                      headline=f"Every ε here (ε {cells})", source="`eps_sim` in docs/data/long_results.json",
+                      earlier="; the other knobs came from the tuning of RESULTS_SCALE.md and RESULTS_FEDEMB.md")
+
+
 def page(st: dict[str, Any], lk: sc.Lookup, context: dict[str, Any], img: Path,
          args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """The page's lines and its findings."""
@@ -310,6 +319,7 @@ def page(st: dict[str, Any], lk: sc.Lookup, context: dict[str, Any], img: Path,
          (f"Produced by `{command(args)}` from the repository root. The public numbers are in "
           "`docs/data/long_results.json` (a fresh clone rewrites this page from them with `--report-only`); "
           "the full run records, with private training diagnostics, stay in the work folder.\n"),
+         scope(st, lk, users) + "\n",
          "## Protocol\n",
          ("- **Same as [RESULTS_SCALE.md](RESULTS_SCALE.md)**: the face-like glyph data "
           f"({'?' if users is None else f'{users:,}'} private training users), the public start (width-0.25 "
@@ -368,7 +378,8 @@ def write_outputs(st: dict[str, Any], results: dict[str, Any], timing: dict[str,
     pub.write(export, data)
     img = doc.parent / "img"
     img.mkdir(parents=True, exist_ok=True)
-    L, found = page(st, sc.Lookup(data["runs"], {}), data["context"], img, args)
+    lk = sc.Lookup(data["runs"], {})
+    L, found = page(st, lk, data["context"], img, args)
     atomic_write_text(doc, "\n".join(L) + "\n")
     print(f"wrote {doc}")
     if doc.resolve() == fl.REAL_DOC.resolve():
@@ -385,4 +396,4 @@ def write_outputs(st: dict[str, Any], results: dict[str, Any], timing: dict[str,
              f"{fl.ref_steps(st)} steps, {st['headline_seeds']} seeds each; Recall@FAR=1e-3 on the test split; "
              "epsilon RDP, extrapolated, user-level, add/remove, delta = 1/N'. "
              "Details: [RESULTS_LONG.md](RESULTS_LONG.md).\n"),
-            *goal_table, *lever_tables, "", *found]))
+            scope(st, lk, data["context"].get("train_users")) + "\n", *goal_table, *lever_tables, "", *found]))

@@ -43,6 +43,7 @@ fg = importlib.import_module("fedemb_glyphs")
 sc = importlib.import_module("fedemb_scale")
 fl = importlib.import_module("fedemb_long")
 pub = importlib.import_module("public_results")
+scope_note = importlib.import_module("epsilon_scope").scope_note
 
 CELL = (sc.LEVER_POP, sc.LEVER_EPS)  # (N', epsilon) = (100k, 2): issue #11 goal 3
 # goal 3's own terms: delta 1e-6 at 100k users (stricter than the paper's delta = 1/N' =
@@ -323,8 +324,18 @@ def validation_rows(st: dict[str, Any], lk: Any, levers: tuple[Lever, ...],
     return L
 
 
-def page(st: dict[str, Any], lk: Any, args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    """The page's lines and its findings."""
+def scope(st: dict[str, Any], lk: Any, users: int | None) -> str:
+    """What the page's ε covers (epsilon_scope), from the records it reads."""
+    n, e = CELL
+    return scope_note([*lk.mine.values(), *lk.base.values()], users=users,
+                      headline=f"ε {e:g} at {sc._pop(n)} users",
+                      source="`eps_sim` in docs/data/moonshot_results.json",
+                      earlier="; the baseline's knobs came from the tuning of RESULTS_SCALE.md and RESULTS_FEDEMB.md")
+
+
+def page(st: dict[str, Any], lk: Any, args: argparse.Namespace,
+         users: int | None = None) -> tuple[list[str], list[str]]:
+    """The page's lines and its findings (``users``: the simulated training users)."""
     S, R, (n, e) = st["headline_seeds"], rounds(st), CELL
     ref = sc.stats(lk.seeds(lambda s: fl.ref_job(st, s), S))
     need = GOAL3_TARGET * ref[0]
@@ -332,6 +343,7 @@ def page(st: dict[str, Any], lk: Any, args: argparse.Namespace) -> tuple[list[st
     L = ["# The moonshot: DP-FedEmb at 100k users, ε 2 (issue #11, goal 3)\n",
          (f"Produced by `{command(args)}` from the repository root; the public numbers are in "
           "`docs/data/moonshot_results.json`.\n"),
+         scope(st, lk, users) + "\n",
          "## Protocol\n",
          (f"- **Baseline**: RESULTS_SCALE.md part 6 at {sc._pop(n)} users, ε {e:g} (δ = 1/N', RDP, user-level, "
           f"add/remove one user, the paper's extrapolation): DP-FedEmb with ArcFace, K = {BASELINE.K}, "
@@ -554,7 +566,8 @@ def write_outputs(st: dict[str, Any], results: dict[str, Any], timing: dict[str,
 
     export = doc.parent / "data" / RESULTS_FILE
     earlier = pub.load(export)
-    long_runs = pub.load(doc.parent / "data" / fl.RESULTS_FILE).get("runs", {})
+    long_export = pub.load(doc.parent / "data" / fl.RESULTS_FILE)
+    long_runs, users = long_export.get("runs", {}), long_export.get("context", {}).get("train_users")
     planned = jobs(st, sc.Lookup(results, earlier.get("runs", {})))  # the test seeds once validation chose
     refs = {j["key"] for j in planned if j["kind"] == "central"}
     mine = {k: v for k, v in results.items() if k in {j["key"] for j in planned}}
@@ -562,7 +575,8 @@ def write_outputs(st: dict[str, Any], results: dict[str, Any], timing: dict[str,
     data = pub.merge(earlier, {k: v for k, v in mine.items() if k not in refs}, timing, {}, ABOUT, base,
                      synthetic=True)  # the glyph benchmark
     pub.write(export, data)
-    L, found = page(st, sc.Lookup(data["runs"], data["base"]), args)
+    lk = sc.Lookup(data["runs"], data["base"])
+    L, found = page(st, lk, args, users)
     atomic_write_text(doc, "\n".join(L))
     print(f"wrote {doc}")
     if doc.resolve() == REAL_DOC.resolve():
@@ -580,7 +594,7 @@ def write_outputs(st: dict[str, Any], results: dict[str, Any], timing: dict[str,
             "## Issue #11 goal 3, the moonshot: 100k users, ε 2\n",
             (f"`{command(args)}`: one lever at a time against part 6's DP-FedEmb, scored on validation (seed 0), "
              "then one more change at a time on top of the best; the best of all gets test seeds. Details: "
-             "[RESULTS_MOONSHOT.md](RESULTS_MOONSHOT.md).\n"), *blocks[0], *stage2, *tail, "", *found]))
+             "[RESULTS_MOONSHOT.md](RESULTS_MOONSHOT.md).\n"), scope(st, lk, users) + "\n", *blocks[0], *stage2, *tail, "", *found]))
 
 
 def main() -> int:
