@@ -701,9 +701,10 @@ def write_report(results: dict[str, Any], regs: dict[str, Any], work: Path, docs
       "of that regime (DP-FTRL-FedEmb takes DP-FedEmb's), all scored on the test split (the "
       "selected configuration is trained again and scored on test).\n")
 
-    summary_rows = []
+    summary_rows, notes = [], {name: regime_scope(results, name, info) for name in regs}
     for name, reg in regs.items():
         w(f"## {reg['title'].capitalize()}\n")
+        w(notes[name] + "\n")
         cen = results.get(f"{name}/central/w{WIDTH_MAIN:g}")
         pre = results.get(pre_key(name, WIDTH_MAIN))
         rand0 = [v["initial"] for v in fed.values() if v["job"]["regime"] == name
@@ -858,12 +859,22 @@ def write_report(results: dict[str, Any], regs: dict[str, Any], work: Path, docs
         fig.savefig(img / f"fedemb_{name}_privacy_utility.png", dpi=110)
         plt.close(fig)
         w(f"![privacy-utility, {name}](img/fedemb_{name}_privacy_utility.png)\n")
-        summary_rows.append((name, rows, cen, pre))
+        summary_rows.append((name, rows, cen, pre, notes[name]))
     w(FINDINGS)
     (docs / "RESULTS_FEDEMB.md").write_text("\n".join(L) + "\n")
     from results_page import update_section
 
     update_section(docs, "fedemb", headline(summary_rows, regs, cmd, timing.get("wall_minutes", math.nan)))
+
+
+def regime_scope(results: dict[str, Any], name: str, info: dict[str, Any]) -> str:
+    """What one regime's ε covers (epsilon_scope), from its runs' records."""
+    from epsilon_scope import scope_note
+
+    return scope_note([v for v in results.values() if v["job"]["regime"] == name],
+                      users=((info.get(name) or {}).get("train") or {}).get("users"),
+                      headline=f"Every ε of this regime (at {CAL_POP // 1_000_000}M users)",
+                      source="'eps at N' in RESULTS_FEDEMB.md's tables of every run")
 
 
 def headline(summary_rows: list[tuple], regs: dict[str, Any], cmd: str, wall_minutes: float) -> str:
@@ -881,8 +892,8 @@ def headline(summary_rows: list[tuple], regs: dict[str, Any], cmd: str, wall_min
          "together). Every run, K = 1, random initialisation, the head/backbone-size variation and "
          "the discussion: [RESULTS_FEDEMB.md](RESULTS_FEDEMB.md).", ""]
     eps_cols: list[float | None] = [None, *EPSILONS]
-    for name, rows, cen, pre in summary_rows:
-        L += [f"**{regs[name]['title']}**", "",
+    for name, rows, cen, pre, note in summary_rows:
+        L += [f"**{regs[name]['title']}**", "", note, "",
               "| configuration | " + " | ".join("no noise" if e is None else f"ε {e:g}" for e in eps_cols)
               + " |", "|---|" + "---|" * len(eps_cols)]
         for a in ("dp-fedavg", "dp-fedemb", "dp-ftrl-fedemb"):
