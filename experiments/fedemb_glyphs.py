@@ -211,6 +211,29 @@ def privacy_numbers(spec: Any, job: dict[str, Any] | None = None) -> dict[str, A
     return out
 
 
+def job_spec(job: dict[str, Any], n_users: int) -> Any:
+    """The privacy spec a federated job trains under over ``n_users`` training users: its
+    ``z``, or no noise, or the z calibrated for ``eps`` at its population (and its ``delta``,
+    ``accountant``), with its clip norm and adaptive clipping."""
+    spec = make_spec(n_users, job["fed"], job["rounds"])
+    if job.get("z") is not None:
+        spec = replace(spec, noise_multiplier=job["z"])
+    elif job["eps"] is None:
+        spec = replace(spec, noise_multiplier=0.0, nonprivate=True)
+    else:
+        if job.get("delta") is not None:  # the job's own delta at every population (not 1/N')
+            spec = replace(spec, delta=job["delta"])
+        spec = replace(spec, noise_multiplier=calibrate(spec, job["eps"], job.get("population", CAL_POP),
+                                                        job.get("accountant", "rdp")))
+    if job.get("clip") is not None:  # epsilon does not depend on C
+        spec = replace(spec, clip_norm=job["clip"])
+    if job.get("adaptive_quantile") is not None:  # after calibration: epsilon depends on the total z only
+        from dpemb.privacy.adaptive_clipping import AdaptiveClipping
+
+        spec = replace(spec, adaptive_clipping=AdaptiveClipping(job["adaptive_quantile"]))
+    return spec
+
+
 # ----------------------------------------------------------------------------- jobs
 
 
@@ -266,22 +289,7 @@ def run_job(job: dict[str, Any], work: str, threads: int, perf: dict[str, Any] |
         tr = UserDataset.load(data / "train", mmap=False)
         before = _round_times(out) if resume else []
         fed = job["fed"]
-        spec = make_spec(tr.num_users, fed, job["rounds"])
-        if job.get("z") is not None:
-            spec = replace(spec, noise_multiplier=job["z"])
-        elif job["eps"] is None:
-            spec = replace(spec, noise_multiplier=0.0, nonprivate=True)
-        else:
-            if job.get("delta") is not None:  # the job's own delta at every population (not 1/N')
-                spec = replace(spec, delta=job["delta"])
-            spec = replace(spec, noise_multiplier=calibrate(spec, job["eps"], job.get("population", CAL_POP),
-                                                            job.get("accountant", "rdp")))
-        if job.get("clip") is not None:  # epsilon does not depend on C
-            spec = replace(spec, clip_norm=job["clip"])
-        if job.get("adaptive_quantile") is not None:  # after calibration: epsilon depends on the total z only
-            from dpemb.privacy.adaptive_clipping import AdaptiveClipping
-
-            spec = replace(spec, adaptive_clipping=AdaptiveClipping(job["adaptive_quantile"]))
+        spec = job_spec(job, tr.num_users)
         fkw = {k: v for k, v in fed.items() if k not in ("M", "K")}
         fcfg = FederatedConfig(**fkw)
         rep = train_federated(tr, ev, mcfg, fcfg, spec,

@@ -1280,7 +1280,8 @@ def write_report(st: dict[str, Any], lk: Lookup, info: dict[str, Any], timing: d
          f"runs' private training diagnostics, are in `data/{RESULTS_FILE}` beside it, from which "
          "`--report-only` rewrites it in a fresh clone. Cells of runs that "
          "have not finished read 'n/a (not run)'; '[n=1]' marks fewer seeds than planned.\n")]
-    L += protocol(st, info, lk, z0)
+    note = scope(st, lk, parts, info["train"]["users"])
+    L += [note + "\n", *protocol(st, info, lk, z0)]
     prem = premise_section(st, lk, z0, img)
     head = headline_section(st, lk, img)
     lev, moon, large = lever_section(st, lk), moonshot_section(st, lk), large_section(st, lk)
@@ -1294,10 +1295,23 @@ def write_report(st: dict[str, Any], lk: Lookup, info: dict[str, Any], timing: d
     if doc.resolve() == REAL_DOC.resolve():  # the real page: its headline too
         from results_page import update_section
 
-        update_section(ROOT / "docs", "scale", "\n".join(summary(args, head[0], found)))
+        update_section(ROOT / "docs", "scale", "\n".join(summary(args, head[0], found, note)))
 
 
-def summary(args: argparse.Namespace, head: list[str], found: list[str]) -> list[str]:
+def scope(st: dict[str, Any], lk: Lookup, parts: dict[str, list[dict[str, Any]]], users: int) -> str:
+    """What the page's ε covers (epsilon_scope), from the records of its planned runs."""
+    from epsilon_scope import scope_note
+
+    recs = {j["key"]: r for jobs in parts.values() for j in jobs if (r := lk.get(j["key"]))}
+    pops = sorted({j["population"] for jobs in parts.values() for j in jobs if j.get("population")})
+    return scope_note(recs.values(), users=users,
+                      headline=f"Every ε on this page (N' = {_pop(pops[0])} to {_pop(pops[-1])} users)"
+                      if pops else "Every ε on this page",
+                      source="each run's `eps_sim`, `fedemb_glyphs.privacy_numbers`",
+                      earlier="; the knobs came from fedemb_glyphs' tuning and docs/DEFAULTS.md")
+
+
+def summary(args: argparse.Namespace, head: list[str], found: list[str], note: str) -> list[str]:
     """The docs/RESULTS.md section: the headline table and the generated findings."""
     table = [ln for ln in head if ln.startswith("|")]
     return ["## DP-FedEmb at scale: populations 100k-10M, the extrapolation premise\n",
@@ -1307,7 +1321,7 @@ def summary(args: argparse.Namespace, head: list[str], found: list[str]) -> list
              "parts 4-6 below); epsilon by the paper's "
              "extrapolation (RDP, user-level, add/remove, delta = 1/N'). The premise test, the population "
              "figure, the protocol and the run times: [RESULTS_SCALE.md](RESULTS_SCALE.md).\n"),
-            *table, "", "![population](img/scale_population.png)", "", *found[1:]]
+            note + "\n", *table, "", "![population](img/scale_population.png)", "", *found[1:]]
 
 
 if __name__ == "__main__":
