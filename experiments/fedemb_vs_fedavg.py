@@ -148,11 +148,22 @@ def head_backbone_ratio(info: dict[str, Any]) -> float:
     return info["train"]["identities"] * fg.EMB / fg._backbone_params(fg.WIDTH_MAIN)
 
 
+def regime_scope(st: dict[str, Any], lk: sc.Lookup, base: dict[str, Any], regime: str, users: int) -> str:
+    """What one regime's ε covers (epsilon_scope), from the records of its planned runs."""
+    from epsilon_scope import scope_note
+
+    cells = " and ".join(f"{e:g} at {sc._pop(n)} users" for n, e in st["cells"])
+    return scope_note([r for j in plan(st, lk, base) if j["regime"] == regime and (r := lk.get(j["key"]))],
+                      users=users, headline=f"Every ε of this regime (ε {cells})",
+                      source="each run's `eps_sim`, `fedemb_glyphs.privacy_numbers`",
+                      earlier="; the other knobs came from fedemb_glyphs' tuning")
+
+
 def regime_section(st: dict[str, Any], lk: sc.Lookup, base: dict[str, Any], regime: str,
                    info: dict[str, Any]) -> tuple[list[str], list[str]]:
     """The selection and test tables of one regime, and its findings."""
     S, ratio = st["seeds"], head_backbone_ratio(info)
-    L = [f"## {st['regs'][regime]['title']}\n",
+    L = [f"## {st['regs'][regime]['title']}\n", regime_scope(st, lk, base, regime, info["train"]["users"]) + "\n",
          (f"{info['train']['users']:,} training users, {info['train']['identities']:,} training identities. "
           f"DP-FedAvg aggregates a global head of {info['train']['identities']:,} x {fg.EMB} parameters, "
           f"{ratio:.1f}x the backbone's {fg._backbone_params(fg.WIDTH_MAIN):,}: clipped and noised with it. "
@@ -261,11 +272,13 @@ def write_report(st: dict[str, Any], lk: sc.Lookup, base: dict[str, Any], work: 
          f"Seeds: selection 1 (seed 0, validation split), test {st['seeds']}; seed s sets the noise, sampling "
          f"and client randomness {NOISE_SEED0} + {SEED_STRIDE} s. Cells read 'n/a' until their runs finish.\n"]
     found: list[str] = []
+    notes: list[str] = []
     for regime in st["regimes"]:
         info = sc.load_json(work / "data" / regime / "info.json")
         sec, f = regime_section(st, lk, base, regime, info)
         L += sec
         found += f
+        notes.append(f"*{st['regs'][regime]['title']}*: {sec[1]}")
     L += ["## Findings (generated)\n"] + ([f"- {f}" for f in found] or ["- no cell has both algorithms' test runs yet"])
     ratios = {r: head_backbone_ratio(i) for r in st["regimes"] if (i := sc.load_json(work / "data" / r / "info.json"))}
     if len(ratios) == 2:
@@ -279,7 +292,7 @@ def write_report(st: dict[str, Any], lk: sc.Lookup, base: dict[str, Any], work: 
             "`.venv/bin/python experiments/fedemb_vs_fedavg.py`: both regimes, K in "
             f"{', '.join(map(str, st['ks']))} chosen on the validation split for each algorithm and (N', ε), "
             f"{st['seeds']} seeds on the test split; tables in [RESULTS_VS.md](RESULTS_VS.md).\n",
-            *([f"- {f}" for f in found] or ["- no cell has both algorithms' test runs yet"])]))
+            *notes, *([f"- {f}" for f in found] or ["- no cell has both algorithms' test runs yet"])]))
 
 
 def main() -> int:
