@@ -47,9 +47,13 @@ def scope_note(records: Iterable[dict[str, Any]], *, users: int | None, headline
                + f" (RDP, δ {d}; {source}): that is the ε a deployment over {n} users would have.")
     else:
         own = "No noised run has finished yet, so the trained models' own ε is not known here."
+    if chose:
+        tuned = (f"{len(chose)} DP run{'s' * (len(chose) > 1)} on the same training users, scored on the validation "
+                 f"split, chose the knobs ({len(runs)} DP runs in all{earlier})")
+    else:
+        tuned = f"no run here chose a knob ({len(runs)} DP runs in all{earlier})"
     return (f"{LEAD} {headline} is an extrapolation, the paper's convention (docs/PRIVACY.md, \"Calibration and "
             f"extrapolation\"): the runs train {n} simulated users, and ε is that of a run over N' users with N'/{n} "
             f"times more clients per round and as many times more noise. {own} Hyper-parameter selection is not "
-            f"accounted: {len(chose)} DP runs on the same training users, scored on the validation split, chose the "
-            f"knobs ({len(runs)} DP runs in all{earlier}), and no ε covers that choice. The runs are seeded research "
-            "runs, not releases (docs/PRIVACY.md).")
+            f"accounted: {tuned}, and no ε covers that choice. The runs are seeded research runs, not releases "
+            "(docs/PRIVACY.md).")

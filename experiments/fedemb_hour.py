@@ -251,6 +251,17 @@ def findings(st: dict[str, Any], cur: dict[str, Any], prem: dict) -> list[str]:
     return out + [""]
 
 
+def scope(st: dict[str, Any], lk: sc.Lookup, z0: float, users: int) -> str:
+    """What the page's ε covers (epsilon_scope), from the records of its planned runs."""
+    from epsilon_scope import scope_note
+
+    return scope_note([r for j in plan(st, z0) if (r := lk.get(j["key"]))], users=users,
+                      headline=f"Every ε on this page (N' = {sc._pop(min(st['pops']))} to {sc._pop(max(st['pops']))} users)",
+                      source="each run's `eps_sim`, `fedemb_glyphs.privacy_numbers`",
+                      earlier="; the knobs and the ArcFace local head came from RESULTS_SCALE.md's levers, DP runs "
+                              "on the same training users scored on validation")
+
+
 def write_report(st: dict[str, Any], lk: sc.Lookup, info: dict[str, Any], timing: dict[str, Any], doc: Path,
                  work: Path, args: argparse.Namespace) -> None:
     """The page (atomically), its two PNGs in img/ next to it and, for the real page, its
@@ -265,11 +276,13 @@ def write_report(st: dict[str, Any], lk: sc.Lookup, info: dict[str, Any], timing
     spec = replace(fg.make_spec(n, {"algorithm": "dp-fedemb", "M": sc.M0, "K": st["K"]}, st["rounds"]),
                    noise_multiplier=z0)
     cmd = ".venv/bin/python experiments/fedemb_hour.py" + " --quick" * args.quick
+    note = scope(st, lk, z0, n)
     wk = work.relative_to(ROOT) if work.is_relative_to(ROOT) else work
     L = ["# DP-FedEmb in one hour: privacy-utility, population and premise (face-like glyphs)\n",
          (f"Produced by `{cmd}` from the repository root (issue #11), from an empty work folder "
           f"(`{wk}`: data, public pretraining and every run; `{RESULTS_FILE}` there caches them, so a "
           "re-run resumes). The full study, with the baselines: [RESULTS_SCALE.md](RESULTS_SCALE.md).\n"),
+         note + "\n",
          "## Protocol\n",
          (f"- **Data and utility**: as in RESULTS_SCALE.md: {n:,} private training users, one identity "
           f"each; Recall@FAR=1e-3 (exact, all pairs) on the TEST split ({info['eval']['users']} users of "
@@ -302,6 +315,7 @@ def write_report(st: dict[str, Any], lk: sc.Lookup, info: dict[str, Any], timing
         update_section(ROOT / "docs", "hour", "\n".join(
             ["## DP-FedEmb in one hour (ArcFace, local head)\n",
              f"`{cmd}`; {timing_section(timing)[1].strip()} Details: [RESULTS_HOUR.md](RESULTS_HOUR.md).\n",
+             note + "\n",
              *cur[0][1:2], *table, "", "![privacy-utility](img/hour_privacy_utility.png)", "", *found[1:]]))
 
 
