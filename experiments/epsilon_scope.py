@@ -57,3 +57,13 @@ def scope_note(records: Iterable[dict[str, Any]], *, users: int | None, headline
             f"times more clients per round and as many times more noise. {own} Hyper-parameter selection is not "
             f"accounted: {tuned}, and no ε covers that choice. The runs are seeded research runs, not releases "
             "(docs/PRIVACY.md).")
+
+
+def own_epsilon_note(*, units: str, tuning_runs: int, tuned_on: str) -> str:
+    """The note beside the headline of runs whose ε is their own (no extrapolation, e.g. DP
+    classification from features): ``units`` (e.g. "the 60,000 training examples") are what
+    it protects; ``tuning_runs`` DP runs on ``tuned_on`` chose the hyperparameters, unaccounted."""
+    return (f"{LEAD} Each ε is the run's own, over {units}: no extrapolation. Hyper-parameter selection is not "
+            f"accounted: {tuning_runs:,} DP runs on {tuned_on} chose the hyperparameters, and no ε covers that "
+            "choice; each (method, ε) cell is its own run, and publishing several costs the sum of their ε. The "
+            "runs are seeded research runs, not releases (docs/PRIVACY.md).")

@@ -293,6 +293,19 @@ def protocol(counts: dict[str, Any]) -> str:
             f"{n_train:,} training images.")
 
 
+def scope(counts: dict[str, Any], epsilons: list[float]) -> str:
+    """What the page's ε covers (epsilon_scope): the runs' own, with the ``--tune`` grid's
+    DP runs (every method's grid at every ε) unaccounted."""
+    from epsilon_scope import own_epsilon_note
+
+    return own_epsilon_note(
+        units=f"the {counts['train']:,} training examples (example-level)",
+        tuning_runs=sum(len(g) for g in GRID.values()) * len(epsilons),
+        tuned_on=(f"the same training examples (the `--tune` grid: {', '.join(f'{m} {len(g)}' for m, g in GRID.items())} "
+                  f"at each of the {len(epsilons)} ε, scored on a validation split of "
+                  f"{counts.get('validation', 10_000):,} of them)"))
+
+
 def publish(md: str, rows, epsilons, base, sk, args, png, total: float,
             counts: dict[str, Any] | None = None) -> None:
     """Write the detailed page and the headline section of docs/RESULTS.md."""
@@ -312,6 +325,8 @@ def publish(md: str, rows, epsilons, base, sk, args, png, total: float,
         f"{counts['test']:,} test images, mean ± std over {args.seeds} noise seeds. Example-level "
         "(ε, δ = 1e-5)-DP, PLD accountant, add/remove-one-example relation. Details, settings and "
         "budget splits: [RESULTS_TRANSFER.md](RESULTS_TRANSFER.md).",
+        "",
+        scope(counts, epsilons),
         "",
         protocol(counts),
         "",
@@ -343,6 +358,8 @@ def render(rows, epsilons, base, sk, args, counts, total, png_name) -> str:
         "accountant, example-level privacy, add/remove-one-example relation, equal budget split over "
         f"the method's releases. Top-1 on the {counts['test']:,} test images, mean ± std over "
         f"{args.seeds} noise seeds (seeded runs: experiments, not releases).",
+        "",
+        scope(counts, epsilons),
         "",
         protocol(counts),
         "",
