@@ -17,6 +17,11 @@ from typing import Any
 
 #: the words every note starts with (tests find the note beside each page's headline by them)
 LEAD = "**What this ε covers.**"
+#: the end of every note: the runs' status, and the timing rule's label for the page's run times
+SEEDED = "The runs are seeded research runs, not releases (docs/PRIVACY.md)."
+TIMING = ("Run times here are benchmark timing on {data}, published under docs/PRIVACY.md's timing rule (on "
+          "private data they are private diagnostics).")
+GLYPHS = "dpemb's built-in synthetic glyph data"
 
 
 def _eps(x: float) -> str:
@@ -55,15 +60,15 @@ def scope_note(records: Iterable[dict[str, Any]], *, users: int | None, headline
     return (f"{LEAD} {headline} is an extrapolation, the paper's convention (docs/PRIVACY.md, \"Calibration and "
             f"extrapolation\"): the runs train {n} simulated users, and ε is that of a run over N' users with N'/{n} "
             f"times more clients per round and as many times more noise. {own} Hyper-parameter selection is not "
-            f"accounted: {tuned}, and no ε covers that choice. The runs are seeded research runs, not releases "
-            "(docs/PRIVACY.md).")
+            f"accounted: {tuned}, and no ε covers that choice. {SEEDED} {TIMING.format(data=GLYPHS)}")
 
 
-def own_epsilon_note(*, units: str, tuning_runs: int, tuned_on: str) -> str:
+def own_epsilon_note(*, units: str, tuning_runs: int, tuned_on: str, data: str) -> str:
     """The note beside the headline of runs whose ε is their own (no extrapolation, e.g. DP
     classification from features): ``units`` (e.g. "the 60,000 training examples") are what
-    it protects; ``tuning_runs`` DP runs on ``tuned_on`` chose the hyperparameters, unaccounted."""
+    it protects; ``tuning_runs`` DP runs on ``tuned_on`` chose the hyperparameters, unaccounted;
+    ``data``: the public or built-in data the run times were measured on."""
     return (f"{LEAD} Each ε is the run's own, over {units}: no extrapolation. Hyper-parameter selection is not "
             f"accounted: {tuning_runs:,} DP runs on {tuned_on} chose the hyperparameters, and no ε covers that "
-            "choice; each (method, ε) cell is its own run, and publishing several costs the sum of their ε. The "
-            "runs are seeded research runs, not releases (docs/PRIVACY.md).")
+            f"choice; each (method, ε) cell is its own run, and publishing several costs the sum of their ε. {SEEDED} "
+            f"{TIMING.format(data=data)}")

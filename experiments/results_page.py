@@ -21,7 +21,11 @@ HEADER = """# Results
 
 Measured results of dpemb, each section written by the experiment command it names
 (the detailed pages hold every run, the settings and the discussion). Run times are on
-a 2-core machine without GPU.
+a 2-core machine without GPU: benchmark timing on dpemb's built-in synthetic glyph data
+and the public Fashion-MNIST data, published under docs/PRIVACY.md's timing rule (on
+private data a run's times are private diagnostics). Beside each headline, what its
+epsilon covers: the extrapolation, the trained models' own epsilon, and the
+hyper-parameter selection that no epsilon accounts.
 """
 
 

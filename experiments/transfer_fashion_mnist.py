@@ -303,7 +303,8 @@ def scope(counts: dict[str, Any], epsilons: list[float]) -> str:
         tuning_runs=sum(len(g) for g in GRID.values()) * len(epsilons),
         tuned_on=(f"the same training examples (the `--tune` grid: {', '.join(f'{m} {len(g)}' for m, g in GRID.items())} "
                   f"at each of the {len(epsilons)} ε, scored on a validation split of "
-                  f"{counts.get('validation', 10_000):,} of them)"))
+                  f"{counts.get('validation', 10_000):,} of them)"),
+        data="the public Fashion-MNIST data")
 
 
 def publish(md: str, rows, epsilons, base, sk, args, png, total: float,
