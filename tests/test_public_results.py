@@ -150,3 +150,23 @@ def test_an_export_without_runs_never_replaces_one(tmp_path):
     pub.write(path, pub.merge({}, {}, {}, {}, "about", synthetic=True))
     assert path.read_text() == before and pub.load(path)["runs"] == {"a": {"final": 0.1}}
     assert pub.load(tmp_path / "missing.json") == {}
+
+
+# column names under which a page would print a training run's private diagnostics ("loss" alone
+# names the loss function in some tables)
+PRIVATE_COLUMNS = {"pre-clip norm", "train loss", "training loss", "final loss", "local loss", "fraction clipped",
+                   "clipped", "unclipped clients", "examples per round", "users per round"}
+
+
+def private_columns(lines: list[str]) -> list[str]:
+    """The header rows of the markdown tables in ``lines`` that name a private diagnostic."""
+    return [line for line, below in zip(lines, lines[1:])
+            if line.startswith("|") and below.startswith("|") and set(below) <= set("|-: ")
+            and {c.strip().lower() for c in line.strip("|").split("|")} & PRIVATE_COLUMNS]
+
+
+def test_no_results_page_prints_a_private_diagnostic_column():
+    # the table RESULTS_FEDEMB.md had: found
+    assert private_columns(["| run | z (sim) | final | pre-clip norm | loss | s |", "|---|---|---|---|---|---|"])
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        assert private_columns(page.read_text().splitlines()) == [], page.name
