@@ -256,7 +256,7 @@ def scope(st: dict[str, Any], lk: sc.Lookup, z0: float, users: int) -> str:
     from epsilon_scope import scope_note
 
     return scope_note([r for j in plan(st, z0) if (r := lk.get(j["key"]))], users=users,
-                      headline=f"Every ε on this page (N' = {sc._pop(min(st['pops']))} to {sc._pop(max(st['pops']))} users)",
+                      headline=f"Every ε on this page (N' = {sc.pop_range(st['pops'])} users)",
                       source="each run's `eps_sim`, `fedemb_glyphs.privacy_numbers`",
                       earlier="; the knobs and the ArcFace local head came from RESULTS_SCALE.md's levers, DP runs "
                               "on the same training users scored on validation")

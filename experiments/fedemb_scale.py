@@ -121,6 +121,12 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def pop_range(pops: Any) -> str:
+    """The smallest to the largest of ``pops``, e.g. "10k to 10M" (one population alone)."""
+    lo, hi = min(pops), max(pops)
+    return _pop(lo) if lo == hi else f"{_pop(lo)} to {_pop(hi)}"
+
+
 def _pop(n: int) -> str:
     """100000 -> '100k', 1000000 -> '1M'."""
     return f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}k"
@@ -1305,8 +1311,7 @@ def scope(st: dict[str, Any], lk: Lookup, parts: dict[str, list[dict[str, Any]]]
     recs = {j["key"]: r for jobs in parts.values() for j in jobs if (r := lk.get(j["key"]))}
     pops = sorted({j["population"] for jobs in parts.values() for j in jobs if j.get("population")})
     return scope_note(recs.values(), users=users,
-                      headline=f"Every ε on this page (N' = {_pop(pops[0])} to {_pop(pops[-1])} users)"
-                      if pops else "Every ε on this page",
+                      headline=f"Every ε on this page (N' = {pop_range(pops)} users)" if pops else "Every ε on this page",
                       source="each run's `eps_sim`, `fedemb_glyphs.privacy_numbers`",
                       earlier="; the knobs came from fedemb_glyphs' tuning and docs/DEFAULTS.md")
 
