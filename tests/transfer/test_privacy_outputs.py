@@ -70,10 +70,12 @@ def test_released_summary_holds_no_exact_counts_of_the_training_data():
     run = train_transfer(fs, TransferConfig(method="dp-fc", epsilon=1.0, unit="user", steps=2), fs)
     released = run.to_dict()
     flat = repr(released)
-    for key in ("num_train_examples", "num_train_units", "num_clipped_features"):
+    for key in ("num_train_examples", "num_train_units", "num_clipped_features", "train_seconds"):
         assert key not in flat
+    assert " s)" not in run.report()  # the training time (timing rule): private, like the counts
     assert released["top1"] is not None and released["epsilon"] > 0 and released["releases"]
     private = run.private_diagnostics()
     assert private["private"].startswith("private: un-noised statistics of the training data")
     assert (private["num_train_examples"], private["num_train_units"]) == (300, 50)
     assert private["num_clipped_features"] == run.num_clipped_features
+    assert private["train_seconds"] == round(run.train_seconds, 3) > 0

@@ -161,11 +161,11 @@ class TransferRun:
             "noise_sampler": self.sampler,
             "config": self.config.to_dict(),
             "params": dataclasses.asdict(self.params),
-            "train_seconds": round(self.train_seconds, 3),
         }
 
     def private_diagnostics(self) -> dict[str, Any]:
-        """Exact, UN-NOISED statistics of the training data: keep them private."""
+        """Exact, UN-NOISED statistics of the training data, and the training time (it depends
+        on the training data: docs/PRIVACY.md's timing rule): keep them private."""
         return {
             "private": PRIVATE_LABEL,
             "method": self.config.method,
@@ -173,13 +173,13 @@ class TransferRun:
             "num_train_examples": self.num_train,
             "num_train_units": self.num_units,
             "num_clipped_features": self.num_clipped_features,
+            "train_seconds": round(self.train_seconds, 3),
         }
 
     def report(self) -> str:
         """Human-readable lines: accuracy, epsilon sentence, budget split."""
         lines = [f"method {self.config.method}: "
-                 + (f"top-1 {self.top1:.4f} on the held-out split" if self.top1 is not None else "trained")
-                 + f" ({self.train_seconds:.1f} s)"]
+                 + (f"top-1 {self.top1:.4f} on the held-out split" if self.top1 is not None else "trained")]
         lines.append(self.epsilon_sentence + (" [noise seeded: reproducible, not for release]" if self.seeded else ""))
         if self.config.method != "non-private":
             lines.append(self.split_sentence)
