@@ -32,7 +32,7 @@ from dpemb.privacy.events import (
     epsilon_for,
     gaussian_releases_event,
 )
-from dpemb.privacy.spec import PrivacySpec
+from dpemb.privacy.spec import PrivacySpec, PrivacySpecError
 
 REL_TOL = 1e-4
 _MAX_DOUBLINGS = 40
@@ -167,15 +167,19 @@ def extrapolate(spec: PrivacySpec, population: int, accountant: str = "rdp") -> 
     else:
         delta = spec.delta
         note = "delta as given" + (" (>= 1/N' at the extrapolated population)" if is_large_delta(delta, n) else "")
-    new = replace(
-        spec,
-        population=n,
-        clients_per_round=m,
-        noise_multiplier=0.0 if spec.nonprivate else spec.noise_multiplier * factor,
-        delta=delta,
-        allow_large_delta=True,  # a what-if under the paper's convention, labelled by delta_note
-        adaptive_clipping=None,  # epsilon depends on the total z only (its count noise would scale too)
-    )
+    try:
+        new = replace(
+            spec,
+            population=n,
+            clients_per_round=m,
+            noise_multiplier=0.0 if spec.nonprivate else spec.noise_multiplier * factor,
+            delta=delta,
+            allow_large_delta=True,  # a what-if under the paper's convention, labelled by delta_note
+            adaptive_clipping=None,  # epsilon depends on the total z only (its count noise would scale too)
+        )
+    except PrivacySpecError as e:  # e.g. z x k beyond the accountant's range
+        raise PrivacySpecError(f"no extrapolation to {n:,} users (noise multiplier {spec.noise_multiplier:g} x "
+                               f"{factor:g}): {e}") from None
     eps = math.inf if spec.nonprivate else epsilon_for(new, accountant)
     return Extrapolation(
         factor=factor, population=n, noise_multiplier=new.noise_multiplier, clients_per_round=m,
