@@ -82,7 +82,10 @@ def test_transfer_noise_range_and_delta_warning(tmp_path, capsys):
     assert "--non-private" in line and ">= 1e-06" in line
     assert main([*base, "--non-private"]) == 0  # following the advice
     capsys.readouterr()
-    assert "public_size (--public-size) applies to dp-sgd only" in refused([*base, "--epsilon", "1", "--public-size", "100"], capsys)
+    sgd = [*base[:-1], "dp-sgd", "--steps", "2", "--epsilon", "1"]
+    assert "public_size must be positive and finite" in refused([*sgd, "--public-size", "inf"], capsys)
+    assert main([*sgd, "--public-size", "600"]) == 0  # a finite public constant
+    capsys.readouterr()
     out_json = tmp_path / "t.json"
     assert main([*base, "--epsilon", "1", "--delta", repr(0.99999999 / 600), "--json", str(out_json)]) == 0
     assert "warning: delta close to 1/N" in capsys.readouterr().out

@@ -57,8 +57,6 @@ class TransferConfig:
             raise ValueError(f"grad_clip_norm must be positive and finite, got {self.grad_clip_norm}")
         if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
-        if self.public_size is not None and self.method != "dp-sgd":
-            raise ValueError(f"public_size (--public-size) applies to dp-sgd only, not {self.method}; drop it")
         if self.method == "non-private" and (self.epsilon is not None or self.noise_multiplier is not None):
             raise ValueError("method non-private adds no noise: do not give epsilon or noise_multiplier")
         if self.secure_noise and self.seed is not None:
