@@ -68,6 +68,10 @@ def test_account_noise_range_and_delta_warning(capsys):
     assert "<= 1e+08" in refused([*base, "--noise-multiplier", "1e300"], capsys)
     assert main([*base, "--noise-multiplier", "1e-06", "--json"]) == 0  # the floor: a finite epsilon
     assert np.isfinite(json.loads(capsys.readouterr().out)["epsilon_rdp"])
+    both = [*base[:-1], "both"]  # PLD at a tiny z ran for minutes (cost ~ 1/z^2): skipped, and said so
+    assert main([*both, "--noise-multiplier", "0.01", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert np.isfinite(row["epsilon_rdp"]) and row["epsilon_pld"] is None and "not computed" in row["note_pld"]
     assert main([*base, "--noise-multiplier", "1", "--delta", "0.00099999999", "--json"]) == 0
     out = capsys.readouterr()
     assert "warning: delta close to 1/N" in out.err  # on the console

@@ -22,6 +22,9 @@ from dpemb.privacy.delta import delta_warning
 from dpemb.privacy.spec import PrivacySpec
 
 WEAK_EPSILON = 10.0
+#: beyond this RDP epsilon the PLD epsilon is not computed (training reports, `dpemb account`):
+#: the guarantee is vacuous, and PLD's cost grows like 1/z^2 (at z = 0.01 it ran for minutes)
+PLD_MAX_RDP_EPSILON = 1000.0
 MAX_NOISE_ON_AVERAGE = 1e-3  # per coordinate, in units of the clip norm
 
 
