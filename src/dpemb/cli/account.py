@@ -125,6 +125,7 @@ def _combinations(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def _epsilons(spec: Any, accountants: tuple[str, ...]) -> dict[str, Any]:
     from dpemb.privacy import describe_epsilon, epsilon_for, supported_accountants
+    from dpemb.privacy.advice import PLD_MAX_RDP_EPSILON
 
     out: dict[str, Any] = {}
     for acc in ("rdp", "pld"):
@@ -133,6 +134,10 @@ def _epsilons(spec: Any, accountants: tuple[str, ...]) -> dict[str, Any]:
             continue
         if acc not in supported_accountants(spec):
             out[f"note_{acc}"] = f"{acc.upper()} not available for {spec.sampling} sampling"
+            continue
+        if acc == "pld" and not spec.nonprivate and epsilon_for(spec, "rdp") > PLD_MAX_RDP_EPSILON:
+            out["note_pld"] = (f"not computed: the RDP epsilon {epsilon_for(spec, 'rdp'):.3g} exceeds "
+                               f"{PLD_MAX_RDP_EPSILON:g}, a vacuous guarantee (PLD's cost grows like 1/z^2)")
             continue
         eps = epsilon_for(spec, acc)
         out[f"epsilon_{acc}"] = None if math.isinf(eps) else eps

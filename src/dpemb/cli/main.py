@@ -50,6 +50,17 @@ DISTRIBUTED_COMMANDS = ("train", "eval", "embed", "features")
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dpemb.privacy.dependency import AccountantMissingError
+
+    try:
+        return _main(argv)
+    except AccountantMissingError as e:  # an install problem: one line naming the fix, not a traceback
+        command = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), "")
+        print(f"dpemb {command}: error: {e}".replace("dpemb : ", "dpemb: "), file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     job = DistributedEnv.from_environ()  # None outside torchrun

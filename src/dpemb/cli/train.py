@@ -435,7 +435,7 @@ def federated_configs(args: argparse.Namespace, num_users: int):
     from dataclasses import replace
 
     from dpemb.algorithms.config import FederatedConfig
-    from dpemb.privacy.accounting import PrivacySpec, calibrated_spec, describe_epsilon
+    from dpemb.privacy.accounting import PrivacySpec, calibrated_spec, check_epsilon_budget, describe_epsilon
 
     given = [x is not None for x in (args.noise_multiplier, args.target_epsilon)] + [args.non_private]
     if sum(given) != 1:
@@ -485,6 +485,10 @@ def federated_configs(args: argparse.Namespace, num_users: int):
             print(describe_adaptive_clipping(spec))
     except ValueError as e:
         raise UsageError(str(e)) from e
+    try:
+        check_epsilon_budget(args.epsilon_budget, spec)
+    except ValueError as e:
+        raise UsageError(f"--epsilon-budget {args.epsilon_budget}: {e}") from e
     return fed_cfg, spec
 
 

@@ -22,7 +22,7 @@ _WHERE = {
     "clipping": ("ClipAndSum", "ClippedSum", "clip_by_global_norm"),
     "adaptive_clipping": ("AdaptiveClipState", "AdaptiveClipping", "AdaptiveClippingError"),
     "noise": ("GaussianNoise", "describe_sampler"),
-    "delta": ("LargeDeltaError", "check_delta", "default_delta", "resolve_delta"),
+    "delta": ("LargeDeltaError", "check_delta", "default_delta", "delta_warning", "resolve_delta"),
     "tree": ("TreeAggregationNoise",),
     "sampling": ("VirtualClientSampler",),
     "spec": ("PrivacySpec", "PrivacySpecError"),
@@ -35,7 +35,7 @@ _WHERE = {
     "ledger": ("PrivacyLedger", "PrivacyStateError"),
     "calibration": (
         "CalibrationError", "Extrapolation", "calibrate_gaussian_releases",
-        "calibrate_noise_multiplier", "extrapolate", "max_rounds",
+        "calibrate_noise_multiplier", "check_epsilon_budget", "extrapolate", "max_rounds",
     ),
     "advice": ("cohort_warnings",),
     "factory": ("make_accumulator", "make_noise", "make_sampler"),

@@ -15,6 +15,7 @@ from dpemb.privacy.calibration import (
     calibrate_gaussian_releases,
     calibrate_noise_multiplier,
     calibrated_spec,
+    check_epsilon_budget,
     extrapolate,
     max_rounds,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "ACCOUNTANTS", "PLD_DISCRETIZATION", "CalibrationError", "EpsilonCurve", "Extrapolation",
     "PrivacyLedger", "PrivacySpec", "PrivacySpecError", "PrivacyStateError", "Relation",
     "UnsupportedAccountantError", "calibrate_gaussian_releases", "calibrate_noise_multiplier", "calibrated_spec",
+    "check_epsilon_budget",
     "compute_epsilon", "describe_epsilon", "describe_mechanism", "epsilon_for", "extrapolate",
     "gaussian_releases_event", "max_rounds", "round_event", "supported_accountants",
     "training_event",

@@ -107,9 +107,9 @@ def accounted_poisson_tradeoff(noise_multiplier: float, sampling_rate: float, ro
     """
     if sampling_rate >= 1.0:
         return accounted_gaussian_tradeoff(noise_multiplier, rounds)
-    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    from dpemb.privacy.events import PLD_DISCRETIZATION  # first: a missing dp_accounting is one line
 
-    from dpemb.privacy.events import PLD_DISCRETIZATION
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
     pld = pld_lib.from_gaussian_mechanism(
         noise_multiplier, value_discretization_interval=PLD_DISCRETIZATION, sampling_prob=sampling_rate,

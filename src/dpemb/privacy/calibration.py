@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from dpemb.privacy._checks import positive_finite, positive_int
+from dpemb.privacy._checks import MAX_NOISE_MULTIPLIER, MIN_NOISE_MULTIPLIER, positive_finite, positive_int
 from dpemb.privacy.delta import is_large_delta
 from dpemb.privacy.events import (
     _check_accountant,
@@ -32,7 +32,7 @@ from dpemb.privacy.events import (
     epsilon_for,
     gaussian_releases_event,
 )
-from dpemb.privacy.spec import PrivacySpec
+from dpemb.privacy.spec import PrivacySpec, PrivacySpecError
 
 REL_TOL = 1e-4
 _MAX_DOUBLINGS = 40
@@ -46,22 +46,20 @@ def _smallest_noise(eps_of_z: Callable[[float], float], target: float, what: str
     """Smallest z (relative tolerance REL_TOL, rounded up) with eps_of_z(z) <= target.
 
     Bisection on a bracket [lo, hi] with eps(lo) > target >= eps(hi); epsilon falls as z
-    grows, and the returned ``hi`` always satisfies the target.
+    grows, and the returned ``hi`` always satisfies the target. The search stays within
+    [``MIN_NOISE_MULTIPLIER``, ``MAX_NOISE_MULTIPLIER``], where the accountant is exact.
     """
     hi = 1.0
-    for _ in range(_MAX_DOUBLINGS):
-        if eps_of_z(hi) <= target:
-            break
-        hi *= 2.0
-    else:
-        raise CalibrationError(f"no noise multiplier up to 2^{_MAX_DOUBLINGS} reaches {what}")
+    while eps_of_z(hi) > target:
+        if hi >= MAX_NOISE_MULTIPLIER:
+            raise CalibrationError(f"no noise multiplier up to {MAX_NOISE_MULTIPLIER:g} reaches {what}")
+        hi = min(2.0 * hi, MAX_NOISE_MULTIPLIER)
     lo = hi / 2.0
-    for _ in range(_MAX_DOUBLINGS):
-        if eps_of_z(lo) > target:
-            break
-        hi, lo = lo, lo / 2.0
-    else:
-        raise CalibrationError(f"{what} is met even by negligible noise; check the target")
+    while eps_of_z(lo) <= target:
+        if lo <= MIN_NOISE_MULTIPLIER:
+            raise CalibrationError(f"{what} is met even by a noise multiplier of {MIN_NOISE_MULTIPLIER:g} "
+                                   "(no guarantee at all); check the target")
+        hi, lo = lo, max(lo / 2.0, MIN_NOISE_MULTIPLIER)
     while (hi - lo) > REL_TOL * lo:
         mid = math.sqrt(lo * hi)
         if eps_of_z(mid) <= target:
@@ -102,6 +100,19 @@ def calibrated_spec(target_epsilon: float, accountant: str = "rdp", **fields: An
     searched = PrivacySpec(noise_multiplier=1.0, **fields)  # a start for the search, never used
     z = calibrate_noise_multiplier(searched, target_epsilon, accountant)
     return replace(searched, noise_multiplier=z, adaptive_clipping=adaptive)
+
+
+def check_epsilon_budget(epsilon_budget: float | None, spec: PrivacySpec) -> float | None:
+    """A training run's epsilon budget: None (no budget), or positive and finite for a
+    private ``spec``; a ValueError otherwise (a NaN budget would never stop the run, and a
+    non-private run has no epsilon to budget)."""
+    if epsilon_budget is None:
+        return None
+    budget = positive_finite("epsilon budget", epsilon_budget)
+    if spec.nonprivate:
+        raise ValueError("an epsilon budget applies to a private run: a non-private run has no epsilon to "
+                         "stop at; drop the budget (--epsilon-budget)")
+    return budget
 
 
 def max_rounds(spec: PrivacySpec, epsilon_budget: float, accountant: str = "rdp") -> int:
@@ -156,15 +167,19 @@ def extrapolate(spec: PrivacySpec, population: int, accountant: str = "rdp") -> 
     else:
         delta = spec.delta
         note = "delta as given" + (" (>= 1/N' at the extrapolated population)" if is_large_delta(delta, n) else "")
-    new = replace(
-        spec,
-        population=n,
-        clients_per_round=m,
-        noise_multiplier=0.0 if spec.nonprivate else spec.noise_multiplier * factor,
-        delta=delta,
-        allow_large_delta=True,  # a what-if under the paper's convention, labelled by delta_note
-        adaptive_clipping=None,  # epsilon depends on the total z only (its count noise would scale too)
-    )
+    try:
+        new = replace(
+            spec,
+            population=n,
+            clients_per_round=m,
+            noise_multiplier=0.0 if spec.nonprivate else spec.noise_multiplier * factor,
+            delta=delta,
+            allow_large_delta=True,  # a what-if under the paper's convention, labelled by delta_note
+            adaptive_clipping=None,  # epsilon depends on the total z only (its count noise would scale too)
+        )
+    except PrivacySpecError as e:  # e.g. z x k beyond the accountant's range
+        raise PrivacySpecError(f"no extrapolation to {n:,} users (noise multiplier {spec.noise_multiplier:g} x "
+                               f"{factor:g}): {e}") from None
     eps = math.inf if spec.nonprivate else epsilon_for(new, accountant)
     return Extrapolation(
         factor=factor, population=n, noise_multiplier=new.noise_multiplier, clients_per_round=m,

@@ -8,7 +8,10 @@ chosen unit's data in full is (0, 1/N)-DP. So
 - ``default_delta(N)`` = 1 / (10 N) when no delta is given;
 - ``check_delta(delta, N)`` refuses a given delta >= 1/N unless it is forced
   (``force=True``, ``--allow-large-delta`` on the command line), for comparisons with
-  work that used such a delta (the DP-FedEmb paper reports delta = 1/N).
+  work that used such a delta (the DP-FedEmb paper reports delta = 1/N);
+- ``delta_warning(delta, N)`` warns about any delta above the default: a forced one
+  >= 1/N, and one in (1/(10 N), 1/N), which is accepted but lets a mechanism publish a
+  random unit's data with probability N x delta (almost 1 just below 1/N).
 
 N itself is treated as public (as is the sampling rate that depends on it). This is
 the one place the rule lives: ``PrivacySpec`` (training, ``dpemb account``) and the
@@ -65,9 +68,22 @@ def resolve_delta(delta: float | None, n: int, *, force: bool = False, unit: str
     return default_delta(n) if delta is None else check_delta(delta, n, force=force, unit=unit)
 
 
-def large_delta_warning(delta: float, n: int, unit: str = "user") -> str | None:
-    """The warning for a forced delta >= 1/N (None when delta < 1/N)."""
-    if not is_large_delta(delta, n):
+def delta_warning(delta: float, n: int, unit: str = "user") -> str | None:
+    """The warning for a delta above the default 1/(10 N) (None at or below it).
+
+    delta >= 1/N (accepted only when forced): the guarantee allows the mechanism to fail
+    for some unit. 1/(10 N) < delta < 1/N: accepted, but a mechanism that publishes one
+    randomly chosen unit's data in full with probability N x delta (up to almost 1) meets
+    the guarantee; the default keeps that chance at 1/10 or less.
+    """
+    n = _units(n)
+    delta = float(delta)
+    if is_large_delta(delta, n):
+        return (f"large delta: delta = {delta:.3g} >= 1/N = 1/{n:,} ({unit}s), accepted because "
+                "it was forced; the guarantee allows the mechanism to fail for some " + unit)
+    if delta <= default_delta(n):
         return None
-    return (f"large delta: delta = {float(delta):.3g} >= 1/N = 1/{_units(n):,} ({unit}s), accepted because "
-            "it was forced; the guarantee allows the mechanism to fail for some " + unit)
+    return (f"delta close to 1/N: delta = {delta:.3g} is above the default {DEFAULT_DELTA_RULE} = "
+            f"{default_delta(n):.3g} (N = {n:,} {unit}s), so a mechanism that publishes one random {unit}'s "
+            f"data in full with probability N x delta = {n * delta:.2g} meets the guarantee; leave delta "
+            "unset for the default or give a smaller one")

@@ -27,14 +27,20 @@ import functools
 import math
 from typing import Callable
 
-import dp_accounting
 import numpy as np
-from dp_accounting import dp_event as dpe
-from dp_accounting.pld import pld_privacy_accountant
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
-from dp_accounting.rdp import rdp_privacy_accountant
 
-from dpemb.privacy._checks import positive_finite, positive_int
+from dpemb.privacy.dependency import accountant_missing
+
+try:
+    import dp_accounting
+    from dp_accounting import dp_event as dpe
+    from dp_accounting.pld import pld_privacy_accountant
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    from dp_accounting.rdp import rdp_privacy_accountant
+except ImportError as e:  # one line naming the fix (dependency.py), not a traceback
+    raise accountant_missing(e) from None
+
+from dpemb.privacy._checks import check_noise_multiplier, positive_int
 from dpemb.privacy.relations import Relation, to_dp_accounting
 from dpemb.privacy.spec import PrivacySpec
 from dpemb.privacy.tree_accounting import TreeParticipation
@@ -329,6 +335,6 @@ def epsilon_curve(spec: PrivacySpec, accountant: str = "rdp",
 # ---------------------------------------------------------------------- full-batch releases
 def gaussian_releases_event(noise_multiplier: float, count: int) -> dp_accounting.DpEvent:
     """``count`` non-sampled Gaussian releases, each with std = z x its own L2 sensitivity."""
-    z = positive_finite("noise multiplier", noise_multiplier)
+    z = check_noise_multiplier(noise_multiplier, allow_nonprivate=False)
     n = positive_int("number of releases", count)
     return dpe.SelfComposedDpEvent(dpe.GaussianDpEvent(z), n)

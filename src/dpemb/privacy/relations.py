@@ -29,10 +29,13 @@ z_paper * C = z * 2C, so a paper noise multiplier z_paper is our z = z_paper / 2
 from __future__ import annotations
 
 from enum import Enum
-
-from dp_accounting import NeighboringRelation
+from typing import TYPE_CHECKING
 
 from dpemb.privacy._checks import positive_finite, positive_int
+from dpemb.privacy.dependency import accountant_missing
+
+if TYPE_CHECKING:
+    from dp_accounting import NeighboringRelation
 
 
 class Relation(str, Enum):
@@ -69,8 +72,12 @@ def user_sensitivity(clip_norm: float, users_per_client: int, relation: Relation
     return clip_norm if users_per_client == 1 else 2.0 * clip_norm
 
 
-def to_dp_accounting(relation: Relation) -> NeighboringRelation:
+def to_dp_accounting(relation: Relation) -> "NeighboringRelation":
     """The dp_accounting ``NeighboringRelation`` with the same meaning."""
+    try:  # imported here: a spec (and a non-accounting caller) does not need dp_accounting
+        from dp_accounting import NeighboringRelation
+    except ImportError as e:
+        raise accountant_missing(e) from None
     return {
         Relation.ADD_REMOVE: NeighboringRelation.ADD_OR_REMOVE_ONE,
         Relation.REPLACE_ONE: NeighboringRelation.REPLACE_ONE,

@@ -37,7 +37,7 @@ from dpemb.algorithms.round import ClientData
 from dpemb.algorithms.server import check_server_schedule
 from dpemb.data.dataset import UserDataset
 from dpemb.data.tensors import resolve_device
-from dpemb.privacy.accounting import PrivacySpec
+from dpemb.privacy.accounting import PrivacySpec, check_epsilon_budget
 from dpemb.privacy.client_keys import ClientRandomness
 from dpemb.privacy.plan import PrivacyPlan
 from dpemb.training.artifact import Release
@@ -93,6 +93,7 @@ def train_federated(
     (``dpemb.training.executor``); rank 0 does everything else and returns the report,
     the other ranks return ``{"rank": r, "rounds_served": n}``.
     """
+    epsilon_budget = check_epsilon_budget(epsilon_budget, spec)  # a NaN budget would never stop the run
     check_population(spec, train, audit_canaries)
     check_server_schedule(fed_cfg, spec.rounds)  # the warmup must end before the last round
     if run_cfg.threads:

@@ -11,6 +11,7 @@ from typing import Any
 from dpemb.privacy.accounting import (
     PrivacyLedger,
     PrivacySpec,
+    PrivacySpecError,
     describe_epsilon,
     extrapolate,
     supported_accountants,
@@ -69,7 +70,11 @@ def privacy_report(spec: PrivacySpec, ledger: PrivacyLedger, seeded: bool,
     for n in EXTRAPOLATE_TO:
         if n <= spec.population:
             continue
-        ex = extrapolate(spent, n, "rdp")
+        try:
+            ex = extrapolate(spent, n, "rdp")
+        except PrivacySpecError as e:  # the scaled noise multiplier leaves the accountant's range
+            out["extrapolated"].append({"population": n, "statement": f"not extrapolated to {n:,} users: {e}"})
+            continue
         out["extrapolated"].append({
             "population": n, "factor": ex.factor, "noise_multiplier": ex.noise_multiplier,
             "clients_per_round": ex.clients_per_round, "epsilon_rdp": ex.epsilon,

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from dpemb.algorithms.config import FederatedConfig
 from dpemb.algorithms.round import RoundStats, round_stats
 from dpemb.metrics import plot_roc
+from dpemb.privacy import advice
 from dpemb.privacy.accounting import PrivacyLedger, PrivacySpec, epsilon_for, supported_accountants
 from dpemb.privacy.clipping import ClippedSum
 from dpemb.progress import progress
@@ -28,7 +29,7 @@ ACCOUNTANTS = ("rdp", "pld")
 # PLD is tight but its cost grows with epsilon: beyond these RDP epsilons it is computed
 # only at evaluation rounds, then not at all (the guarantee is vacuous by then anyway).
 PLD_EVERY_ROUND_MAX_RDP_EPSILON = 50.0
-PLD_MAX_RDP_EPSILON = 1000.0
+PLD_MAX_RDP_EPSILON = advice.PLD_MAX_RDP_EPSILON
 
 PRIVATE_LABEL = "[private diagnostic: an un-noised statistic of the private users; keep this log private] "
 METRIC_PREFIXES = ("recall", "roc", "prec", "map")

@@ -36,8 +36,9 @@ from dpemb.privacy.accounting import (
     describe_epsilon,
     gaussian_releases_event,
 )
+from dpemb.privacy._checks import check_noise_multiplier
 from dpemb.privacy.clipping import ClippedSum
-from dpemb.privacy.delta import resolve_delta
+from dpemb.privacy.delta import delta_warning, resolve_delta
 from dpemb.privacy.noise import GaussianNoise, describe_sampler
 from dpemb.privacy.relations import Relation
 
@@ -96,6 +97,11 @@ class PrivacyRequest:
                 f"noise multiplier must be positive and finite, got {self.noise_multiplier}; for a "
                 "run without noise ask for it explicitly (non-private)"
             )
+        if self.noise_multiplier is not None:
+            try:  # the range in which the accountant is exact (privacy._checks)
+                check_noise_multiplier(self.noise_multiplier, allow_nonprivate=False)
+            except ValueError as e:
+                raise PrivacyConfigError(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,7 @@ class NoisePlan:
     unit: str
     non_private: bool
     relation: str = RELATION.value
+    warnings: tuple[str, ...] = ()  # e.g. a delta above the default (``delta.delta_warning``)
 
     def __post_init__(self) -> None:
         if self.non_private:
@@ -181,7 +188,9 @@ def plan_noise(spec: PrivacyRequest, num_releases: int, num_units: int | None = 
         z = float(calibrate_gaussian_releases(spec.epsilon, spec.delta, num_releases, accountant=spec.accountant))
     eps = float(compute_epsilon(gaussian_releases_event(z, num_releases), spec.delta, accountant=spec.accountant,
                                 relation=RELATION))
-    return NoisePlan(num_releases, z, eps, spec.delta, spec.accountant, spec.unit, False)
+    about_delta = delta_warning(spec.delta, num_units, spec.unit) if num_units is not None else None
+    return NoisePlan(num_releases, z, eps, spec.delta, spec.accountant, spec.unit, False,
+                     warnings=(about_delta,) if about_delta else ())
 
 
 @dataclass(frozen=True)

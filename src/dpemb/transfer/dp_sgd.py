@@ -55,8 +55,8 @@ class DpSgdParams:
             raise ValueError(f"dp-sgd: optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if not self.reg >= 0:
             raise ValueError(f"dp-sgd: reg must be >= 0, got {self.reg}")
-        if self.public_size is not None and not self.public_size > 0:
-            raise ValueError(f"dp-sgd: public_size must be positive, got {self.public_size}")
+        if self.public_size is not None and not (self.public_size > 0 and math.isfinite(self.public_size)):
+            raise ValueError(f"dp-sgd: public_size must be positive and finite, got {self.public_size}")
         if not 0 <= self.momentum < 1:
             raise ValueError(f"dp-sgd: momentum must lie in [0, 1), got {self.momentum}")
 

@@ -154,6 +154,7 @@ class TransferRun:
             "noise_multiplier": self.plan.noise_multiplier,
             "num_releases": self.plan.num_releases,
             "epsilon_sentence": self.epsilon_sentence,
+            "warnings": list(self.plan.warnings),
             "budget_split": self.split_sentence,
             "releases": _summarise_releases(self.releases),
             "seeded": self.seeded,
@@ -181,6 +182,7 @@ class TransferRun:
         lines = [f"method {self.config.method}: "
                  + (f"top-1 {self.top1:.4f} on the held-out split" if self.top1 is not None else "trained")]
         lines.append(self.epsilon_sentence + (" [noise seeded: reproducible, not for release]" if self.seeded else ""))
+        lines.extend(f"warning: {w}" for w in self.plan.warnings)
         if self.config.method != "non-private":
             lines.append(self.split_sentence)
             if not self.plan.non_private:

@@ -1,0 +1,27 @@
+"""The one error for a missing privacy accountant (Google's dp_accounting).
+
+Every epsilon in dpemb comes from dp_accounting; without it no private run, no
+``dpemb account`` and no DP transfer can state a guarantee, so its absence must stop
+them with one line that names the fix, never a ``ModuleNotFoundError`` traceback.
+``events`` (the accounting), ``relations.to_dp_accounting`` and ``audit_report`` raise
+``AccountantMissingError`` from a failed import; the command line prints it as one line
+(exit 1). Everything else in ``dpemb.privacy`` (specs, clipping, noise) imports without it.
+"""
+
+from __future__ import annotations
+
+INSTALL_HINT = ("pip install dp-accounting==0.6.0 (the version dpemb pins), or install dpemb with its "
+                "dependencies: `pip install -e .` or `make` in a checkout")
+
+
+class AccountantMissingError(ImportError):
+    """dp_accounting (or a package it needs) cannot be imported."""
+
+
+def accountant_missing(error: ImportError) -> AccountantMissingError:
+    """The one-line error for ``error``, a failed import of dp_accounting or its dependencies."""
+    missing = getattr(error, "name", None) or "dp_accounting"
+    return AccountantMissingError(
+        f"the privacy accountant dp_accounting cannot be imported (missing module {missing!r}), so no epsilon "
+        f"can be computed; install it: {INSTALL_HINT}"
+    )
