@@ -24,8 +24,9 @@ def _register_features(sub: argparse._SubParsersAction) -> None:
         help="extract frozen-backbone features of a dataset to an .npz file",
         description=(
             "Run a frozen backbone over every image of a dataset and save the pooled "
-            "features with labels and user ids (.npz). Costs no privacy budget by itself; "
-            "the DP guarantee is made by `dpemb transfer`."
+            "features with labels and user ids (.npz; private data, for the curator). The DP "
+            "guarantee is made by `dpemb transfer`, which checks whether a trained backbone saw "
+            "these users (docs/TRANSFER.md)."
         ),
     )
     p.add_argument("--data", required=True,
@@ -108,7 +109,7 @@ def _shared_users(model: str, ds) -> list[int | None] | None:
     if shared is not None:
         print(f"[private diagnostic, not for release] the backbone trained on {shared[0]} of these "
               f"{ds.num_users} users (recognised by their images)"
-              + (f"; its initialisation chain on {', '.join('?' if c is None else str(c) for c in shared[1:])}"
+              + (f"; the models it started from, in order: {', '.join('unknown' if c is None else str(c) for c in shared[1:])}"
                  if len(shared) > 1 else ""))
     return shared
 

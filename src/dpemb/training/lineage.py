@@ -5,8 +5,9 @@ A training checkpoint (``private/checkpoint.pt``) holds::
     data_fingerprint         dataset_fingerprint of the training split (a resume on other
                              data is refused: ``dpemb.training.resume.check_same_data``)
     user_fingerprints        [this run's training users, its init's, the init's init's, ...]:
-                             a uint64 array per model of the chain, None where not known
-                             (an init given as a bare artifact, random or ImageNet)
+                             a uint64 array per model of the chain, None (or the list
+                             ending) where not known: an init given as a bare artifact.
+                             A random or ImageNet start ends the list (no model of ours)
 
 These digests are deterministic functions of the private data (``dpemb.data.fingerprint``)
 and are never written to what is released: they stay in the checkpoint, and in a
@@ -33,7 +34,7 @@ def training_record(train: UserDataset, init_lineage: Lineage | None) -> dict[st
     """The checkpoint entries of a run on ``train`` (see the module docstring)."""
     users = user_fingerprints(train)
     return {"data_fingerprint": dataset_fingerprint(train, users),
-            "user_fingerprints": [users, *(init_lineage or [None])]}
+            "user_fingerprints": [users, *(init_lineage or [])]}
 
 
 def read_lineage(model: str | os.PathLike) -> Lineage | None:

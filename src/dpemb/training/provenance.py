@@ -16,6 +16,11 @@ trained without DP on the same private users, that epsilon does not cover them, 
 ``check_init`` refuses such a run unless explicitly allowed; then, and when the init
 was itself trained with DP on private users (its epsilon composes on top), every
 privacy statement of the run carries a caveat (``qualify_privacy``).
+
+The same rule, with role "backbone", covers the frozen backbone of a feature file
+(``dpemb.transfer.backbone``): there the users at stake are the features' users, and
+whether a model trained on them may be known by content (``shared``, from the
+fingerprints a run keeps in its private checkpoint: ``dpemb.training.lineage``).
 """
 
 from __future__ import annotations
@@ -152,6 +157,8 @@ def check_init(init: Any, *, private_run: bool, allow_nonprivate_init: bool, ini
     (``dpemb transfer``), whose users are the features' users; ``shared`` says, per
     model of the chain, whether its training users are known to include them
     (``included_ancestors``): a re-import is recognised by content."""
+    if role not in _FIX:
+        raise ValueError(f"role must be one of {', '.join(_FIX)}, got {role!r}")
     if not private_run:
         return []
     caveats: list[str] = []
