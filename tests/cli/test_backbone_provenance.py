@@ -213,4 +213,7 @@ def test_init_from_a_checkpoint_is_refused(runs, tmp_path, capsys):
     base = ["train", "--data", str(runs / "data"), *CENTRAL]
     err = usage_error([*base, "--out", str(tmp_path / "x"), "--init", str(ckpt)], capsys)
     assert "is a training checkpoint" in err and f"give the run directory {runs / 'public'}" in err
+    assert "dpemb export" in err
     assert main([*base, "--out", str(tmp_path / "x"), "--init", str(runs / "public")]) == 0  # the advice
+    assert main(["export", str(runs / "public"), "--out", str(tmp_path / "art")]) == 0  # the other advice
+    assert main([*base, "--out", str(tmp_path / "y"), "--init", str(tmp_path / "art")]) == 0

@@ -227,8 +227,8 @@ def resolve_model(path: str | os.PathLike) -> Path:
                             f"({ARTIFACT_WEIGHTS} + {MODEL_CARD})")
     if p.is_file() and _is_torch_file(p):
         run = p.parent.parent if p.parent.name == "private" else p.parent
-        fix = (f"give the run directory {run}, which holds its release artifact" if find_artifact(run) is not None
-               else export_hint(run))
+        fix = (f"give the run directory {run}, which holds its release artifact (or a copy written with "
+               f"`dpemb export {run} --out DIR`)" if find_artifact(run) is not None else export_hint(run))
         raise ArtifactError(
             f"{p} is a training checkpoint: it holds private training state (noise generator, "
             f"sampler, optimizer) and is not for downstream use; {fix}"
