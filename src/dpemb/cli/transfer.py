@@ -284,7 +284,7 @@ def run_transfer(args: argparse.Namespace) -> int:
                 results.append(run.to_dict())
                 diagnostics.append(run.private_diagnostics())
             if args.audit_canaries is not None:
-                results[-1]["audit"] = _audit(train, cfg, args, device)
+                results[-1]["audit"] = _audit(train, cfg, args, device, runs[-1].backbone)
     except ValueError as e:
         if isinstance(e, DataError):
             raise
@@ -324,9 +324,10 @@ def run_transfer(args: argparse.Namespace) -> int:
     return 0
 
 
-def _audit(train, cfg, args: argparse.Namespace, device) -> dict:
+def _audit(train, cfg, args: argparse.Namespace, device, backbone=None) -> dict:
     """The example-level audit run of ``cfg`` (``dpemb.transfer.audit``): printed, and its
-    released record returned."""
+    released record returned; its statement carries what the reported epsilon does not
+    cover (``backbone``: a ``BackboneAccount`` or None)."""
     from dpemb.cli.main import UsageError
     from dpemb.transfer.audit import TransferAuditError, transfer_audit
 
@@ -336,6 +337,8 @@ def _audit(train, cfg, args: argparse.Namespace, device) -> dict:
     except TransferAuditError as e:
         raise UsageError(str(e)) from e
     a = audit.record
+    if backbone is not None:
+        a = {**a, "statement": backbone.qualify(a["statement"])}
     print(f"audit of {cfg.method} ({a['canaries']} canary examples): {a['statement']}")
     print(f"  {a['release']}")
     return a
