@@ -28,6 +28,7 @@ PRIVATE_KEYS = {
     "sampler", "noise", "ledger", "optimizer", "server_optimizer", "scheduler", "client_randomness",
     "data_rng", "head_gen", "torch_rng", "batch_order", "prev_prefix", "global_head", "head",
     "seed", "noise_seed", "config", "privacy_fingerprint", "tree", "tree_state", "generator", "state",
+    "data_fingerprint", "user_fingerprints", "backbone_shared_users",
 }
 CARD_KEYS = {"format", "format_version", "weights", "backbone", "embedding_dim", "trainable", "algorithm",
              "provenance", "privacy"}

@@ -123,3 +123,19 @@ def test_resuming_a_finished_run_keeps_one_summary_record(tmp_path):
     recs = [json.loads(l) for l in (tmp_path / "run" / "private" / "diagnostics.jsonl").read_text().splitlines()]
     assert sum(1 for r in recs if r.get("summary")) == 1
     assert [r["round"] for r in recs if not r.get("summary")] == [1, 2]
+
+
+def test_federated_resume_on_other_data_is_refused(tmp_path):
+    """Issue #33: the same number of users, other images: the epsilon and the model card
+    would name the wrong data. The original data resumes."""
+    from tests.conftest import make_tiny_dataset
+
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=2)
+    fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=3)
+    other = make_tiny_dataset(num_users=30, seed=7).split().train
+    assert other.num_users == train.num_users  # the accountant's population is the same
+    with pytest.raises(CheckpointError, match="was trained on other data.*original --data"):
+        fed.train_federated(other, ev, MODEL, cfg, spec, run, noise_seed=3, resume=True)
+    state = load_checkpoint(tmp_path / "run")
+    assert len(state["data_fingerprint"]) == 32 and len(state["user_fingerprints"][0]) == train.num_users
+    assert fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=3, resume=True)["rounds"] == 2

@@ -109,7 +109,8 @@ def test_dp_init_epsilon_is_stated_as_composing_on_top(tmp_path):
 
 def test_old_checkpoint_without_provenance_is_treated_as_unknown(tmp_path):
     """An init from a run written before provenance was recorded (its checkpoint is
-    all there is): its split is unknown, so a DP run from it is refused."""
+    all there is): refused as a checkpoint; exported as the message says, its split is
+    unknown, so a DP run from it is refused."""
     import os
 
     import torch
@@ -121,5 +122,10 @@ def test_old_checkpoint_without_provenance_is_treated_as_unknown(tmp_path):
     torch.save(state, init / "checkpoint.pt")
     for f in ("private/checkpoint.pt", "model.safetensors", "model_card.json"):
         os.remove(init / f)
-    with pytest.raises(InitProvenanceError, match="does not record which users"):
+    from dpemb.training.artifact import ArtifactError, export_run
+
+    with pytest.raises(ArtifactError, match="dpemb export") as e:  # a checkpoint is not an init
         fed_run(tmp_path, algorithm="dp-fedemb", model=ModelConfig("lenet", 16, init=str(init)))
+    export_run(init, tmp_path / "exported")  # the advice; its card records the split as unknown
+    with pytest.raises(InitProvenanceError, match="does not record which users"):
+        fed_run(tmp_path, algorithm="dp-fedemb", model=ModelConfig("lenet", 16, init=str(tmp_path / "exported")))

@@ -98,6 +98,7 @@ def run_black_box(args: argparse.Namespace) -> None:
     from dpemb.cli.common import device_from
     from dpemb.cli.train import (
         RESUME,
+        check_init_model,
         check_privacy_flags,
         configs,
         federated_configs,
@@ -111,6 +112,7 @@ def run_black_box(args: argparse.Namespace) -> None:
     from dpemb.training.blackbox_audit import DEFAULT_IMAGES_PER_USER, black_box_audit
 
     check_privacy_flags(args)
+    check_init_model(args)
     model_cfg, _, run_cfg = configs(args)
     train, held_out = training_splits(args)
     init_caveats(args)

@@ -321,6 +321,7 @@ def run(args: argparse.Namespace) -> int:
         if env.rank != 0:
             args.no_progress = True
     check_privacy_flags(args)
+    check_init_model(args)
     model_cfg, optim_cfg, run_cfg = configs(args)
     train, held_out = training_splits(args)
     if args.algorithm == "centralized":
@@ -401,6 +402,19 @@ def provenance(args: argparse.Namespace):
 
     return Provenance(dataset=args.data, train_split=args.train_split,
                       allow_nonprivate_init=args.allow_nonprivate_init)
+
+
+def check_init_model(args: argparse.Namespace) -> None:
+    """--init names a release artifact or a run directory: a checkpoint (private training
+    state) or anything else is a UsageError naming the fix."""
+    if args.init in ("random", "imagenet"):
+        return
+    from dpemb.training.artifact import ArtifactError, resolve_model
+
+    try:
+        resolve_model(args.init)
+    except ArtifactError as e:
+        raise UsageError(f"--init: {e}") from e
 
 
 def init_caveats(args: argparse.Namespace) -> list[str]:

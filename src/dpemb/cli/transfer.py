@@ -24,8 +24,9 @@ def _register_features(sub: argparse._SubParsersAction) -> None:
         help="extract frozen-backbone features of a dataset to an .npz file",
         description=(
             "Run a frozen backbone over every image of a dataset and save the pooled "
-            "features with labels and user ids (.npz). Costs no privacy budget by itself; "
-            "the DP guarantee is made by `dpemb transfer`."
+            "features with labels and user ids (.npz; private data, for the curator). The DP "
+            "guarantee is made by `dpemb transfer`, which checks whether a trained backbone saw "
+            "these users (docs/TRANSFER.md)."
         ),
     )
     p.add_argument("--data", required=True,
@@ -86,11 +87,31 @@ def run_features(args: argparse.Namespace) -> int:
                           meta={"data": spec, **desc}, device=device, shards=shards)
     shards.finish()  # a worker rank exits here
     assert fs is not None  # rank 0 holds the whole set
+    shared = _shared_users(args.backbone_model, ds) if args.backbone_model else None
+    if shared is not None:
+        fs.meta["backbone_shared_users"] = shared  # PRIVATE counts: the feature file is curator-side
     save_features(args.out, fs)
     print(f"wrote {fs.num_examples} x {fs.dim} features of {spec} ({fs.num_classes} classes, "
           f"{len(set(fs.users.tolist())) if fs.users is not None else 'unknown'} users; backbone "
           f"{desc['backbone']}, {desc['image_size']} px) to {args.out}")
     return 0
+
+
+def _shared_users(model: str, ds) -> list[int | None] | None:
+    """Per model of the backbone's chain, how many of ``ds``'s users it trained on,
+    recognised by content, when the backbone's run directory has a private checkpoint
+    this user can read (None otherwise: its recorded split then decides). Printed as a
+    labelled private diagnostic."""
+    from dpemb.data.fingerprint import user_fingerprints
+    from dpemb.training.lineage import read_lineage, shared_with
+
+    shared = shared_with(read_lineage(model), user_fingerprints(ds))
+    if shared is not None:
+        print(f"[private diagnostic, not for release] the backbone trained on {shared[0]} of these "
+              f"{ds.num_users} users (recognised by their images)"
+              + (f"; the models it started from, in order: {', '.join('unknown' if c is None else str(c) for c in shared[1:])}"
+                 if len(shared) > 1 else ""))
+    return shared
 
 
 # ------------------------------------------------------------------------------ transfer
@@ -121,6 +142,10 @@ def _register_transfer(sub: argparse._SubParsersAction) -> None:
                    help="instead of --epsilon: noise std / sensitivity of every release")
     g.add_argument("--non-private", action="store_true",
                    help="run a DP method WITHOUT noise (no privacy guarantee; for comparison only)")
+    g.add_argument("--allow-nonprivate-init", action="store_true",
+                   help="accept features of a backbone (or a model it started from) trained WITHOUT DP on users "
+                        "that may be these features' users (refused otherwise, as `dpemb train --init` refuses "
+                        "such an initialisation); every epsilon then says it does not cover the backbone")
     g.add_argument("--accountant", choices=["pld", "rdp"], default="pld", help="default: %(default)s")
     g.add_argument("--unit", choices=["example", "user"], default="example",
                    help="unit of privacy (default: %(default)s); 'user' bounds each user's total contribution")
@@ -232,6 +257,7 @@ def run_transfer(args: argparse.Namespace) -> int:
         normalize_features=args.normalize_features, grad_clip_norm=args.grad_clip_norm, reg=args.reg,
         alpha=args.alpha, steps=args.steps, lr=args.lr, optimizer=args.optimizer, bias=args.bias,
         public_size=args.public_size, seed=args.seed, allow_large_delta=args.allow_large_delta,
+        allow_nonprivate_init=args.allow_nonprivate_init,
     )
     results: list[dict] = []  # released
     diagnostics: list[dict] = []  # private: exact counts of the training data
@@ -258,24 +284,29 @@ def run_transfer(args: argparse.Namespace) -> int:
                 results.append(run.to_dict())
                 diagnostics.append(run.private_diagnostics())
             if args.audit_canaries is not None:
-                results[-1]["audit"] = _audit(train, cfg, args, device)
+                results[-1]["audit"] = _audit(train, cfg, args, device, runs[-1].backbone)
     except ValueError as e:
         if isinstance(e, DataError):
             raise
         raise UsageError(str(e)) from e
 
     delta = results[0]["delta"]  # resolved (default 1/(10 N)); the same for every run on this training set
+    private_runs = [r for r in results if r.get("method") != "non-private"]
+    # what every epsilon below leaves out (a backbone trained on these users): as in each run's statement
+    caveats = "".join(f" [{c}]" for c in ((private_runs[0].get("backbone") or {}).get("caveats", [])
+                                           if private_runs and not args.non_private else []))
     if sweep:
         print()
         print(_table(results, sweep))
         print(f"(columns: target epsilon, each calibrated with the {args.accountant.upper()} accountant at delta = "
-              f"{delta:.3g}, {args.unit}-level, add/remove-one-{args.unit}; every run's own statement is above)")
-    private_runs = [r for r in results if r.get("method") != "non-private"]
+              f"{delta:.3g}, {args.unit}-level, add/remove-one-{args.unit}; every run's own statement is above)"
+              + caveats)
     if len(private_runs) > 1 and not args.non_private:
         total = sum(float(r["epsilon"]) for r in private_runs)
         print(f"note: these {len(private_runs)} DP runs each spend their own epsilon on the same training data; "
               f"releasing all of them costs up to {total:.3g} in total, the sum of their epsilons (basic "
-              f"composition, delta {len(private_runs)} x {delta:.3g}). Release one, or split one budget.")
+              f"composition, delta {len(private_runs)} x {delta:.3g}). Release one, or split one budget."
+              + caveats)
     if args.json:
         from dpemb.atomic import atomic_write_text
 
@@ -293,9 +324,10 @@ def run_transfer(args: argparse.Namespace) -> int:
     return 0
 
 
-def _audit(train, cfg, args: argparse.Namespace, device) -> dict:
+def _audit(train, cfg, args: argparse.Namespace, device, backbone=None) -> dict:
     """The example-level audit run of ``cfg`` (``dpemb.transfer.audit``): printed, and its
-    released record returned."""
+    released record returned; its statement carries what the reported epsilon does not
+    cover (``backbone``: a ``BackboneAccount`` or None)."""
     from dpemb.cli.main import UsageError
     from dpemb.transfer.audit import TransferAuditError, transfer_audit
 
@@ -305,6 +337,8 @@ def _audit(train, cfg, args: argparse.Namespace, device) -> dict:
     except TransferAuditError as e:
         raise UsageError(str(e)) from e
     a = audit.record
+    if backbone is not None:
+        a = {**a, "statement": backbone.qualify(a["statement"])}
     print(f"audit of {cfg.method} ({a['canaries']} canary examples): {a['statement']}")
     print(f"  {a['release']}")
     return a

@@ -12,8 +12,8 @@ An artifact is a directory (a run directory is one) holding two files::
                         private" for non-private training)
 
 It holds nothing the guarantee does not cover: no optimizer, noise generator,
-sampler, tree or ledger state, no seeds. ``dpemb embed``, ``eval``, ``features`` and
-``--init`` read artifacts; the checkpoint (``private/checkpoint.pt``) is private
+sampler, tree or ledger state, no seeds, no data fingerprints. ``dpemb embed``, ``eval``,
+``features`` and ``--init`` read artifacts; the checkpoint (``private/checkpoint.pt``) is private
 training state and is refused downstream (``dpemb export`` writes an artifact from it).
 """
 
@@ -227,9 +227,11 @@ def resolve_model(path: str | os.PathLike) -> Path:
                             f"({ARTIFACT_WEIGHTS} + {MODEL_CARD})")
     if p.is_file() and _is_torch_file(p):
         run = p.parent.parent if p.parent.name == "private" else p.parent
+        fix = (f"give the run directory {run}, which holds its release artifact (or a copy written with "
+               f"`dpemb export {run} --out DIR`)" if find_artifact(run) is not None else export_hint(run))
         raise ArtifactError(
             f"{p} is a training checkpoint: it holds private training state (noise generator, "
-            f"sampler, optimizer) and is not for downstream use; {export_hint(run)}"
+            f"sampler, optimizer) and is not for downstream use; {fix}"
         )
     if p.is_dir() and checkpoint_in(p) is not None:
         raise ArtifactError(

@@ -22,7 +22,8 @@ from dpemb.data.tensors import numpy_to_tensor, resolve_device
 from dpemb.progress import progress
 from dpemb.training.checkpoint import load_checkpoint, save_checkpoint
 from dpemb.training.interrupt import CheckpointSchedule, GracefulStop
-from dpemb.training.resume import check_same_config, resume_from_checkpoint
+from dpemb.training.lineage import training_record
+from dpemb.training.resume import check_same_config, check_same_data, resume_from_checkpoint
 from dpemb.training.config import ModelConfig, OptimConfig, RunConfig, config_json, to_dict
 from dpemb.training.evaluate import evaluate_backbone
 from dpemb.training.modelinit import build_model
@@ -90,6 +91,7 @@ def train_centralized(
     # --- model, head, optimizer
     torch.manual_seed(run_cfg.seed)
     model, ckpt_meta = build_model(model_cfg, train.image_shape, device=device)
+    data_record = training_record(train, ckpt_meta.pop("init_lineage"))  # PRIVATE: the checkpoint only
     release = Release(run.path, algorithm="centralized", trainable=model_cfg.trainable, meta=ckpt_meta,
                       provenance=provenance, source=train.source, private_training=False,
                       loss=optim_cfg.loss)
@@ -115,6 +117,7 @@ def train_centralized(
     if resume_from_checkpoint(run, resume):
         state = load_checkpoint(run.checkpoint, map_location=device)
         check_same_config(run, state.get("config"), config)
+        check_same_data(run, state.get("data_fingerprint"), data_record["data_fingerprint"])
         model.load_state_dict(state["backbone"])
         head.load_state_dict(state["head"])
         opt.load_state_dict(state["optimizer"])
@@ -159,6 +162,7 @@ def train_centralized(
                 "config": config,
                 "model_config": to_dict(model_cfg),
                 "num_classes": train.num_classes,
+                **data_record,
             },
         )
 

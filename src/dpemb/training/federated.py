@@ -47,6 +47,7 @@ from dpemb.training.evaluate import evaluate_embeddings
 from dpemb.training.executor import DistributedExecutor, LocalExecutor, RankFailure, join_job, leave_distributed
 from dpemb.training.interrupt import CheckpointSchedule, GracefulStop
 from dpemb.training.modelinit import build_model
+from dpemb.training.lineage import training_record
 from dpemb.training.provenance import Provenance
 from dpemb.training.round_log import RoundLog
 from dpemb.training.rundir import RunDir
@@ -125,6 +126,7 @@ def train_federated(
     # --- rank 0: the run directory, the privacy plan (sampler, client keys, noise, adaptive
     # clip, ledger; privacy.plan), the release artifact, and the state a resume restores
     run, seeded = RunDir(run_cfg.out), noise_seed is not None
+    data_record = training_record(train, ckpt_meta.pop("init_lineage"))  # PRIVATE: the checkpoint only
     config = config_json(algorithm=fed_cfg.algorithm, model=model_cfg, federated=fed_cfg, privacy=spec,
                          run=run_cfg, epsilon_budget=epsilon_budget, noise_seeded=seeded,
                          **({"audit_canaries": audit_canaries} if audit_canaries else {}))
@@ -133,7 +135,7 @@ def train_federated(
                       loss=fed_cfg.loss, ema_decay=fed_cfg.server_ema)
     plan = PrivacyPlan.build(spec, seed=noise_seed, efficient_tree=fed_cfg.efficient_tree)
     server = ServerState.open(model, params, global_head, plan, fed_cfg, model_cfg, run, release, config,
-                              ckpt_meta, resume, device)
+                              ckpt_meta, resume, device, data_record)
     executor = (DistributedExecutor(trainer, data, plan.randomness, env, template) if env is not None
                 else LocalExecutor(trainer, data, plan.randomness))
     # audit run: canary users clipped and noised with the real clients (training.audit_run)

@@ -1,6 +1,6 @@
 """Build the backbone a run starts from: random, ImageNet weights, or a trained model
-(a release artifact or run directory; an older run's checkpoint also works), and the
-provenance of that start (see ``dpemb.training.provenance``)."""
+(a release artifact or run directory; a checkpoint is refused: ``dpemb export`` writes
+the artifact), and the provenance of that start (see ``dpemb.training.provenance``)."""
 
 from __future__ import annotations
 
@@ -10,25 +10,21 @@ from typing import Any
 import torch
 
 from dpemb.models import Backbone, build_backbone, freeze_batchnorm_stats, load_imagenet_mobilenet_v2, set_trainable
-from dpemb.training.artifact import find_artifact, init_provenance, legacy_provenance, load_artifact
-from dpemb.training.checkpoint import CheckpointError, load_checkpoint
+from dpemb.training.artifact import init_provenance, load_artifact
+from dpemb.training.checkpoint import CheckpointError
+from dpemb.training.lineage import read_lineage
 from dpemb.training.config import ModelConfig
 from dpemb.training.provenance import check_init
 
 
 def read_init(path: str | os.PathLike) -> tuple[str, dict[str, Any], dict[str, torch.Tensor], dict[str, Any]]:
-    """(backbone name, kwargs, state dict, provenance) of the model at ``path``: a
-    release artifact (a run directory resolves to its own), else a checkpoint."""
-    if find_artifact(path) is not None:
-        model, card = load_artifact(path)
-        b = card["backbone"]
-        return b["name"], b["kwargs"], model.state_dict(), init_provenance(card, path)
-    state = load_checkpoint(path)
-    prov = state.get("provenance")
-    if not isinstance(prov, dict):
-        prov = legacy_provenance(state, path)
-    prov = {"model": str(path), "algorithm": state.get("kind"), **prov}
-    return state["backbone_name"], state["backbone_kwargs"], state["backbone"], prov
+    """(backbone name, kwargs, state dict, provenance) of the release artifact at ``path``
+    (a run directory resolves to its own). A training checkpoint is refused
+    (``ArtifactError`` naming ``dpemb export``): it is private state, and an artifact
+    carries the provenance the init check reads."""
+    model, card = load_artifact(path)
+    b = card["backbone"]
+    return b["name"], b["kwargs"], model.state_dict(), init_provenance(card, path)
 
 
 def build_model(
@@ -42,8 +38,10 @@ def build_model(
 ) -> tuple[Backbone, dict[str, Any]]:
     """Returns the backbone (trainable set applied) and the metadata a checkpoint
     needs to rebuild it (``backbone_name``, ``backbone_kwargs``), with the init's
-    provenance (``init_provenance``) and the caveats a private run's statements carry
-    (``init_caveats``).
+    provenance (``init_provenance``), the caveats a private run's statements carry
+    (``init_caveats``) and, PRIVATE, the init chain's training users when the init is a
+    run directory whose checkpoint is readable (``init_lineage``, see
+    ``dpemb.training.lineage``; the checkpoint keeps it, nothing released does).
 
     ``private_run`` (a DP run): an init that saw private users without DP is refused
     (``InitProvenanceError``) unless ``allow_nonprivate_init``; see
@@ -58,6 +56,7 @@ def build_model(
     kwargs = {"in_channels": c, "image_size": h, "embedding_dim": cfg.embedding_dim, "width": cfg.width}
     model = build_backbone(cfg.backbone, **kwargs)
     init_prov: Any = cfg.init
+    init_lineage = None
     if cfg.init == "imagenet":
         load_imagenet_mobilenet_v2(model)
     elif cfg.init != "random":
@@ -69,6 +68,7 @@ def build_model(
                 "--embedding-dim and the image size"
             )
         model.load_state_dict(weights)
+        init_lineage = read_lineage(cfg.init)  # private: the init run's users, when its checkpoint is readable
     caveats = check_init(init_prov, private_run=private_run, allow_nonprivate_init=allow_nonprivate_init,
                          init_name=str(cfg.init))
     if cfg.backbone == "mobilenetv2-bn" and cfg.init == "random" and per_user_training:
@@ -81,4 +81,5 @@ def build_model(
         freeze_batchnorm_stats(model)
     set_trainable(model, cfg.trainable)
     return model.to(device), {"backbone_name": cfg.backbone, "backbone_kwargs": kwargs,
-                              "init_provenance": init_prov, "init_caveats": caveats}
+                              "init_provenance": init_prov, "init_caveats": caveats,
+                              "init_lineage": init_lineage}

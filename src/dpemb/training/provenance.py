@@ -16,6 +16,11 @@ trained without DP on the same private users, that epsilon does not cover them, 
 ``check_init`` refuses such a run unless explicitly allowed; then, and when the init
 was itself trained with DP on private users (its epsilon composes on top), every
 privacy statement of the run carries a caveat (``qualify_privacy``).
+
+The same rule, with role "backbone", covers the frozen backbone of a feature file
+(``dpemb.transfer.backbone``): there the users at stake are the features' users, and
+whether a model trained on them may be known by content (``shared``, from the
+fingerprints a run keeps in its private checkpoint: ``dpemb.training.lineage``).
 """
 
 from __future__ import annotations
@@ -87,9 +92,11 @@ def _users(p: dict[str, Any]) -> str:
     }.get(p.get("train_split", "unknown"), f"users of {d} it does not record (possibly private ones)")
 
 
-def _who(p: dict[str, Any], depth: int, init_name: str) -> str:
+def _who(p: dict[str, Any], depth: int, init_name: str, role: str) -> str:
     name = p.get("model") or "a model"
-    return f"--init {init_name}" if depth == 0 else f"its ancestor {name} ({depth} init(s) up)"
+    if depth == 0:
+        return f"--init {init_name}" if role == "initialisation" else f"the backbone {init_name}"
+    return f"its ancestor {name} ({depth} init(s) up)"
 
 
 def _epsilon_text(p: dict[str, Any]) -> str:
@@ -112,38 +119,68 @@ def _nonprivate_text(p: dict[str, Any]) -> str:
         else "trained without differential privacy"
 
 
-def check_init(init: Any, *, private_run: bool, allow_nonprivate_init: bool, init_name: str) -> list[str]:
+#: the fix a refusal names, per role (what was trained without DP on the users)
+_FIX = {
+    "initialisation": ("a DP run started from it would report an epsilon that does not cover them. Pretrain on "
+                       "public users (`dpemb train --algorithm centralized --train-split public ...`), or pass "
+                       "--allow-nonprivate-init to proceed; every epsilon will then say it does not cover the "
+                       "initialisation."),
+    "backbone": ("removing one of them changes the backbone, hence every feature row, so a DP classifier on "
+                 "these features would report an epsilon that does not cover them. Extract the features with "
+                 "a backbone trained on public users (`dpemb train --algorithm centralized --train-split "
+                 "public ...`) or with DP (`--algorithm dp-fedemb`), or pass --allow-nonprivate-init to "
+                 "proceed; every epsilon will then say it does not cover the backbone."),
+}
+
+
+def included_ancestors(init: Any, shared: list[bool | None] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(depth, provenance) of the init/backbone and each ancestor that may have trained on
+    the users at stake. ``shared[depth]``: whether that model's training users are known,
+    by content (``dpemb.data.fingerprint``), to include them (True), to exclude them
+    (False), or not known (None, or no list): then the recorded split decides (private,
+    all or unknown: may include; public: does not)."""
+    for depth, p in enumerate(ancestors(init)):
+        known = shared[depth] if shared is not None and depth < len(shared) else None
+        if known is True or (known is None and _saw_private_users(p)):
+            yield depth, p
+
+
+def check_init(init: Any, *, private_run: bool, allow_nonprivate_init: bool, init_name: str,
+               role: str = "initialisation", shared: list[bool | None] | None = None) -> list[str]:
     """Refuse (``InitProvenanceError``) a DP run whose init, or any ancestor, was trained
     without DP (or not recorded whether) on a split holding private users (or not
     recorded which), unless ``allow_nonprivate_init``. Returns the caveats every privacy
     statement of the run must carry (empty when the run is not private or its init saw
-    no private users)."""
+    no private users).
+
+    ``role`` "backbone": the same rule for the frozen backbone of a feature file
+    (``dpemb transfer``), whose users are the features' users; ``shared`` says, per
+    model of the chain, whether its training users are known to include them
+    (``included_ancestors``): a re-import is recognised by content."""
+    if role not in _FIX:
+        raise ValueError(f"role must be one of {', '.join(_FIX)}, got {role!r}")
     if not private_run:
         return []
     caveats: list[str] = []
-    for depth, p in enumerate(ancestors(init)):
-        if not _saw_private_users(p):
-            continue
-        who = _who(p, depth, init_name)
+    for depth, p in included_ancestors(init, shared):
+        who = _who(p, depth, init_name, role)
+        users = _users(p)
+        if shared is not None and depth < len(shared) and shared[depth]:
+            users += ", among them users of these features (recognised by their images)"
         if not p.get("private_training", False):
             if not allow_nonprivate_init:
                 if _unknown(p):
                     why = (f"{who} does not record which users it was trained on or whether privately "
                            "(written by an older dpemb, or by a library call without a Provenance); it "
-                           f"was {_nonprivate_text(p)} on {_users(p)}")
+                           f"was {_nonprivate_text(p)} on {users}")
                 else:
-                    why = f"{who} was trained without differential privacy on {_users(p)}"
-                raise InitProvenanceError(
-                    f"{why}; a DP run started from it would report an epsilon that does not cover "
-                    "them. Pretrain on public users (`dpemb train --algorithm centralized "
-                    "--train-split public ...`), or pass --allow-nonprivate-init to proceed; every "
-                    "epsilon will then say it does not cover the initialisation."
-                )
-            caveats.append(f"does NOT cover the initialisation: {who} was {_nonprivate_text(p)} on {_users(p)}")
+                    why = f"{who} was trained without differential privacy on {users}"
+                raise InitProvenanceError(f"{why}; {_FIX[role]}")
+            caveats.append(f"does NOT cover the {role}: {who} was {_nonprivate_text(p)} on {users}")
         else:
             caveats.append(
                 f"covers this run's training only: {who} was itself trained with user-level DP on "
-                f"{_users(p)} ({_epsilon_text(p)}), which composes on top of this epsilon"
+                f"{users} ({_epsilon_text(p)}), which composes on top of this epsilon"
             )
     return caveats
 

@@ -45,3 +45,17 @@ def check_same_config(run: "RunDir", saved: str | None, current: str) -> None:
             f"{run.checkpoint} was written with other settings: {diff}. Resume with the original flags "
             f"(only {', '.join(PERFORMANCE_ONLY)} may change on resume)."
         )
+
+
+def check_same_data(run: "RunDir", saved: str | None, current: str) -> None:
+    """Refuse to resume a checkpoint written on other training data, or one that does
+    not record which (``dpemb.training.lineage``): the epsilon and the model card would
+    name the wrong data."""
+    if saved == current:
+        return
+    what = ("does not record which data it was trained on (written by an older dpemb)" if saved is None
+            else "was trained on other data (other examples, users or labels)")
+    raise CheckpointError(
+        f"{run.checkpoint} {what}; resuming would mix two datasets under one epsilon and model card. "
+        "Resume with the original --data and --train-split, or start a new run with another --out."
+    )

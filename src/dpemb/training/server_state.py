@@ -35,7 +35,7 @@ from dpemb.training.checkpoint import CheckpointError, load_checkpoint, save_che
 from dpemb.training.config import ModelConfig, describe_differences, to_dict
 from dpemb.training.errors import TrainingDiverged
 from dpemb.training.privacy_report import privacy_report
-from dpemb.training.resume import check_same_config, resume_from_checkpoint
+from dpemb.training.resume import check_same_config, check_same_data, resume_from_checkpoint
 from dpemb.training.rundir import RunDir
 
 
@@ -54,6 +54,7 @@ class ServerState:
     release: Release
     config: str  # the run's settings as JSON (config.json, and the checkpoint's check)
     ckpt_meta: dict[str, Any]
+    data_record: dict[str, Any]  # PRIVATE: the training data's fingerprints (dpemb.training.lineage)
     round: int = 0
     ema: torch.Tensor | None = None  # server_ema > 0: the moving average of the server models (flat)
 
@@ -65,11 +66,12 @@ class ServerState:
     @classmethod
     def open(cls, model: torch.nn.Module, params: list[torch.nn.Parameter],
              global_head: torch.nn.Parameter | None, plan: PrivacyPlan, fed_cfg: FederatedConfig, model_cfg: ModelConfig, run: RunDir, release: Release,
-             config: str, ckpt_meta: dict[str, Any], resume: bool | str, device: torch.device) -> ServerState:
+             config: str, ckpt_meta: dict[str, Any], resume: bool | str, device: torch.device,
+             data_record: dict[str, Any]) -> ServerState:
         """A fresh run (config.json written, old metrics removed) or, when ``resume`` finds
         a checkpoint, the state it holds."""
         state = cls(model, params, global_head, make_server_optimizer(params, fed_cfg), plan, fed_cfg,
-                    model_cfg, run, release, config, ckpt_meta)
+                    model_cfg, run, release, config, ckpt_meta, data_record)
         if fed_cfg.server_ema:  # the average starts at the (public or random) initial model
             state.ema = state.vector().clone()
         if resume_from_checkpoint(run, resume):
@@ -125,7 +127,7 @@ class ServerState:
             "server_optimizer": self.optimizer.state_dict(), **self.plan.state_dict(), "round": self.round,
             "server_ema": self.ema.cpu() if self.ema is not None else None,
             "config": self.config, "privacy_fingerprint": self.spec.fingerprint(),
-            "privacy_spec": to_dict(self.spec), "model_config": to_dict(self.model_cfg),
+            "privacy_spec": to_dict(self.spec), "model_config": to_dict(self.model_cfg), **self.data_record,
         })
 
     def load(self, device: torch.device) -> None:
@@ -140,6 +142,7 @@ class ServerState:
                 + "); resuming would make the reported epsilon wrong. Resume with the original privacy flags."
             )
         check_same_config(run, state.get("config"), self.config)
+        check_same_data(run, state.get("data_fingerprint"), self.data_record["data_fingerprint"])
         self.model.load_state_dict(state["backbone"])
         if self.global_head is not None:
             with torch.no_grad():

@@ -24,7 +24,9 @@ class TransferConfig:
     ``delta`` None (default) is 1 / (10 N) for the N privacy units of the training set;
     a given delta >= 1/N is refused at training time unless ``allow_large_delta``.
     ``secure_noise`` draws the noise with the floating-point-hardened sampler (not with
-    a ``seed``; not for a run without noise).
+    a ``seed``; not for a run without noise). ``allow_nonprivate_init``: accept features
+    of a backbone trained without DP on (possibly) the same users; every epsilon then
+    says it does not cover the backbone (``dpemb.transfer.backbone``).
     """
 
     method: str
@@ -47,6 +49,7 @@ class TransferConfig:
     seed: int | None = None
     allow_large_delta: bool = False
     secure_noise: bool = False
+    allow_nonprivate_init: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:

@@ -6,11 +6,17 @@ A feature file (``.npz``, written atomically) holds::
     labels       int64   (N,)     class index into label_names
     users        int64   (N,)     user index (absent when users are unknown)
     label_names  str     (K,)
-    meta         str              JSON: backbone, image size, data source, ...
+    meta         str              JSON: backbone, image size, data source, ...; for a
+                                  trained backbone its provenance and privacy, and
+                                  ``backbone_shared_users`` (PRIVATE counts, see
+                                  ``dpemb.transfer.backbone``)
 
-Feature extraction uses only the frozen (public or previously privatised) backbone;
-it costs no privacy budget by itself. The privacy guarantee is made by the DP
-training methods that consume the features (``dpemb transfer``, ``dpemb.transfer.runner``).
+Features are private data (they are computed from the images): the file is for the
+curator. Extraction releases nothing, and a DP classifier on the features
+(``dpemb transfer``, ``dpemb.transfer.runner``) is DP with respect to the features'
+users when the backbone did not train on them (a public backbone, or one trained on
+other users). When it did, ``dpemb.transfer.backbone`` refuses a non-DP backbone and
+composes a DP one's epsilon with the classifier's.
 """
 
 from __future__ import annotations
@@ -210,21 +216,23 @@ def load_backbone(
     BatchNorm statistics frozen), built for ``image_size`` inputs. ``model``: a trained
     model's release artifact (a dpemb run directory, or a directory holding
     ``model.safetensors`` + ``model_card.json``, see ``dpemb.training.artifact``); its
-    own ``image_size`` and ``in_channels`` are used. A training checkpoint holds
-    private state and is refused (``dpemb export`` writes the artifact).
+    own ``image_size`` and ``in_channels`` are used, and the description records the
+    card's provenance and privacy section (``dpemb.transfer.backbone`` reads them). A
+    training checkpoint holds private state and is refused (``dpemb export`` writes the
+    artifact).
     ``checkpoint`` is an old name of ``model``.
     """
     from dpemb.models.registry import build_backbone
 
     where = model if model is not None else checkpoint
     if where is not None:
-        from dpemb.training.artifact import load_artifact
-        from dpemb.training.provenance import compact_privacy
+        from dpemb.training.artifact import init_provenance, load_artifact
 
         model, card = load_artifact(where)  # ArtifactError (a ValueError) names the fix
         desc = {"backbone": "model", "model": str(where), "backbone_name": card["backbone"]["name"],
                 "backbone_kwargs": dict(card["backbone"]["kwargs"]),
-                "model_privacy": compact_privacy(card.get("privacy", {}))}
+                "backbone_provenance": init_provenance(card, where),  # what it trained on, privately or not
+                "backbone_privacy": card.get("privacy", {})}  # its privacy statements and spec
     elif name == "imagenet-mobilenetv2":
         from dpemb.models.pretrained import load_imagenet_mobilenet_v2
 

@@ -21,6 +21,7 @@ import torch
 from . import dp_fc, dp_ls, dp_newton, dp_sgd, nonprivate
 from dpemb.data.dataset import DataError
 
+from .backbone import BackboneAccount, backbone_account
 from .budget import NoisePlan, ReleaseMechanism, ReleaseRecord, plan_noise
 from .config import TransferConfig
 from .features import FeatureSet
@@ -129,10 +130,23 @@ class TransferRun:
     sampler: str = ""  # the noise-sampler sentence (``dpemb.privacy.noise.describe_sampler``)
     top1: float | None = None
     raw: dict[str, list[torch.Tensor]] = field(default_factory=dict, repr=False)
+    backbone: BackboneAccount | None = None  # a trained backbone's part in the privacy (transfer.backbone)
+    _total: list = field(default_factory=list, repr=False)  # the backbone total, computed once
 
     @property
     def epsilon_sentence(self) -> str:
-        return self.plan.sentence()
+        """The epsilon statement, with what it does not cover (a backbone) appended."""
+        s = self.plan.sentence()
+        return self.backbone.qualify(s) if self.backbone is not None and not self.plan.non_private else s
+
+    @property
+    def backbone_total(self) -> dict[str, Any] | None:
+        """The total epsilon with a DP backbone trained on these users (``BackboneAccount.total``)."""
+        if self.backbone is None:
+            return None
+        if not self._total:
+            self._total.append(self.backbone.total(self.plan))
+        return self._total[0]
 
     @property
     def split_sentence(self) -> str:
@@ -162,6 +176,8 @@ class TransferRun:
             "noise_sampler": self.sampler,
             "config": self.config.to_dict(),
             "params": dataclasses.asdict(self.params),
+            "backbone": None if self.backbone is None else {**self.backbone.to_dict(),
+                                                            **({"total": t} if (t := self.backbone_total) else {})},
         }
 
     def private_diagnostics(self) -> dict[str, Any]:
@@ -175,6 +191,7 @@ class TransferRun:
             "num_train_units": self.num_units,
             "num_clipped_features": self.num_clipped_features,
             "train_seconds": round(self.train_seconds, 3),
+            **(self.backbone.private() if self.backbone is not None else {}),
         }
 
     def report(self) -> str:
@@ -182,6 +199,8 @@ class TransferRun:
         lines = [f"method {self.config.method}: "
                  + (f"top-1 {self.top1:.4f} on the held-out split" if self.top1 is not None else "trained")]
         lines.append(self.epsilon_sentence + (" [noise seeded: reproducible, not for release]" if self.seeded else ""))
+        if self.backbone_total is not None:
+            lines.append(self.backbone_total["statement"])
         lines.extend(f"warning: {w}" for w in self.plan.warnings)
         if self.config.method != "non-private":
             lines.append(self.split_sentence)
@@ -254,11 +273,17 @@ def train_transfer(train: FeatureSet, config: TransferConfig, test: FeatureSet |
 
     Privacy: for a DP method the returned model is (epsilon, delta)-DP with respect to
     adding or removing one unit (``config.unit``) of ``train`` (``run.epsilon_sentence``
-    names accountant, delta, unit and relation); ``test`` is only evaluated on.
+    names accountant, delta, unit and relation) with the features held fixed; ``test``
+    is only evaluated on. Where the backbone trained on these users, the statement says
+    what it does not cover, or the total with a DP backbone (``run.backbone_total``), and
+    a non-DP backbone is refused unless ``config.allow_nonprivate_init``
+    (``check_backbone``).
     """
     check_compatible(train, test)
+    account = check_backbone(train, config)
     prep = prepare_train(train, config, device)
     run = train_prepared(prep, config, progress=progress, keep_raw=keep_raw)
+    run.backbone = account
     if test is not None:
         evaluate(run, test)
     return run
@@ -268,14 +293,25 @@ def sweep_epsilon(train: FeatureSet, test: FeatureSet, config: TransferConfig, e
                   progress: bool = False, device: torch.device | str | None = None) -> list[TransferRun]:
     """One run per target epsilon (each its own fresh noise and its own accounting)."""
     check_compatible(train, test)
+    cfgs = [dataclasses.replace(config, epsilon=float(eps), noise_multiplier=None, non_private=False)
+            for eps in epsilons]
+    account = check_backbone(train, cfgs[0]) if cfgs else None
     prep = prepare_train(train, config, device)
     runs = []
-    for eps in epsilons:
-        cfg = dataclasses.replace(config, epsilon=float(eps), noise_multiplier=None, non_private=False)
+    for cfg in cfgs:
         run = train_prepared(prep, cfg, progress=progress)
+        run.backbone = account
         evaluate(run, test)
         runs.append(run)
     return runs
+
+
+def check_backbone(train: FeatureSet, config: TransferConfig) -> BackboneAccount | None:
+    """The backbone's part in a run on ``train`` (``dpemb.transfer.backbone``): refuses
+    (``InitProvenanceError``, naming the fix) features of a backbone trained without DP on
+    users that may be theirs, unless ``config.allow_nonprivate_init``."""
+    return backbone_account(train.meta, private_run=config.is_private,
+                            allow_nonprivate_init=config.allow_nonprivate_init)
 
 
 def check_compatible(train: FeatureSet, test: FeatureSet | None) -> None:
