@@ -81,16 +81,17 @@ def test_adding_one_user_changes_exactly_one_client(algorithm, head_init, k, whe
     _check_adding_one_user(_setup(algorithm, head_init), k, where)
 
 
-#: (algorithm, local head, local batch, backbone): every local batch size 2 to 4, both
-#: heads; with B = 2 the 5 or 6 clients run in 3 groups, with B = 4 in 2
-BATCHED = [("dp-fedemb", "global", 2, "lenet"), ("dp-fedemb", "local", 3, "lenet"),
-           ("dp-fedemb", "local", 4, "lenet"), ("dp-fedavg", "global", 2, "lenet"),
-           ("dp-fedavg", "global", 3, "lenet"), ("dp-fedemb", "local", 2, "resnet-gn")]
+#: (algorithm, local head, local batch, backbone, K, where the user is added, B): every
+#: local batch size 2 to 4, both heads, both algorithms, both backbones; the 5 or 6
+#: clients run in 3 groups (B = 2) or 2 (B = 4), the added user in the first or last
+BATCHED = [("dp-fedemb", "global", 2, "lenet", 1, "first", 2), ("dp-fedemb", "local", 3, "lenet", 1, "last", 4),
+           ("dp-fedemb", "local", 4, "lenet", 3, "first", 4), ("dp-fedemb", "global", 3, "lenet", 3, "last", 2),
+           ("dp-fedavg", "global", 2, "lenet", 1, "last", 2), ("dp-fedavg", "global", 4, "lenet", 3, "first", 4),
+           ("dp-fedavg", "global", 3, "lenet", 1, "first", 4), ("dp-fedavg", "global", 2, "lenet", 3, "last", 2),
+           ("dp-fedemb", "local", 2, "resnet-gn", 1, "first", 2), ("dp-fedemb", "global", 3, "resnet-gn", 3, "last", 4)]
 
 
-@pytest.mark.parametrize("algorithm,local_head,local_batch,backbone", BATCHED)
-@pytest.mark.parametrize("k,where,batch_clients", [(1, "first", 2), (1, "last", 4), (3, "first", 4),
-                                                   (3, "last", 2)])
+@pytest.mark.parametrize("algorithm,local_head,local_batch,backbone,k,where,batch_clients", BATCHED)
 def test_batched_clients_adding_one_user_changes_exactly_one_client(algorithm, local_head, local_batch, backbone,
                                                                     k, where, batch_clients):
     setup = _setup(algorithm, "glorot", batch_clients, local_batch, local_head, backbone)

@@ -14,22 +14,41 @@ Every client's result equals ``ClientTrainer.update`` on its own, to float round
 (vectorised kernels sum in another order): the same batches (``client_batches`` with
 the client's own ``rng``), the same fresh head (``init_head_`` with its own
 ``generator``, imprinted the same way under a margin loss), the same loss and step
-schedule (``stepped_at``). So the update stays a function of the start, the client's
-data and its key alone (``dpemb.privacy.client_keys``): which clients share a batch
-changes nothing.
+schedule (``stepped_at``).
 
-Clients differ in size, hence in number of steps and last-batch size:
+Independence (the guarantee ``dpemb.privacy`` relies on: adding or removing one user
+changes one virtual client's computation only). With one trainer (one
+``max_batch_clients``), a client's update is BIT-IDENTICAL whichever other clients
+share its group and in whatever order they come; it is not merely close, and no
+clipping margin is needed. It is a function of the start, the client's data and its
+key alone (``dpemb.privacy.client_keys``), because every tensor a step computes on
+has a shape fixed by public configuration, never by the clients:
 
-- clients are sorted by number of steps (longest first) before they are cut into
-  groups of ``max_batch_clients``, so the clients still training at step t are a
-  prefix of the group: step t runs on that prefix only, and a client whose steps are
-  done is not touched (no update, its momentum frozen);
-- a step's batches are padded to the longest real batch among them; padded examples
-  get weight 0 and a client's loss is the sum over its real examples divided by their
-  number (``torch``'s mean over that client's batch);
-- a "local" head (classes present in the client only) is padded to the largest
-  number of present classes; the padded rows start at zero and their logits are set
-  to -inf, so they add nothing to the softmax and get no gradient (they stay zero).
+- a group always has ``max_batch_clients`` slots (those past the group's clients are
+  empty), every step's batch is ``local_batch_size`` examples wide (a short batch is
+  padded with copies of the client's own first example at weight 0: a client's loss
+  is the sum over its real examples divided by their number, ``torch``'s mean over
+  that client's batch), and
+  a fresh head has ``num_classes`` rows (plus the public negatives'): a "local" head
+  (classes present in the client only) is padded with zero rows whose logits are set
+  to -inf, so they add nothing to the softmax and get no gradient;
+- every slot runs every step of the group; a client whose steps are done, and an
+  empty slot, keeps its parameters, head and momentum bit for bit (``torch.where``),
+  so the group's longest client changes only how long the others sit still;
+- a slot holds only its own client's parameters, head, images, labels and padding.
+
+Clients are sorted by number of steps (longest first, stable) before they are cut
+into groups of ``max_batch_clients``, which only saves the idle steps; a client's
+slot therefore depends on the others. What the exact independence rests on is that
+the vectorised kernels compute each slot from that slot's inputs alone, the same way
+in every slot (no reduction over the client dimension, the same rounding in every
+slot); with the shapes fixed, their choice of algorithm and blocking cannot follow
+the group. ``tests/algorithms/test_client_independence.py`` checks it bit for bit
+(D against D plus one user, with the user in the first and in the last group) for
+LeNet and ResNet-GN on the CPU, and ``tests/algorithms/test_batched_client.py`` puts
+one client in every slot. The price is the idle work (finished clients, empty
+slots, short batches and head rows are computed along): see
+``bench/bench_batched_clients.py``.
 
 Supported models: anything whose examples do not interact inside a batch and whose
 forward pass writes no buffers: LeNet, ResNet-GN, MobileNetV2-GN, and BatchNorm models
@@ -129,9 +148,11 @@ class _Prepared:
 class BatchedClientTrainer:
     """Runs up to ``max_batch_clients`` client updates at once (see the module doc).
 
-    Same arguments as ``ClientTrainer`` plus ``max_batch_clients`` (B >= 1): the stacked
-    state takes about B x (parameters + head) x (2 with momentum, + gradients) memory,
-    plus the B clients' images (uint8) on the device."""
+    Same arguments as ``ClientTrainer`` plus ``max_batch_clients`` (B >= 1): every step
+    computes B slots, however few clients a group has, so a client's update does not
+    depend on its companions (bit for bit); the stacked state takes about
+    B x (parameters + head) x (2 with momentum, + gradients) memory, plus the B
+    clients' images (uint8) on the device."""
 
     def __init__(self, backbone: Backbone, num_classes: int, cfg: FederatedConfig,
                  max_batch_clients: int, performance: LocalPerformance | None = None,
@@ -163,8 +184,9 @@ class BatchedClientTrainer:
         return self.update_many(start, [ClientInput(images, labels, example_idx, rng, generator)])[0]
 
     def update_many(self, start: torch.Tensor, clients: Sequence[ClientInput]) -> list[ClientResult]:
-        """Every client's ``ClientTrainer.update`` from the flat vector ``start``, in the
-        order of ``clients``, computed ``max_batch_clients`` at a time."""
+        """Every client's ``ClientTrainer.update`` from the flat vector ``start`` (to float
+        rounding), in the order of ``clients``, computed ``max_batch_clients`` at a time;
+        each one bit-identical whatever the other ``clients`` are (see the module doc)."""
         start = start.detach()
         load_flat_(self.single.aggregated_params, start)  # the model every client starts from
         prepared = [self._prepare(i, c, start) for i, c in enumerate(clients)]
