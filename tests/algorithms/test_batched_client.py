@@ -1,6 +1,7 @@
 """BatchedClientTrainer: several clients' local training in one vmapped call per step
 gives every client what ClientTrainer.update gives it alone (to float rounding), for
-every loss, head, step schedule and optimizer setting; unsupported models are refused;
+every loss, head, step schedule and optimizer setting, and the same bits whichever
+other clients share its group and slot; unsupported models are refused;
 bf16 autocast is a performance flag that runs and stays close to float32."""
 
 from __future__ import annotations
@@ -127,15 +128,31 @@ def test_example_cap_and_a_group_of_one_or_of_all(data):
         check(cfg, data, max_batch_clients=b)
 
 
-def test_the_result_of_a_client_does_not_depend_on_its_companions(data):
-    # client 2 alone, or batched with others in another order: the same update
-    cfg = FederatedConfig(local_batch_size=4, client_lr=0.1, client_momentum=0.9, head_init="glorot")
+@pytest.mark.parametrize("loss,local_head", [("softmax", "global"), ("arcface", "local")])
+def test_the_result_of_a_client_does_not_depend_on_its_companions(data, loss, local_head):
+    # client 2 alone, or in every slot of a group among others of other sizes (so other
+    # step counts, last-batch sizes and local heads), in any order: BIT-identical, for
+    # one trainer (the shapes are public: module doc); arcface: acos / cos elementwise
+    cfg = FederatedConfig(local_batch_size=4, client_lr=0.1, client_momentum=0.9, head_init="glorot",
+                          local_epochs=2, loss=loss, local_head=local_head)
     model = backbone()
     start = start_of(model, cfg, data[0])
-    idxs = data[3]
-    alone = batched(model, cfg, data, start, idxs=[idxs[2]], seed=2)[0]
-    together = batched(model, cfg, data, start, max_batch_clients=4, idxs=[idxs[2], idxs[4], idxs[1]], seed=2)[0]
-    torch.testing.assert_close(together.delta, alone.delta, rtol=0, atol=atol(alone.delta, start))
+    num_classes, images, labels, idxs = data
+    trainer = BatchedClientTrainer(model, num_classes, cfg, 4)
+
+    def client(i: int) -> ClientInput:
+        return ClientInput(images, labels, idxs[i], np.random.default_rng(i), torch.Generator().manual_seed(i))
+
+    alone = trainer.update(start, images, labels, idxs[2], np.random.default_rng(2), torch.Generator().manual_seed(2))
+    for others, places in (([1, 4, 3], range(4)), ([3, 0, 1, 4, 1], (0, 5))):  # B = 4: 1 group, 2 groups
+        for where in places:
+            order = others[:where] + [2] + others[where:]
+            out = trainer.update_many(start, [client(i) for i in order])
+            assert torch.equal(out[where].delta, alone.delta), (others, where)
+            assert out[where].loss == alone.loss
+    ref = ClientTrainer(model, num_classes, cfg).update(start, images, labels, idxs[2], np.random.default_rng(2),
+                                                        torch.Generator().manual_seed(2))
+    torch.testing.assert_close(alone.delta, ref.delta, rtol=0, atol=atol(ref.delta, start))
 
 
 def test_drop_in_update_and_an_empty_client(data):

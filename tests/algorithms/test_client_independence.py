@@ -6,6 +6,12 @@ several local epochs, so the order of a client's examples and the fresh head's
 initialisation matter. Every other client's delta must be bit-identical, and the
 clipped sum may move by at most the stated sensitivity. A second test permutes the
 order in which clients run.
+
+The same check for ``BatchedClientTrainer`` (``--client-batch``): clients trained
+B at a time in one vectorised call, where the added user regroups every later
+client (K = 1) or changes its own client's size (K = 3); local batch 2 to 4, global
+and local heads, LeNet and ResNet-GN. Every other client's delta must still be
+bit-identical (``torch.equal``), not merely close.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import pytest
 import torch
 from torch.nn.utils import parameters_to_vector
 
+from dpemb.algorithms.batched_client import BatchedClientTrainer
 from dpemb.algorithms.client import ClientTrainer
 from dpemb.algorithms.config import FederatedConfig
 from dpemb.algorithms.round import ClientData, map_clients
@@ -30,14 +37,19 @@ C = 0.05
 ROUND = 7
 
 
-def _setup(algorithm: str, head_init: str):
+def _setup(algorithm: str, head_init: str, batch_clients: int = 0, local_batch_size: int = 2,
+           local_head: str = "global", backbone: str = "lenet"):
+    """``batch_clients`` 0: ``ClientTrainer``; B >= 1: ``BatchedClientTrainer`` (B at once)."""
     torch.manual_seed(0)
     ds = make_tiny_dataset(num_users=12).split().train
-    model = build_backbone("lenet", in_channels=1, image_size=28, embedding_dim=8, width=0.25)
-    # batch 2 and 2 local epochs: several local steps per client, reshuffled each epoch
-    cfg = FederatedConfig(algorithm=algorithm, local_batch_size=2, local_epochs=2, client_lr=0.2,
-                          head_init=head_init, head_lr_scale=3.0)
-    trainer = ClientTrainer(model, ds.num_classes, cfg)
+    model = build_backbone(backbone, in_channels=1, image_size=28, embedding_dim=8, width=0.25)
+    # small batches and 2 local epochs: several local steps per client, reshuffled each epoch
+    cfg = FederatedConfig(algorithm=algorithm, local_batch_size=local_batch_size, local_epochs=2, client_lr=0.2,
+                          head_init=head_init, head_lr_scale=3.0, local_head=local_head)
+    if batch_clients:
+        trainer = BatchedClientTrainer(model, ds.num_classes, cfg, batch_clients)
+    else:
+        trainer = ClientTrainer(model, ds.num_classes, cfg)
     params = [p for p in model.parameters() if p.requires_grad]
     start = parameters_to_vector(params).detach()
     if cfg.aggregates_head:
@@ -66,7 +78,27 @@ CASES = list(itertools.product(("dp-fedemb", "dp-fedavg"), ("zeros", "glorot"), 
 
 @pytest.mark.parametrize("algorithm,head_init,k,where", CASES)
 def test_adding_one_user_changes_exactly_one_client(algorithm, head_init, k, where):
-    setup = _setup(algorithm, head_init)
+    _check_adding_one_user(_setup(algorithm, head_init), k, where)
+
+
+#: (algorithm, local head, local batch, backbone, K, where the user is added, B): every
+#: local batch size 2 to 4, both heads, both algorithms, both backbones; the 5 or 6
+#: clients run in 3 groups (B = 2) or 2 (B = 4), the added user in the first or last
+BATCHED = [("dp-fedemb", "global", 2, "lenet", 1, "first", 2), ("dp-fedemb", "local", 3, "lenet", 1, "last", 4),
+           ("dp-fedemb", "local", 4, "lenet", 3, "first", 4), ("dp-fedemb", "global", 3, "lenet", 3, "last", 2),
+           ("dp-fedavg", "global", 2, "lenet", 1, "last", 2), ("dp-fedavg", "global", 4, "lenet", 3, "first", 4),
+           ("dp-fedavg", "global", 3, "lenet", 1, "first", 4), ("dp-fedavg", "global", 2, "lenet", 3, "last", 2),
+           ("dp-fedemb", "local", 2, "resnet-gn", 1, "first", 2), ("dp-fedemb", "global", 3, "resnet-gn", 3, "last", 4)]
+
+
+@pytest.mark.parametrize("algorithm,local_head,local_batch,backbone,k,where,batch_clients", BATCHED)
+def test_batched_clients_adding_one_user_changes_exactly_one_client(algorithm, local_head, local_batch, backbone,
+                                                                    k, where, batch_clients):
+    setup = _setup(algorithm, "glorot", batch_clients, local_batch, local_head, backbone)
+    _check_adding_one_user(setup, k, where)
+
+
+def _check_adding_one_user(setup, k: int, where: str) -> None:
     ds = setup[0]
     n = ds.num_users
     new_user = 0 if where == "first" else n - 1

@@ -14,22 +14,41 @@ Every client's result equals ``ClientTrainer.update`` on its own, to float round
 (vectorised kernels sum in another order): the same batches (``client_batches`` with
 the client's own ``rng``), the same fresh head (``init_head_`` with its own
 ``generator``, imprinted the same way under a margin loss), the same loss and step
-schedule (``stepped_at``). So the update stays a function of the start, the client's
-data and its key alone (``dpemb.privacy.client_keys``): which clients share a batch
-changes nothing.
+schedule (``stepped_at``).
 
-Clients differ in size, hence in number of steps and last-batch size:
+Independence (the guarantee ``dpemb.privacy`` relies on: adding or removing one user
+changes one virtual client's computation only). With one trainer (one
+``max_batch_clients``), a client's update is BIT-IDENTICAL whichever other clients
+share its group and in whatever order they come; it is not merely close, and no
+clipping margin is needed. It is a function of the start, the client's data and its
+key alone (``dpemb.privacy.client_keys``), because every tensor a step computes on
+has a shape fixed by public configuration, never by the clients:
 
-- clients are sorted by number of steps (longest first) before they are cut into
-  groups of ``max_batch_clients``, so the clients still training at step t are a
-  prefix of the group: step t runs on that prefix only, and a client whose steps are
-  done is not touched (no update, its momentum frozen);
-- a step's batches are padded to the longest real batch among them; padded examples
-  get weight 0 and a client's loss is the sum over its real examples divided by their
-  number (``torch``'s mean over that client's batch);
-- a "local" head (classes present in the client only) is padded to the largest
-  number of present classes; the padded rows start at zero and their logits are set
-  to -inf, so they add nothing to the softmax and get no gradient (they stay zero).
+- a group always has ``max_batch_clients`` slots (those past the group's clients are
+  empty), every step's batch is ``local_batch_size`` examples wide (a short batch is
+  padded with copies of the client's own first example at weight 0: a client's loss
+  is the sum over its real examples divided by their number, ``torch``'s mean over
+  that client's batch), and
+  a fresh head has ``num_classes`` rows (plus the public negatives'): a "local" head
+  (classes present in the client only) is padded with zero rows whose logits are set
+  to -inf, so they add nothing to the softmax and get no gradient;
+- every slot runs every step of the group; a client whose steps are done, and an
+  empty slot, keeps its parameters, head and momentum bit for bit (``torch.where``),
+  so the group's longest client changes only how long the others sit still;
+- a slot holds only its own client's parameters, head, images, labels and padding.
+
+Clients are sorted by number of steps (longest first, stable) before they are cut
+into groups of ``max_batch_clients``, which only saves the idle steps; a client's
+slot therefore depends on the others. What the exact independence rests on is that
+the vectorised kernels compute each slot from that slot's inputs alone, the same way
+in every slot (no reduction over the client dimension, the same rounding in every
+slot); with the shapes fixed, their choice of algorithm and blocking cannot follow
+the group. ``tests/algorithms/test_client_independence.py`` checks it bit for bit
+(D against D plus one user, with the user in the first and in the last group) for
+LeNet and ResNet-GN on the CPU, and ``tests/algorithms/test_batched_client.py`` puts
+one client in every slot. The price is the idle work (finished clients, empty
+slots, short batches and head rows are computed along): see
+``bench/bench_batched_clients.py``.
 
 Supported models: anything whose examples do not interact inside a batch and whose
 forward pass writes no buffers: LeNet, ResNet-GN, MobileNetV2-GN, and BatchNorm models
@@ -129,9 +148,11 @@ class _Prepared:
 class BatchedClientTrainer:
     """Runs up to ``max_batch_clients`` client updates at once (see the module doc).
 
-    Same arguments as ``ClientTrainer`` plus ``max_batch_clients`` (B >= 1): the stacked
-    state takes about B x (parameters + head) x (2 with momentum, + gradients) memory,
-    plus the B clients' images (uint8) on the device."""
+    Same arguments as ``ClientTrainer`` plus ``max_batch_clients`` (B >= 1): every step
+    computes B slots, however few clients a group has, so a client's update does not
+    depend on its companions (bit for bit); the stacked state takes about
+    B x (parameters + head) x (2 with momentum, + gradients) memory, plus the B
+    clients' images (uint8) on the device."""
 
     def __init__(self, backbone: Backbone, num_classes: int, cfg: FederatedConfig,
                  max_batch_clients: int, performance: LocalPerformance | None = None,
@@ -163,8 +184,9 @@ class BatchedClientTrainer:
         return self.update_many(start, [ClientInput(images, labels, example_idx, rng, generator)])[0]
 
     def update_many(self, start: torch.Tensor, clients: Sequence[ClientInput]) -> list[ClientResult]:
-        """Every client's ``ClientTrainer.update`` from the flat vector ``start``, in the
-        order of ``clients``, computed ``max_batch_clients`` at a time."""
+        """Every client's ``ClientTrainer.update`` from the flat vector ``start`` (to float
+        rounding), in the order of ``clients``, computed ``max_batch_clients`` at a time;
+        each one bit-identical whatever the other ``clients`` are (see the module doc)."""
         start = start.detach()
         load_flat_(self.single.aggregated_params, start)  # the model every client starts from
         prepared = [self._prepare(i, c, start) for i, c in enumerate(clients)]
@@ -220,18 +242,28 @@ class BatchedClientTrainer:
                     if cols is not None:  # padded rows of a local head: no class
                         z = z.masked_fill(~cols, float("-inf"))
                     ce = F.cross_entropy(z, y, reduction="none")
-                loss = (ce.float() * w).sum() / w.sum()  # the mean over the client's real examples
+                # the mean over the client's real examples (an empty slot: 0, not 0 / 0)
+                loss = (ce.float() * w).sum() / w.sum().clamp(min=1.0)
                 return loss, loss.detach()
 
             grad = torch.func.grad(loss_fn, argnums=argnums, has_aux=True)
             self._grads[key] = torch.func.vmap(grad, in_dims=(0, 0, 0, 0, 0, 0 if local_cols else None))
         return self._grads[key]
 
+    def _head_rows(self) -> int:
+        """The rows of every stacked head: all training identities (plus the public
+        negatives), a public number; a local head's rows past its own are padding."""
+        negatives = self.single.negatives
+        return self.num_classes + (0 if negatives is None else negatives.num_identities)
+
     def _train_group(self, start: torch.Tensor, group: list[_Prepared]) -> list[ClientResult]:
+        """Train ``group`` (at most ``max_batch_clients`` clients) in one stacked state of
+        PUBLIC shape: ``max_batch_clients`` slots x ``local_batch_size`` examples x
+        ``_head_rows()`` head rows at every step, whatever the clients (see the module doc)."""
         cfg, device = self.cfg, start.device
-        n = len(group)
-        steps = [p.steps for p in group]  # non-increasing
-        n_steps = steps[0]
+        n = self.max_batch_clients  # slots; those past the group are empty
+        steps = [p.steps for p in group] + [0] * (n - len(group))
+        n_steps = max(steps)
         bs = cfg.local_batch_size
 
         # data: each client's rows on the device once; per step, positions into them
@@ -252,6 +284,7 @@ class BatchedClientTrainer:
         pos_d = torch.from_numpy(pos).to(device, non_blocking=True)
         ys_d = torch.from_numpy(ys).to(device, non_blocking=True)
         weight = (torch.arange(bs).view(1, 1, bs) < torch.from_numpy(real)[:, :, None]).float().to(device)
+        live = torch.from_numpy(np.asarray(steps)[:, None] > np.arange(n_steps)[None, :]).to(device)
 
         # stacked state: every client starts from ``start`` and its own fresh head
         shapes = [p.shape for p in self.single.backbone_params]
@@ -266,13 +299,14 @@ class BatchedClientTrainer:
             cols = None
             head_lr = cfg.client_lr
         else:
-            n_cls = max(p.head.shape[0] for p in group)
+            n_cls = self._head_rows()
             head = torch.zeros((n, n_cls, self.embedding_dim), device=device)
+            sizes = torch.full((n,), n_cls, device=device)
             for i, p in enumerate(group):
                 head[i, : p.head.shape[0]] = p.head
+                sizes[i] = p.head.shape[0]
             cols = None
             if cfg.local_head == "local":
-                sizes = torch.tensor([p.head.shape[0] for p in group], device=device)
                 cols = torch.arange(n_cls, device=device).unsqueeze(0) < sizes.unsqueeze(1)
             head_lr = cfg.client_lr * cfg.head_lr_scale
         m = cfg.client_momentum
@@ -282,25 +316,22 @@ class BatchedClientTrainer:
         total_loss = torch.zeros(n, device=device)
         arange = torch.arange(n, device=device).unsqueeze(1)
         for t in range(n_steps):
-            k = sum(s > t for s in steps)  # clients still training: a prefix
-            width = int(real[:k, t].max())
-            x = images[:k][arange[:k], pos_d[:k, t, :width]].float().div_(255.0)
-            y = ys_d[:k, t, :width]
-            w = weight[:k, t, :width]
+            x = images[arange, pos_d[:, t]].float().div_(255.0)
+            y = ys_d[:, t]
+            w = weight[:, t]
             step_head, step_backbone = stepped_at(cfg, t)
             step_head = step_head or cfg.aggregates_head  # DP-FedAvg: one optimizer for all
             argnums = tuple(a for a, on in ((0, step_backbone), (1, step_head)) if on)
-            grads, loss = self._grad_fn(argnums, cols is not None)(
-                {name: v[:k] for name, v in params.items()}, head[:k], x, y, w,
-                None if cols is None else cols[:k])
+            grads, loss = self._grad_fn(argnums, cols is not None)(params, head, x, y, w, cols)
             with torch.no_grad():
                 g = dict(zip(argnums, grads))
+                on = live[:, t]  # a finished client (or an empty slot) keeps its state exactly
                 if step_backbone:
                     for name, v in params.items():
-                        _sgd_(v[:k], g[0][name], bufs[name][:k] if m else None, cfg.client_lr, m)
+                        _sgd_(v, g[0][name], bufs[name] if m else None, cfg.client_lr, m, on)
                 if step_head:
-                    _sgd_(head[:k], g[1], head_buf[:k] if m else None, head_lr, m)
-                total_loss[:k] += loss * w.sum(1)
+                    _sgd_(head, g[1], head_buf if m else None, head_lr, m, on)
+                total_loss += torch.where(on, loss * w.sum(1), 0.0)
 
         results = []
         losses = total_loss.tolist()
@@ -314,11 +345,14 @@ class BatchedClientTrainer:
         return results
 
 
-def _sgd_(p: torch.Tensor, grad: torch.Tensor, buf: torch.Tensor | None, lr: float, momentum: float) -> None:
-    """``torch.optim.SGD``'s step in place (dampening 0, nesterov False, no weight decay).
-    A zero-initialised ``buf`` equals torch's buffer initialised with the first gradient
-    (momentum x 0 + g = g exactly)."""
+def _sgd_(p: torch.Tensor, grad: torch.Tensor, buf: torch.Tensor | None, lr: float, momentum: float,
+          on: torch.Tensor) -> None:
+    """``torch.optim.SGD``'s step in place (dampening 0, nesterov False, no weight decay)
+    on the stacked slots where ``on`` (bool, one per slot); the others keep ``p`` and
+    ``buf`` bit for bit. A zero-initialised ``buf`` equals torch's buffer initialised
+    with the first gradient (momentum x 0 + g = g exactly)."""
+    on = on.view(-1, *([1] * (p.dim() - 1)))
     if buf is not None:
-        buf.mul_(momentum).add_(grad)
+        buf.copy_(torch.where(on, buf.mul(momentum).add(grad), buf))
         grad = buf
-    p.add_(grad, alpha=-lr)
+    p.copy_(torch.where(on, p.add(grad, alpha=-lr), p))
