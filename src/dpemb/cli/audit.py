@@ -98,6 +98,7 @@ def run_black_box(args: argparse.Namespace) -> None:
     from dpemb.cli.common import device_from
     from dpemb.cli.train import (
         RESUME,
+        check_out,
         check_privacy_flags,
         configs,
         federated_configs,
@@ -112,6 +113,7 @@ def run_black_box(args: argparse.Namespace) -> None:
 
     check_privacy_flags(args)
     model_cfg, _, run_cfg = configs(args)
+    check_out(args)
     train, held_out = training_splits(args)
     init_caveats(args)
     n = args.audit_canaries
