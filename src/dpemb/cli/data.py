@@ -278,11 +278,18 @@ def _add_geometry(p: argparse.ArgumentParser, size: int, channels: int) -> None:
     )
 
 
-def _add_skip(p: argparse.ArgumentParser) -> None:
+def _add_skip(p: argparse.ArgumentParser, *, geometry: bool = True) -> None:
     p.add_argument(
         "--skip-bad", action="store_true",
-        help="skip bad rows (missing/corrupt images, missing cells) and report them, "
-        "instead of stopping at the first",
+        help="skip bad rows (missing/corrupt images, missing cells, duplicates: the same file or "
+        "pixels for the same user and identity) and report them, instead of stopping at the first",
+    )
+    if not geometry:
+        return
+    p.add_argument(
+        "--strict-geometry", action="store_true",
+        help="treat images smaller than --image-size (they would be upscaled) or not square (they "
+        "would be centre-cropped) as bad rows; without it they are imported and counted in the report",
     )
 
 
@@ -321,7 +328,7 @@ def _add_file_sources(sources: argparse._SubParsersAction) -> None:
         "--no-invert", action="store_true",
         help="keep TFF's dark-ink-on-white pixels (default: invert to bright ink on black)",
     )
-    _add_skip(p)
+    _add_skip(p, geometry=False)
     _finish(p, "emnist-h5")
 
     for name, what in (
@@ -410,6 +417,7 @@ def _load_source(args: argparse.Namespace) -> tuple[UserDataset, Any]:
         "image_size": args.image_size,
         "channels": args.channels,
         "skip_bad": args.skip_bad,
+        "strict_geometry": args.strict_geometry,
         "progress": progress,
     }
     if s == "manifest":

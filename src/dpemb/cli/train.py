@@ -211,6 +211,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "(for restarts by a scheduler). Same flags required, except the "
                         "performance-only ones (--threads, --no-progress, --device, --eval-batch-size, "
                         "--checkpoint-every, --checkpoint-interval)")
+    r.add_argument("--overwrite", action="store_true",
+                   help="replace a run already in --out, whole (refused otherwise: a non-empty --out needs "
+                        "--resume or --overwrite, and a folder that holds no dpemb run is never written into)")
     r.add_argument("--checkpoint-every", type=int, default=0,
                    help="also checkpoint every N rounds (federated) or steps (centralized); 0: only at "
                         "evaluations, on the time interval and on SIGTERM/SIGINT")
@@ -240,9 +243,19 @@ def configs(args: argparse.Namespace) -> tuple[ModelConfig, OptimConfig, RunConf
                       eval_max_pairs=args.eval_max_pairs, progress=not args.no_progress,
                       checkpoint_every=args.checkpoint_every, checkpoint_interval_s=args.checkpoint_interval,
                       device=args.device, eval_batch_size=args.eval_batch_size, eval_split=args.eval_split,
-                      client_batch=args.client_batch, bf16=args.bf16),
+                      client_batch=args.client_batch, bf16=args.bf16, overwrite=args.overwrite),
         )
     except ValueError as e:
+        raise UsageError(str(e)) from e
+
+
+def check_out(args: argparse.Namespace) -> None:
+    """Refuse a non-empty --out before any work (``training.rundir.check_out_dir``)."""
+    from dpemb.training.rundir import OutDirError, check_out_dir
+
+    try:
+        check_out_dir(args.out, resume=RESUME[args.resume], overwrite=args.overwrite)
+    except OutDirError as e:
         raise UsageError(str(e)) from e
 
 
@@ -323,6 +336,7 @@ def run(args: argparse.Namespace) -> int:
     check_privacy_flags(args)
     check_init_model(args)
     model_cfg, optim_cfg, run_cfg = configs(args)
+    check_out(args)
     train, held_out = training_splits(args)
     if args.algorithm == "centralized":
         from dpemb.training.centralized import train_centralized

@@ -3,6 +3,9 @@
 Every file-based importer goes through :func:`decode_image`, so all of them agree on
 geometry: the shorter side is resized to ``image_size`` and the centre square is
 kept (no padding, no distortion of the aspect ratio). EXIF orientation is applied.
+16-bit (and 32-bit integer) grey images are scaled to 8 bits (value / 257, rounded),
+never clipped. :func:`decode_image_geometry` also returns the file's own size, so
+importers can report (or refuse) upscaled and centre-cropped images.
 """
 
 from __future__ import annotations
@@ -40,17 +43,44 @@ def decode_image(path: str | os.PathLike, *, image_size: int, channels: int) -> 
 
     The shorter side is resized to ``image_size`` (antialiased bilinear) and the
     centre square is cropped; colour images become grey with PIL's ITU-R 601-2 luma
-    when ``channels == 1``. Raises :class:`DataError` naming the file when it is
-    missing, unreadable, truncated or not an image.
+    when ``channels == 1``; 16-bit grey is scaled to 8 bits. Raises
+    :class:`DataError` naming the file when it is missing, unreadable, truncated,
+    not an image, or a floating-point / out-of-range integer image.
     """
+    return decode_image_geometry(path, image_size=image_size, channels=channels)[0]
+
+
+def _to_8_bit(img: Image.Image, path: Path) -> Image.Image:
+    """A 16- or 32-bit integer grey image as 8-bit grey: value / 257, rounded."""
+    arr = np.asarray(img).astype(np.int64)
+    if arr.size and (arr.min() < 0 or arr.max() > 65535):
+        raise DataError(
+            f"{path}: {img.mode} image with values {arr.min()}..{arr.max()} outside 0..65535; "
+            "save it as an 8- or 16-bit image"
+        )
+    return Image.fromarray(((arr * 2 + 257) // 514).astype(np.uint8), "L")
+
+
+def decode_image_geometry(
+    path: str | os.PathLike, *, image_size: int, channels: int
+) -> tuple[np.ndarray, tuple[int, int]]:
+    """:func:`decode_image` and the file's own ``(width, height)``: an image whose
+    shorter side is below ``image_size`` was upscaled, a non-square one was
+    centre-cropped."""
     check_geometry(image_size, channels)
     mode = _MODES[channels]
     path = Path(path)
     try:
         with Image.open(path) as img:
-            # JPEG: let the decoder shrink by a power of two while staying >= size.
-            img.draft(mode, (image_size, image_size))
+            own_size = img.size  # before a JPEG draft shrinks it (EXIF rotation keeps min and squareness)
+            if img.mode == "F":
+                raise DataError(f"{path}: floating-point image; save it as an 8- or 16-bit image")
+            if not img.mode.startswith("I"):
+                # JPEG: let the decoder shrink by a power of two while staying >= size.
+                img.draft(mode, (image_size, image_size))
             img = ImageOps.exif_transpose(img)
+            if img.mode.startswith("I"):  # 16-bit grey (I;16*) or 32-bit integer (I)
+                img = _to_8_bit(img, path)
             if img.mode != mode:
                 img = img.convert(mode)
             w, h = img.size
@@ -80,4 +110,4 @@ def decode_image(path: str | os.PathLike, *, image_size: int, channels: int) -> 
         raise DataError(f"{path}: image is implausibly large ({e})") from e
     if arr.ndim == 2:
         arr = arr[:, :, None]
-    return arr
+    return arr, own_size

@@ -85,7 +85,7 @@ def train_centralized(
     if run_cfg.threads:
         torch.set_num_threads(run_cfg.threads)
     device = resolve_device(run_cfg.device)
-    run = RunDir(run_cfg.out)
+    run = RunDir.open(run_cfg.out, resume=resume, overwrite=run_cfg.overwrite)
     config = config_json(algorithm="centralized", privacy=NOT_PRIVATE, model=model_cfg, optim=optim_cfg, run=run_cfg)
 
     # --- model, head, optimizer
@@ -129,8 +129,7 @@ def train_centralized(
         step, loss_ema = int(state["step"]), state["loss_ema"]
         run.truncate_metrics_after("step", step)
     else:
-        run.write_config(config)
-        run.metrics.unlink(missing_ok=True)
+        run.start_fresh(config)
 
     def evaluate(step: int, loss: float | None) -> dict[str, Any]:
         metrics, ver = evaluate_backbone(

@@ -85,6 +85,7 @@ class RunConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     client_batch: int = 1  # federated: virtual clients trained at once (vmap; algorithms.batched_client)
     bf16: bool = False  # local training under bfloat16 autocast (algorithms.config.LocalPerformance)
+    overwrite: bool = False  # replace a run already in ``out`` (training.rundir.check_out_dir)
 
     def __post_init__(self) -> None:
         _check(self.eval_every > 0, "eval_every must be positive")
@@ -101,7 +102,7 @@ class RunConfig:
 #: RunConfig fields that may change when a run is resumed (they change neither the
 #: model nor what the run reports)
 PERFORMANCE_ONLY = ("checkpoint_every", "checkpoint_interval_s", "threads", "eval_batch_size", "progress", "device",
-                    "client_batch", "bf16")
+                    "client_batch", "bf16", "overwrite")
 
 #: settings added after runs were written (dotted path -> the value a run without the
 #: key had): a saved config lacking one equals a current config holding this value, so

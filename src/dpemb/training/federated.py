@@ -125,7 +125,8 @@ def train_federated(
 
     # --- rank 0: the run directory, the privacy plan (sampler, client keys, noise, adaptive
     # clip, ledger; privacy.plan), the release artifact, and the state a resume restores
-    run, seeded = RunDir(run_cfg.out), noise_seed is not None
+    run = RunDir.open(run_cfg.out, resume=resume, overwrite=run_cfg.overwrite)
+    seeded = noise_seed is not None
     data_record = training_record(train, ckpt_meta.pop("init_lineage"))  # PRIVATE: the checkpoint only
     config = config_json(algorithm=fed_cfg.algorithm, model=model_cfg, federated=fed_cfg, privacy=spec,
                          run=run_cfg, epsilon_budget=epsilon_budget, noise_seeded=seeded,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,54 @@ def checkpoint_in(run_dir: str | os.PathLike) -> Path | None:
     return None
 
 
+#: files whose presence makes a directory a dpemb run (``--overwrite`` replaces only such a directory)
+RUN_MARKERS = ("config.json", MODEL_CARD, ARTIFACT_WEIGHTS, PRIVATE_DIR)
+
+
+class OutDirError(ValueError):
+    """``--out`` holds something a run must not write into without being asked."""
+
+
+def check_out_dir(path: str | os.PathLike, *, resume: bool | str, overwrite: bool) -> None:
+    """Refuse (``OutDirError``) to train into a non-empty ``path`` unless the run is
+    resumed there (``resume`` True or "auto", ``path`` a dpemb run) or ``overwrite``
+    (``path`` a dpemb run, replaced whole). A pure check: nothing is written."""
+    path = Path(path)
+    if overwrite and resume:
+        raise OutDirError("--overwrite replaces the run in --out and --resume continues it: give one of them")
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise OutDirError(f"--out {path} is a file, not a directory; choose another --out")
+    if not any(path.iterdir()):
+        return
+    is_run = any((path / m).exists() for m in RUN_MARKERS)
+    if not is_run:
+        raise OutDirError(f"--out {path} is not empty and holds no dpemb run; nothing was written. Choose "
+                          "another --out (or an empty directory)")
+    if resume or overwrite:
+        return
+    finished = (path / ARTIFACT_WEIGHTS).exists()
+    raise OutDirError(
+        f"--out {path} already holds a {'trained' if finished else 'started'} run; nothing was written. "
+        "Pass --resume to continue it, --overwrite to replace the whole run directory, or choose another --out"
+    )
+
+
 class RunDir:
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, resume: bool | str = False, overwrite: bool = False) -> "RunDir":
+        """The run directory at ``path`` after ``check_out_dir``; with ``overwrite``, an
+        existing run there is first replaced whole: moved aside in one rename (``path``
+        never holds a mix of two runs), then deleted."""
+        check_out_dir(path, resume=resume, overwrite=overwrite)
+        path = Path(path)
+        if overwrite and path.exists() and any(path.iterdir()):
+            old = path.with_name(f".{path.name}.replaced-{os.getpid()}")
+            os.replace(path, old)
+            shutil.rmtree(old, ignore_errors=True)
+        return cls(path)
+
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
@@ -99,6 +147,14 @@ class RunDir:
 
     def write_config(self, text: str) -> None:
         atomic_write_text(self.config, text)
+
+    def start_fresh(self, config: str) -> None:
+        """A run starting at step 0 here (a new directory, or ``--resume auto`` that found
+        no checkpoint: an attempt that stopped before its first one): its config, and
+        no metrics, diagnostics or report of an earlier attempt."""
+        self.write_config(config)
+        for stale in (self.metrics, self.diagnostics, self.report):
+            stale.unlink(missing_ok=True)
 
     def append_metrics(self, record: dict[str, Any]) -> None:
         """One JSON object per line, flushed and fsynced (a crash loses at most the line).

@@ -68,7 +68,7 @@ class ServerState:
              global_head: torch.nn.Parameter | None, plan: PrivacyPlan, fed_cfg: FederatedConfig, model_cfg: ModelConfig, run: RunDir, release: Release,
              config: str, ckpt_meta: dict[str, Any], resume: bool | str, device: torch.device,
              data_record: dict[str, Any]) -> ServerState:
-        """A fresh run (config.json written, old metrics removed) or, when ``resume`` finds
+        """A fresh run (``RunDir.start_fresh``) or, when ``resume`` finds
         a checkpoint, the state it holds."""
         state = cls(model, params, global_head, make_server_optimizer(params, fed_cfg), plan, fed_cfg,
                     model_cfg, run, release, config, ckpt_meta, data_record)
@@ -77,8 +77,7 @@ class ServerState:
         if resume_from_checkpoint(run, resume):
             state.load(device)
         else:
-            run.write_config(config)
-            run.metrics.unlink(missing_ok=True)
+            run.start_fresh(config)
         return state
 
     def vector(self) -> torch.Tensor:

@@ -7,6 +7,7 @@ one preallocated uint8 array in user order, so decoded pixels are held once.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from dpemb.data.dataset import DataError, UserDataset
-from dpemb.data.images import check_geometry, decode_image
+from dpemb.data.images import check_geometry, decode_image_geometry
 
 #: How many problems an :class:`ImportReport` keeps verbatim (all are counted).
 MAX_PROBLEMS = 20
@@ -29,7 +30,10 @@ DECODE_CHUNK = 256
 
 _DIGITS = re.compile(r"(\d+)")
 
-SKIP_HINT = "fix or remove it, or pass skip_bad=True (CLI: --skip-bad) to skip bad rows"
+SKIP_HINT = "fix or remove it, or pass --skip-bad (Python: skip_bad=True) to skip bad rows"
+
+#: How many dropped users :meth:`ImportReport.lines` names (all are counted).
+MAX_NAMED_USERS = 20
 
 
 @dataclass
@@ -41,6 +45,13 @@ class ImportReport:
     rows_skipped: int = 0
     problems: list[str] = field(default_factory=list)
     num_problems: int = 0
+    duplicates: int = 0  # rows dropped as duplicates (also counted in rows_skipped)
+    upscaled: int = 0  # images whose shorter side was below the image size
+    smallest_side: int | None = None
+    cropped: int = 0  # non-square images, centre-cropped to a square
+    max_aspect: float = 1.0
+    users_listed: set[str] = field(default_factory=set)  # every user named by a row, good or bad
+    users_dropped: list[str] = field(default_factory=list)  # listed users left without a usable row
 
     def problem(self, message: str) -> None:
         """Record one problem (kept verbatim while fewer than :data:`MAX_PROBLEMS`)."""
@@ -48,12 +59,34 @@ class ImportReport:
         if len(self.problems) < MAX_PROBLEMS:
             self.problems.append(message)
 
+    def geometry(self, size: tuple[int, int], image_size: int) -> None:
+        """Count an image of ``size`` (width, height) that was upscaled or cropped."""
+        w, h = size
+        if min(w, h) < image_size:
+            self.upscaled += 1
+            self.smallest_side = min(w, h) if self.smallest_side is None else min(self.smallest_side, w, h)
+        if w != h:
+            self.cropped += 1
+            self.max_aspect = max(self.max_aspect, max(w, h) / min(w, h))
+
     def lines(self) -> list[str]:
         """Human-readable lines, as printed by ``dpemb data make``."""
         out = [
             f"rows: {self.rows_total} total, {self.rows_imported} imported, "
             f"{self.rows_skipped} skipped"
+            + (f" (of which {self.duplicates} duplicates)" if self.duplicates else "")
         ]
+        if self.upscaled:
+            out.append(f"resized: {self.upscaled} image(s) smaller than the image size were upscaled "
+                       f"(smallest side {self.smallest_side} px); --strict-geometry refuses them")
+        if self.cropped:
+            out.append(f"cropped: {self.cropped} non-square image(s) lost their edges to a centre square "
+                       f"(aspect up to {self.max_aspect:.2f}:1); --strict-geometry refuses them")
+        if self.users_dropped:
+            named = ", ".join(repr(u) for u in self.users_dropped[:MAX_NAMED_USERS])
+            more = f" and {len(self.users_dropped) - MAX_NAMED_USERS} more" \
+                if len(self.users_dropped) > MAX_NAMED_USERS else ""
+            out.append(f"users dropped (no usable row left): {len(self.users_dropped)}: {named}{more}")
         if self.num_problems:
             shown = len(self.problems)
             more = f" (first {shown} shown)" if self.num_problems > shown else ""
@@ -63,11 +96,13 @@ class ImportReport:
 
 
 class BadRows:
-    """Raise on the first bad row, or (``skip_bad``) record it in the report."""
+    """Raise on the first bad row, or (``skip_bad``) record it in the report.
+    ``strict_geometry``: an image that would be upscaled or centre-cropped is a bad row."""
 
-    def __init__(self, report: ImportReport, skip_bad: bool) -> None:
+    def __init__(self, report: ImportReport, skip_bad: bool, strict_geometry: bool = False) -> None:
         self.report = report
         self.skip_bad = skip_bad
+        self.strict_geometry = strict_geometry
 
     def bad(self, where: str, what: str, *, rows: int = 1) -> None:
         """A bad row (or ``rows`` rows at once) at ``where``: raise or count as skipped."""
@@ -121,12 +156,18 @@ def pack_rows(
 ) -> UserDataset:
     """Decode ``rows`` into one preallocated array, grouped by user.
 
-    Bad images raise (or are skipped through ``bad``); users left without images and
-    labels left without examples are dropped. Users and labels are numbered in
-    natural order of their names (numeric when all names are integers).
+    Bad images raise (or are skipped through ``bad``), and so do duplicates: a row
+    naming the same file, or decoding to the same pixels, as an earlier row of the same
+    user and identity (a self-pair of similarity 1 would inflate verification
+    metrics). Upscaled and centre-cropped images are counted in the report (refused
+    with ``bad.strict_geometry``). Users left without images and labels left without
+    examples are dropped; dropped users are named in the report. Users and labels are
+    numbered in natural order of their names (numeric when all names are integers).
     """
     check_geometry(image_size, channels)
     report = bad.report
+    report.users_listed.update(r.user for r in rows)
+    rows = _without_repeated_files(rows, bad)
     if not rows:
         raise DataError(f"{name}: no usable rows to import ({report.rows_skipped} skipped)")
     user_names = natural_order(r.user for r in rows)
@@ -144,12 +185,26 @@ def pack_rows(
     decoded = _decode_in_order(rows, order, image_size, channels)
     desc = f"importing {Path(name).name}"
     bar = tqdm(decoded, total=n, desc=desc, unit="img", disable=not progress)
-    for i, arr, err in bar:
+    first_with_pixels: dict[tuple[str, str, bytes], str] = {}
+    for i, arr, size, err in bar:
         row = rows[i]
+        where = "" if row.where == str(row.path) else row.where
         if err is not None:
             reason = str(err).split(";")[0]  # "<file>: what went wrong"
-            bad.bad("" if row.where == str(row.path) else row.where, reason)
+            bad.bad(where, reason)
             continue
+        assert arr is not None and size is not None
+        if bad.strict_geometry and (min(size) < image_size or size[0] != size[1]):
+            bad.bad(where or str(row.path), f"{row.path} is {size[0]}x{size[1]} px: it would be "
+                    f"{'upscaled' if min(size) < image_size else 'centre-cropped'} to {image_size}x{image_size} "
+                    "(refused by --strict-geometry)")
+            continue
+        key = (row.user, row.label, hashlib.blake2b(arr.tobytes(), digest_size=16).digest())
+        if key in first_with_pixels:
+            _duplicate(bad, row, first_with_pixels[key], "the same pixels")
+            continue
+        first_with_pixels[key] = row.where
+        report.geometry(size, image_size)
         images[w] = arr
         labels[w] = label_index[row.label]
         users[w] = row_users[i]
@@ -159,27 +214,51 @@ def pack_rows(
         raise DataError(f"{name}: no image could be imported ({report.rows_skipped} skipped)")
     images, labels, users = images[:w], labels[:w], users[:w]
 
-    counts = np.bincount(users, minlength=len(user_names))
-    for u in np.flatnonzero(counts == 0):
-        report.problem(f"user {user_names[u]!r}: no usable images left; user dropped")
-    source = {**source, "rows_skipped": report.rows_skipped}
+    kept = {user_names[u] for u in np.flatnonzero(np.bincount(users, minlength=len(user_names)))}
+    report.users_dropped = natural_order(report.users_listed - kept)
+    source = {**source, "rows_skipped": report.rows_skipped, "duplicates_dropped": report.duplicates,
+              "users_dropped": len(report.users_dropped), "images_upscaled": report.upscaled,
+              "images_cropped": report.cropped}
     return assemble(images, labels, users, user_names, label_names, source)
+
+
+def _duplicate(bad: BadRows, row: Row, first: str, what: str) -> None:
+    bad.report.duplicates += 1 if bad.skip_bad else 0
+    bad.bad(row.where, f"duplicate of {first} ({what} for user {row.user!r}, identity {row.label!r})")
+
+
+def _without_repeated_files(rows: Sequence[Row], bad: BadRows) -> list[Row]:
+    """``rows`` without a row that repeats an earlier row's file, user and identity."""
+    first: dict[tuple[str, str, str], str] = {}
+    out: list[Row] = []
+    for row in rows:
+        key = (os.path.realpath(row.path), row.user, row.label)
+        if key in first:
+            _duplicate(bad, row, first[key], "the same file")
+            continue
+        first[key] = row.where
+        out.append(row)
+    return out
+
+
+Decoded = tuple[int, "np.ndarray | None", "tuple[int, int] | None", "DataError | None"]
 
 
 def _decode_in_order(
     rows: Sequence[Row], order: np.ndarray, image_size: int, channels: int
-) -> Iterator[tuple[int, np.ndarray | None, DataError | None]]:
+) -> Iterator[Decoded]:
     """Decode ``rows[order]`` on a few threads (PIL releases the GIL), in order.
 
     At most :data:`DECODE_CHUNK` decoded images are in flight, so memory stays
     bounded by the preallocated array plus one chunk.
     """
 
-    def work(i: int) -> tuple[int, np.ndarray | None, DataError | None]:
+    def work(i: int) -> Decoded:
         try:
-            return i, decode_image(rows[i].path, image_size=image_size, channels=channels), None
+            arr, size = decode_image_geometry(rows[i].path, image_size=image_size, channels=channels)
+            return i, arr, size, None
         except DataError as e:
-            return i, None, e
+            return i, None, None, e
 
     workers = min(DECODE_THREADS, os.cpu_count() or 1)
     if workers <= 1:

@@ -75,13 +75,14 @@ def import_user_image_csv(
     image_size: int,
     channels: int,
     skip_bad: bool,
+    strict_geometry: bool = False,
     progress: bool,
 ) -> tuple[UserDataset, ImportReport]:
     """Import a ``<user>,image_id,class`` CSV whose images live under ``image_dir``."""
     csv_path = Path(csv_path)
     image_root = check_dir(image_dir, "image")
     report = ImportReport()
-    bad = BadRows(report, skip_bad)
+    bad = BadRows(report, skip_bad, strict_geometry)
     locator = ImageLocator(image_root, progress=progress)
     user_key = user_columns[0]
     rows: list[Row] = []
@@ -92,6 +93,8 @@ def import_user_image_csv(
             outside += 1
             continue
         report.rows_total += 1
+        if user:
+            report.users_listed.add(user)
         where = f"{csv_path} line {line}"
         if extra is not None:
             bad.bad(where, f"{len(extra)} more cell(s) than the header")

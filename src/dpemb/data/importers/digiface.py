@@ -15,6 +15,7 @@ def import_digiface(
     image_size: int = 64,
     channels: int = 3,
     skip_bad: bool = False,
+    strict_geometry: bool = False,
     progress: bool = True,
 ) -> tuple[UserDataset, ImportReport]:
     """Import DigiFace-1M: one folder per synthetic identity, holding its images.
@@ -27,13 +28,14 @@ def import_digiface(
     """
     root_path = check_dir(root, "DigiFace root")
     report = ImportReport()
-    bad = BadRows(report, skip_bad)
+    bad = BadRows(report, skip_bad, strict_geometry)
     rows: list[Row] = []
     identity_dirs, stray, _ = list_dir(root_path)
     for f in stray:
         report.rows_total += 1
         bad.bad(str(f), "image directly under the root; expected <identity>/<image>.png")
     for d in identity_dirs:
+        report.users_listed.add(d.name)
         deeper, images, _ = list_dir(d)
         for sub in deeper:
             report.problem(f"{sub}: folder inside an identity folder ignored")

@@ -16,6 +16,7 @@ def import_gldv2(
     image_size: int = 64,
     channels: int = 3,
     skip_bad: bool = False,
+    strict_geometry: bool = False,
     progress: bool = True,
 ) -> tuple[UserDataset, ImportReport]:
     """Import a GLDv2 federated split CSV (columns ``user_id,image_id,class``).
@@ -34,5 +35,6 @@ def import_gldv2(
         image_size=image_size,
         channels=channels,
         skip_bad=skip_bad,
+        strict_geometry=strict_geometry,
         progress=progress,
     )

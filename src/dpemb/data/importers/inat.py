@@ -19,6 +19,7 @@ def import_inat(
     image_size: int = 64,
     channels: int = 3,
     skip_bad: bool = False,
+    strict_geometry: bool = False,
     progress: bool = True,
     user_column: str | None = None,
 ) -> tuple[UserDataset, ImportReport]:
@@ -40,5 +41,6 @@ def import_inat(
         image_size=image_size,
         channels=channels,
         skip_bad=skip_bad,
+        strict_geometry=strict_geometry,
         progress=progress,
     )

@@ -19,6 +19,7 @@ def import_manifest(
     image_size: int = 32,
     channels: int = 1,
     skip_bad: bool = False,
+    strict_geometry: bool = False,
     progress: bool = True,
 ) -> tuple[UserDataset, ImportReport]:
     """Import the images listed in a CSV manifest (columns ``path,user,label``).
@@ -33,11 +34,13 @@ def import_manifest(
     csv_path = Path(csv_path)
     base = Path(root) if root is not None else csv_path.parent
     report = ImportReport()
-    bad = BadRows(report, skip_bad)
+    bad = BadRows(report, skip_bad, strict_geometry)
     rows: list[Row] = []
     for line, cells, extra in read_csv_rows(csv_path, COLUMNS):
         report.rows_total += 1
         where = f"{csv_path} line {line}"
+        if clean(cells["user"]):  # named even if the row is bad: a user left without rows is reported
+            report.users_listed.add(clean(cells["user"]))
         if extra is not None:
             bad.bad(where, f"{len(extra)} more cell(s) than the header; quote values with commas")
             continue

@@ -15,6 +15,7 @@ def import_tree(
     image_size: int = 32,
     channels: int = 1,
     skip_bad: bool = False,
+    strict_geometry: bool = False,
     progress: bool = True,
 ) -> tuple[UserDataset, ImportReport]:
     """Import ``root/<user>/<label>/<image>``: one folder per user, one per identity.
@@ -27,13 +28,14 @@ def import_tree(
     """
     root_path = check_dir(root, "dataset root")
     report = ImportReport()
-    bad = BadRows(report, skip_bad)
+    bad = BadRows(report, skip_bad, strict_geometry)
     rows: list[Row] = []
     user_dirs, stray, _ = list_dir(root_path)
     for f in stray:
         report.rows_total += 1
         bad.bad(str(f), "image directly under the root; expected root/<user>/<label>/<image>")
     for user_dir in user_dirs:
+        report.users_listed.add(user_dir.name)
         label_dirs, stray, _ = list_dir(user_dir)
         for f in stray:
             report.rows_total += 1
