@@ -64,3 +64,32 @@ def test_bench_accounting_stops_when_the_baseline_uses_another_delta(monkeypatch
         bench_accounting.main(["--quick"])
     assert "epsilon, RDP vs dp_accounting RDP: not the same value" in str(e.value.code)
     assert "ratio" not in capsys.readouterr().out  # no table printed
+
+
+def test_bench_transfer_without_real_data_says_how_to_get_it_then_runs_on_it(tmp_path, monkeypatch, capsys):
+    import dpemb.data.importers.fashion_mnist as fm
+    from dpemb.models.pretrained import imagenet_weights_available
+    from tests.data.test_importers import make_fashion_fixture
+
+    if not imagenet_weights_available():
+        pytest.skip("the ImageNet MobileNetV2 weights are not installed (make weights)")
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import bench_transfer
+
+    monkeypatch.setattr(bench_transfer, "CACHE", tmp_path / "cache")  # no cached features
+    monkeypatch.setattr(fm, "_dpkg_listed_dirs", lambda: [])  # and no data anywhere
+    monkeypatch.setattr(fm, "KNOWN_DIRS", [tmp_path / "none"])
+    monkeypatch.setenv("DPEMB_CACHE", str(tmp_path / "none"))
+    monkeypatch.delenv(fm.ENV_DIR, raising=False)
+    with pytest.raises(SystemExit) as e:
+        bench_transfer.real_features(5, 2)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "bench_transfer cannot run" in err and "make fashion-mnist" in err
+    assert not (tmp_path / "cache").exists()  # nothing synthetic made in its place
+
+    make_fashion_fixture(tmp_path / "fm", n_train=7, n_test=3)  # the advice: a folder of IDX files
+    monkeypatch.setenv(fm.ENV_DIR, str(tmp_path / "fm"))
+    train, test = bench_transfer.real_features(5, 2)
+    assert (train.num_examples, test.num_examples, train.dim) == (5, 2, 1280)
+    assert train.meta["data"] == "fashion-mnist:train[:5]"
+    assert (tmp_path / "cache" / "features_train_64px_first5.npz").is_file()  # cached for the next run
