@@ -126,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         "non-private softmax regression: held-out top-1", params={"test examples": (test.num_examples,) * 2},
         values={"top-1": (ours.model.top1(xt, test.labels), sk_model.top1(xt, test.labels))}, atol=TOP1_ATOL,
         sides=("dpemb", "scikit-learn")))
+    for line in checks:
+        print(line, flush=True)
     base_train = sk_model.top1(x, train.labels)
     if base_train >= 1.0:
         raise SystemExit(f"the baseline fits the training features perfectly (top-1 {base_train:.4f}): separable "
@@ -152,8 +154,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name} done: {total:.1f} s", flush=True)
 
     print()
-    for line in checks:
-        print(line)
     print(f"DP runs: delta 1/(10 n) = {1 / (10 * n):.0e}, PLD accountant, example level, default hyperparameters")
     print()
     print("| method | seconds | ratio to scikit-learn | notes | train top-1 | held-out top-1 |")
