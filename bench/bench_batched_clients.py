@@ -14,7 +14,12 @@ numbers, compare ratios. The last column is the
 difference between the batched and the one-at-a-time deltas of the pass, relative
 to the one-at-a-time deltas: |all differences| / |all deltas| (float rounding); the
 line under the table gives, for scale, the same measure for one-at-a-time itself when
-the start moves by one float32 rounding (start x (1 + 2^-23)).
+the start moves by one float32 rounding (start x (1 + 2^-23)). Before the table, each
+batched configuration is checked to compute the same client updates as one-at-a-time
+(``bench/_compare.py``): the same clients and the same number of deltas, and
+|all differences| / |all deltas| <= 1e-2 (float rounding is about 1e-6 on a CPU and up to
+5e-3 with TF32 on a GPU; a wrong client, label or step count is of order 1); a mismatch
+stops it (exit status 1).
 
     .venv/bin/python bench/bench_batched_clients.py [--backbone lenet] [--clients 32]
         [--seconds 6] [--batch-clients 1 4 16] [--bf16] [--threads N]
@@ -29,11 +34,15 @@ import time
 import numpy as np
 import torch
 
+from _compare import same_quantity
+
 from dpemb.algorithms.batched_client import BatchedClientTrainer, ClientInput
 from dpemb.algorithms.client import ClientResult, ClientTrainer
 from dpemb.algorithms.config import FederatedConfig, LocalPerformance
 from dpemb.data.tensors import default_device
 from dpemb.models import build_backbone
+
+UPDATE_RTOL = 1e-2  # |batched deltas - one-at-a-time deltas| / |one-at-a-time deltas|
 
 
 def make_clients(n: int, lo: int, hi: int, size: int, num_classes: int, device: torch.device):
@@ -121,11 +130,20 @@ def main(argv: list[str] | None = None) -> int:
     rows = [(*name, rate, res) for name, rate, res in zip(names, rates, results)]
 
     base_rate, base_results = rows[0][2], rows[0][3]
+    checks = []
+    for name, b, _, results in rows[1:]:  # the same client updates, before any ratio
+        checks.append(same_quantity(
+            f"{name} B={b} vs one at a time", sides=(f"batched B={b}", "one at a time"), rtol=UPDATE_RTOL,
+            params={"clients": (len(results), len(base_results))},
+            values={"client deltas": (torch.cat([r.delta.flatten() for r in results]).double().cpu().numpy(),
+                                      torch.cat([r.delta.flatten() for r in base_results]).double().cpu().numpy())}))
     print(f"\nclient updates: {args.backbone} (width {args.width:g}, {args.image_size}px), {args.clients} clients of "
           f"{args.min_examples}-{args.max_examples} examples ({n_images} images per pass), batch "
           f"{cfg.local_batch_size}, momentum {args.momentum:g}, {args.num_classes}-way zero head, "
           f"{'bf16 autocast' if args.bf16 else 'float32'}, device {device}, {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}")
+    for line in checks:
+        print(line)
     print(f"{'trainer':<16}{'B':>4}{'clients/s':>12}{'images/s':>11}{'vs one':>9}{'|diff|/|delta|':>16}")
     def rel_diff(results: list[ClientResult]) -> float:
         diff = torch.stack([(r.delta - s.delta).norm() for r, s in zip(results, base_results)]).norm()

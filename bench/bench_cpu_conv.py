@@ -41,6 +41,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from _compare import same_quantity
 from dpemb.data.glyphs import GlyphConfig, make_glyphs
 from dpemb.data.tensors import to_float_tensor
 from dpemb.models import build_backbone, make_head
@@ -90,12 +91,10 @@ def error(got: torch.Tensor, reference: torch.Tensor, what: str, tolerance: floa
     an activation within rounding of zero falls on the other side of a ReLU (measured
     on ResNet-GN, width 0.5): 1e-2 passes both and still catches the corrupted
     workspace's gradients (hundreds of times off, uxlfoundation/oneDNN#6035)."""
-    worst = max(float((got[0] - reference[0]).abs() / reference[0].abs()),
-                float((got[1:] - reference[1:]).norm() / reference[1:].norm()))
-    if worst > tolerance:
-        raise SystemExit(f"{what}: loss or gradients {worst:.2e} (relative) from the reference: "
-                         "not the same computation")
-    return worst
+    same_quantity(what, sides=(what, "float64 reference"), rtol=tolerance,
+                  values={"loss": (got[0].item(), reference[0].item()), "gradients": (got[1:], reference[1:])})
+    return max(float((got[0] - reference[0]).abs() / reference[0].abs()),
+               float((got[1:] - reference[1:]).norm() / reference[1:].norm()))
 
 
 def images_per_second(model, head, x, y, steps: int, onednn: bool = True) -> float:
@@ -197,14 +196,14 @@ def wait_section(args) -> None:
         with hog(loaded):
             for name, width in MODELS[:2]:
                 runs: dict[str, list[float]] = {"spin": [], "passive": []}
-                losses = set()
+                losses: dict[str, set[float]] = {"spin": set(), "passive": set()}
                 for _ in range(args.repeats):
                     for key, policy in (("spin", None), ("passive", "PASSIVE")):
                         ips, loss = child_run(policy, name, width, args.steps, batch_file)
                         runs[key].append(ips)
-                        losses.add(round(loss, 5))
-                if len(losses) != 1:
-                    raise SystemExit(f"{name}: the policies trained to different losses {losses}: not comparable")
+                        losses[key].add(round(loss, 5))
+                same_quantity(f"{name}: loss after the timed steps", sides=("passive", "spinning"),
+                              params={"losses (5 decimals)": (losses["passive"], losses["spin"])})
                 spin, passive = statistics.median(runs["spin"]), statistics.median(runs["passive"])
                 where = f"a {os.cpu_count()}-thread hog" if loaded else "nothing (idle)"
                 print(f"{where:<22}{name:<12}{spin:>28.0f}{passive:>17.0f}{passive / spin:>7.2f}x")

@@ -10,6 +10,10 @@ wall times the run records in its PRIVATE diagnostics file, without the first ro
 invocation, against the one-process run. The models must agree to float tolerance
 (the max absolute weight difference is printed: summation order differs, 1e-8 after
 one round; it grows with the rounds, fast when a large noise makes training chaotic).
+Before the table, every P-process model is checked against the one-process model
+(``bench/_compare.py``): the same weight tensors and |w_P - w_1| / |w_1| <= 1e-3 over all
+weights (a different computation, e.g. a rank's clients left out, moves whole rounds'
+updates); a mismatch stops the benchmark (exit status 1).
 
     .venv/bin/python bench/bench_distributed.py [--procs 2] [--rounds 12] [--clients 16] [--users-per-client 4]
         [--users 300] [--device cpu|cuda]
@@ -18,6 +22,7 @@ one round; it grows with the rounds, fast when a large noise makes training chao
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import socket
@@ -30,7 +35,10 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
+from _compare import same_quantity
+
 ROOT = Path(__file__).resolve().parent.parent
+WEIGHTS_RTOL = 1e-3  # |w_P - w_1| / |w_1|: summation order only
 
 
 def free_port() -> int:
@@ -97,9 +105,24 @@ def main() -> int:
     base = results[0]
     import torch
 
+    def flat(weights: dict):
+        return torch.cat([weights[k].double().flatten() for k in sorted(weights)]).numpy()
+
+    def layout(weights: dict) -> str:
+        return (f"{len(weights)} tensors of {sum(v.numel() for v in weights.values()):,} weights, names and shapes "
+                + hashlib.sha256(repr(sorted((k, tuple(v.shape)) for k, v in weights.items())).encode()).hexdigest()[:8])
+
+    checks = [same_quantity(f"model after {a.rounds} rounds, {r['procs']} processes vs 1", rtol=WEIGHTS_RTOL,
+                            sides=(f"{r['procs']} processes", "1 process"),
+                            params={"model": (layout(r["weights"]), layout(base["weights"]))},
+                            values={"weights": (flat(r["weights"]), flat(base["weights"]))})
+              for r in results[1:]]
+
     where = f"GPU {torch.cuda.get_device_name()} shared by the ranks" if a.device.startswith("cuda") else "CPU"
     print(f"DP-FedEmb, LeNet, glyphs ({a.users} writers); M = {a.clients} clients x K = {a.users_per_client} users, "
           f"{a.rounds} rounds, 1 thread per process, {where}; load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
+    for line in checks:
+        print(line)
     print(f"{'processes':>9} {'round (s)':>10} {'speed-up':>9} {'in collectives (s)':>19} {'wall (s)':>9} "
           f"{'max |w - w_1proc|':>18}")
     for r in results:

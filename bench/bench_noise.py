@@ -18,6 +18,13 @@ rounds) / (R2 - R1) of ``train_federated`` on synthetic data of the demo's shape
 run's fixed costs (evaluation, plots, checkpoint) cancel. Medians of --repeats; other
 jobs on the machine change absolute speeds, so compare the columns with each other.
 
+Before the table, the two samplers are checked to draw the same distribution
+(``bench/_compare.py``): the same shape, dtype, noise multiplier and sensitivity, and
+empirical standard deviations of the noise that agree within 6 / sqrt(entries) (six
+standard errors of the difference of two such estimates); the ``--transfer`` runs are
+checked to release under the same plan (releases, noise multiplier, epsilon, delta).
+A mismatch stops the benchmark (exit status 1).
+
     .venv/bin/python bench/bench_noise.py [--repeats 5] [--rounds 2,6] [--no-round] [--backbone lenet]
         [--device cuda]
 """
@@ -33,6 +40,7 @@ import time
 import numpy as np
 import torch
 
+from _compare import same_quantity
 from dpemb.privacy.clipping import ClippedSum
 from dpemb.privacy.noise import GaussianNoise
 from dpemb.privacy.relations import Relation
@@ -55,13 +63,19 @@ def _sync(device: str) -> None:
 def time_draws(shape: tuple[int, ...], dtype: torch.dtype, repeats: int, device: str = "cpu") -> tuple[float, float]:
     """Median seconds of one ``GaussianNoise.add`` on a clipped sum of ``shape`` on ``device``
     (the noise is drawn on the CPU generator and moved, as in training), plain and secure
-    sampler, the two timed alternately so that load changes hit both alike."""
+    sampler, the two timed alternately so that load changes hit both alike. First checks
+    that both draw noise of the same shape, dtype and standard deviation."""
     value = torch.zeros(shape, dtype=dtype, device=device)
     clipped = ClippedSum(value=[value], sensitivity=1.0, relation=Relation.ADD_REMOVE)
     mechanisms = {False: GaussianNoise(1.0), True: GaussianNoise(1.0, secure=True)}
     times: dict[bool, list[float]] = {False: [], True: []}
-    for mech in mechanisms.values():
-        mech.add(clipped)  # warm-up
+    draws = {secure: mech.add(clipped)[0] for secure, mech in mechanisms.items()}  # warm-up, and the check
+    same_quantity(f"noise draw {tuple(shape)}", sides=("secure", "plain"), atol=6 / value.numel() ** 0.5,
+                  params={"shape": (tuple(draws[True].shape), tuple(draws[False].shape)),
+                          "dtype": (draws[True].dtype, draws[False].dtype),
+                          "noise multiplier": (mechanisms[True].noise_multiplier, mechanisms[False].noise_multiplier),
+                          "std": (mechanisms[True].std(1.0), mechanisms[False].std(1.0))},
+                  values={"empirical std": (float(draws[True].double().std()), float(draws[False].double().std()))})
     for _ in range(repeats):
         for secure, mech in mechanisms.items():
             _sync(device)
@@ -129,7 +143,10 @@ def transfer_runs(n: int, methods: list[str], repeats: int) -> list[tuple[str, f
     for method in methods:
         cfgs = {secure: TransferConfig(method=method, epsilon=1.0, delta=1e-6, secure_noise=secure)
                 for secure in (False, True)}
-        train_transfer(fs, cfgs[False])  # warm-up
+        plans = {secure: train_transfer(fs, cfg).plan for secure, cfg in cfgs.items()}  # warm-up, and the check
+        same_quantity(f"transfer {method}", sides=("secure", "plain"),
+                      params={k: (getattr(plans[True], k), getattr(plans[False], k))
+                              for k in ("num_releases", "noise_multiplier", "epsilon", "delta", "accountant")})
         times: dict[bool, list[float]] = {False: [], True: []}
         for _ in range(repeats):  # alternately, so that load changes hit both alike
             for secure, cfg in cfgs.items():
@@ -148,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-round", action="store_true", help="skip the DP-FedEmb round measurement")
     ap.add_argument("--backbone", default="lenet", help="backbone of the round (default: the demo's lenet)")
     ap.add_argument("--transfer", default=None, metavar="N",
-                    help="also time whole dp-ls and dp-fc transfer runs on N x 1280 synthetic features")
+                    help="also time whole dp-ls and dp-fc transfer runs on N x 1280 synthetic features (the noise draw's "
+                         "cost does not depend on the features' values; both sides run on the same ones)")
     ap.add_argument("--device", default="cpu",
                     help="where the clipped sums live for the draw timings (cpu, cuda); the round runs on "
                          "training's default device")
