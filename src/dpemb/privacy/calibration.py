@@ -30,7 +30,9 @@ from dpemb.privacy.events import (
     compute_epsilon,
     epsilon_curve,
     epsilon_for,
+    PLD_DISCRETIZATION,
     gaussian_releases_event,
+    pld_start_interval,
 )
 from dpemb.privacy.spec import PrivacySpec
 
@@ -42,24 +44,31 @@ class CalibrationError(ValueError):
     """No parameter value meets the requested budget."""
 
 
-def _smallest_noise(eps_of_z: Callable[[float], float], target: float, what: str) -> float:
+def _smallest_noise(eps_of_z: Callable[[float], float], target: float, what: str, start: float = 1.0,
+                    step: float = 2.0) -> float:
     """Smallest z (relative tolerance REL_TOL, rounded up) with eps_of_z(z) <= target.
 
-    Bisection on a bracket [lo, hi] with eps(lo) > target >= eps(hi); epsilon falls as z
-    grows, and the returned ``hi`` always satisfies the target.
+    Bisection on a bracket [lo, hi] with eps(lo) > target >= eps(hi), found by stepping
+    up or down from ``start`` by ``step`` (a step below 2 squares after each try, up to
+    2: a start known to be close is bracketed without trying far-off z, whose epsilon
+    can be costly); epsilon falls as z grows, and the returned ``hi`` always satisfies
+    the target.
     """
-    hi = 1.0
+    hi, factor = start, step
     for _ in range(_MAX_DOUBLINGS):
         if eps_of_z(hi) <= target:
             break
-        hi *= 2.0
+        hi *= factor
+        factor = min(2.0, factor * factor)
     else:
         raise CalibrationError(f"no noise multiplier up to 2^{_MAX_DOUBLINGS} reaches {what}")
-    lo = hi / 2.0
+    factor = step
+    lo = hi / factor
     for _ in range(_MAX_DOUBLINGS):
         if eps_of_z(lo) > target:
             break
-        hi, lo = lo, lo / 2.0
+        factor = min(2.0, factor * factor)
+        hi, lo = lo, lo / factor
     else:
         raise CalibrationError(f"{what} is met even by negligible noise; check the target")
     while (hi - lo) > REL_TOL * lo:
@@ -85,11 +94,39 @@ def calibrate_noise_multiplier(spec: PrivacySpec, target_epsilon: float, account
         raise CalibrationError("a non-private spec has no noise to calibrate")
 
     base = replace(spec, adaptive_clipping=None)  # no split check while searching
+    what = f"epsilon {target:g} ({accountant.upper()})"
 
     def eps(z: float) -> float:
         return epsilon_for(replace(base, noise_multiplier=z), accountant)
 
-    return _smallest_noise(eps, target, f"epsilon {target:g} ({accountant.upper()})")
+    if accountant == "pld":
+        z = _pld_search(base, target, what)
+        if z is not None:
+            return z
+    return _smallest_noise(eps, target, what)
+
+
+def _pld_search(base: PrivacySpec, target: float, what: str) -> float | None:
+    """PLD calibration, searched at one discretisation interval at a time: the interval
+    the refinement (``events.refined_pld_epsilon``) first tries at the target's scale,
+    then the one it chose at the z found, until the two agree. The z returned has the
+    reported (refined) epsilon <= target; None if the intervals do not settle (the
+    caller then searches on the refined epsilon directly)."""
+    def eps_at(z: float, h: float) -> float:
+        return epsilon_curve(replace(base, noise_multiplier=z), "pld").pld_epsilon_at(base.rounds, h)
+
+    compositions = epsilon_curve(replace(base, noise_multiplier=1.0), "pld").pld_compositions(base.rounds)
+    # a cheap first search on the coarse grid (a coarser grid gives a larger epsilon, so
+    # its z is where the finer searches start: they then only halve from it)
+    z = _smallest_noise(lambda z: eps_at(z, PLD_DISCRETIZATION), target, what)
+    interval = pld_start_interval(target, compositions)
+    for _ in range(4):
+        z = _smallest_noise(lambda z, h=interval: eps_at(z, h), target, what, start=z, step=1.02)
+        found = epsilon_curve(replace(base, noise_multiplier=z), "pld")
+        if found(base.rounds) <= target and found.pld_interval(base.rounds) == interval:
+            return z
+        interval = found.pld_interval(base.rounds)
+    return None
 
 
 def calibrated_spec(target_epsilon: float, accountant: str = "rdp", **fields: Any) -> PrivacySpec:

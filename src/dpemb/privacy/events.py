@@ -197,6 +197,18 @@ def _ladder(rung: int) -> float:
     return PLD_BASE_INTERVAL * 2.0**rung
 
 
+def _rung_for(value: float, compositions: int) -> int:
+    wanted = PLD_START * value / math.sqrt(max(1, compositions))
+    lo, hi = PLD_LADDER
+    return min(hi, max(lo, math.ceil(math.log2(wanted / PLD_BASE_INTERVAL) - 1e-9)))
+
+
+def pld_start_interval(epsilon: float, compositions: int) -> float:
+    """The ladder interval ``refined_pld_epsilon`` would first try for an epsilon of this
+    size (a calibration searches near its target with it)."""
+    return _ladder(_rung_for(epsilon, compositions))
+
+
 def refined_pld_epsilon(epsilon_at: Callable[[float], float], compositions: int) -> tuple[float, float]:
     """(epsilon, interval): dp_accounting's pessimistic PLD epsilon at the coarsest ladder
     interval whose estimated distance to the fine-grid limit is within PLD_TOLERANCE.
@@ -219,8 +231,7 @@ def refined_pld_epsilon(epsilon_at: Callable[[float], float], compositions: int)
         return memo[rung]
 
     def rung_for(value: float) -> int:
-        wanted = PLD_START * value / math.sqrt(max(1, compositions))
-        return min(hi, max(lo, math.ceil(math.log2(wanted / PLD_BASE_INTERVAL))))
+        return _rung_for(value, compositions)
 
     rung = PLD_COARSE_RUNG
     while True:
@@ -389,21 +400,24 @@ class EpsilonCurve:
         return self._base_plds[interval]
 
     def _pld_epsilon(self, t: int) -> float:
+        eps, self._pld_intervals[t] = refined_pld_epsilon(lambda h: self.pld_epsilon_at(t, h),
+                                                          self.pld_compositions(t))
+        return eps
+
+    def pld_compositions(self, rounds: int) -> int:
+        """How many mechanisms the PLD of ``rounds`` rounds composes."""
+        if self.spec.sampling == "poisson":
+            return int(rounds)
+        return _compositions(training_event(self.spec, int(rounds), accountant="pld"))
+
+    def pld_epsilon_at(self, rounds: int, interval: float) -> float:
+        """The PLD epsilon after ``rounds`` rounds at one given interval (an upper bound too)."""
+        t = int(rounds)
         spec = self.spec
         if spec.sampling == "poisson":
-            def at(interval: float) -> float:
-                return float(self.base_pld(interval).self_compose(t).get_epsilon_for_delta(spec.resolved_delta))
-
-            eps, self._pld_intervals[t] = refined_pld_epsilon(at, t)
-            return eps
-        event = training_event(spec, t, accountant="pld")
-
-        def at_event(interval: float) -> float:
-            return compute_epsilon(event, spec.resolved_delta, "pld", relation=spec.relation,
-                                   pld_discretization=interval)
-
-        eps, self._pld_intervals[t] = refined_pld_epsilon(at_event, _compositions(event))
-        return eps
+            return float(self.base_pld(interval).self_compose(t).get_epsilon_for_delta(spec.resolved_delta))
+        return compute_epsilon(training_event(spec, t, accountant="pld"), spec.resolved_delta, "pld",
+                               relation=spec.relation, pld_discretization=interval)
 
     def pld_interval(self, rounds: int) -> float:
         """The PLD discretisation interval behind ``self(rounds)`` (PLD curves only)."""
