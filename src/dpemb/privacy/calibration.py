@@ -116,12 +116,16 @@ def _pld_search(base: PrivacySpec, target: float, what: str) -> float | None:
         return epsilon_curve(replace(base, noise_multiplier=z), "pld").pld_epsilon_at(base.rounds, h)
 
     compositions = epsilon_curve(replace(base, noise_multiplier=1.0), "pld").pld_compositions(base.rounds)
-    # a cheap first search on the coarse grid (a coarser grid gives a larger epsilon, so
-    # its z is where the finer searches start: they then only halve from it)
-    z = _smallest_noise(lambda z: eps_at(z, PLD_DISCRETIZATION), target, what)
     interval = pld_start_interval(target, compositions)
+    z, step = 1.0, 2.0
+    if interval < PLD_DISCRETIZATION / 2:
+        # a cheap first search on the coarse grid (a coarser grid gives a larger epsilon,
+        # so its z is where the finer searches start: they then step from it in 2%)
+        z = _smallest_noise(lambda z: eps_at(z, PLD_DISCRETIZATION), target, what)
+        step = 1.02
     for _ in range(4):
-        z = _smallest_noise(lambda z, h=interval: eps_at(z, h), target, what, start=z, step=1.02)
+        z = _smallest_noise(lambda z, h=interval: eps_at(z, h), target, what, start=z, step=step)
+        step = 1.02
         found = epsilon_curve(replace(base, noise_multiplier=z), "pld")
         if found(base.rounds) <= target and found.pld_interval(base.rounds) == interval:
             return z

@@ -206,7 +206,7 @@ def _rung_for(value: float, compositions: int) -> int:
 def pld_start_interval(epsilon: float, compositions: int) -> float:
     """The ladder interval ``refined_pld_epsilon`` would first try for an epsilon of this
     size (a calibration searches near its target with it)."""
-    return _ladder(_rung_for(epsilon, compositions))
+    return _ladder(min(PLD_COARSE_RUNG, _rung_for(epsilon, compositions)))
 
 
 def refined_pld_epsilon(epsilon_at: Callable[[float], float], compositions: int) -> tuple[float, float]:
