@@ -40,7 +40,7 @@ from dpemb.privacy import (
 )
 from dpemb.privacy.calibration import REL_TOL
 from dpemb.privacy.delta import DEFAULT_DELTA_RULE, default_delta
-from dpemb.privacy.events import PLD_DISCRETIZATION, RDP_ORDERS
+from dpemb.privacy.events import RDP_ORDERS, epsilon_curve
 
 RDP_RTOL = 1e-9  # the same dp_accounting computation: equal up to float summation order
 OPACUS_RTOL = 1e-6  # Opacus's own sampled-Gaussian RDP series, same orders and conversion
@@ -139,10 +139,11 @@ def main(argv: list[str] | None = None) -> int:
         compared("epsilon, RDP", t_ours, eps, "Opacus RDP", t_op, eps_o,
                  {"delta": spec.resolved_delta}, {"delta": delta}, rtol=OPACUS_RTOL)
     t_ours, eps = timed(lambda: epsilon_for(spec, "pld"))
-    t_base, eps_b = timed(lambda: raw_pld(s, delta, PLD_DISCRETIZATION))
-    compared(f"epsilon, PLD ({PLD_DISCRETIZATION:g})", t_ours, eps, "dp_accounting PLD", t_base, eps_b,
-             {"delta": spec.resolved_delta, "discretization": PLD_DISCRETIZATION},
-             {"delta": delta, "discretization": PLD_DISCRETIZATION}, atol=PLD_DISCRETIZATION)
+    interval = epsilon_curve(spec, "pld").pld_interval(s.rounds)  # the interval dpemb chose
+    t_base, eps_b = timed(lambda: raw_pld(s, delta, interval))
+    compared(f"epsilon, PLD ({interval:g})", t_ours, eps, "dp_accounting PLD", t_base, eps_b,
+             {"delta": spec.resolved_delta, "discretization": interval},
+             {"delta": delta, "discretization": interval}, atol=interval)
     if not args.quick:
         t_ours, eps = timed(lambda: epsilon_for(tree, "rdp"))
         rows.append(("epsilon, tree zCDP (RDP)", t_ours, "-", float("nan"), f"{eps:.5f}"))

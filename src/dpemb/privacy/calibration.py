@@ -30,36 +30,44 @@ from dpemb.privacy.events import (
     compute_epsilon,
     epsilon_curve,
     epsilon_for,
+    PLD_DISCRETIZATION,
     gaussian_releases_event,
+    pld_start_interval,
 )
 from dpemb.privacy.spec import PrivacySpec, PrivacySpecError
 
 REL_TOL = 1e-4
-_MAX_DOUBLINGS = 40
 
 
 class CalibrationError(ValueError):
     """No parameter value meets the requested budget."""
 
 
-def _smallest_noise(eps_of_z: Callable[[float], float], target: float, what: str) -> float:
+def _smallest_noise(eps_of_z: Callable[[float], float], target: float, what: str, start: float = 1.0,
+                    step: float = 2.0) -> float:
     """Smallest z (relative tolerance REL_TOL, rounded up) with eps_of_z(z) <= target.
 
-    Bisection on a bracket [lo, hi] with eps(lo) > target >= eps(hi); epsilon falls as z
-    grows, and the returned ``hi`` always satisfies the target. The search stays within
-    [``MIN_NOISE_MULTIPLIER``, ``MAX_NOISE_MULTIPLIER``], where the accountant is exact.
+    Bisection on a bracket [lo, hi] with eps(lo) > target >= eps(hi), found by stepping
+    up or down from ``start`` by ``step`` (a step below 2 squares after each try, up to
+    2: a start known to be close is bracketed without trying far-off z, whose epsilon
+    can be costly); epsilon falls as z grows, and the returned ``hi`` always satisfies
+    the target. The search stays within [``MIN_NOISE_MULTIPLIER``,
+    ``MAX_NOISE_MULTIPLIER``], where the accountant is exact.
     """
-    hi = 1.0
+    hi, factor = min(max(start, MIN_NOISE_MULTIPLIER), MAX_NOISE_MULTIPLIER), step
     while eps_of_z(hi) > target:
         if hi >= MAX_NOISE_MULTIPLIER:
             raise CalibrationError(f"no noise multiplier up to {MAX_NOISE_MULTIPLIER:g} reaches {what}")
-        hi = min(2.0 * hi, MAX_NOISE_MULTIPLIER)
-    lo = hi / 2.0
+        hi = min(hi * factor, MAX_NOISE_MULTIPLIER)
+        factor = min(2.0, factor * factor)
+    factor = step
+    lo = max(hi / factor, MIN_NOISE_MULTIPLIER)
     while eps_of_z(lo) <= target:
         if lo <= MIN_NOISE_MULTIPLIER:
             raise CalibrationError(f"{what} is met even by a noise multiplier of {MIN_NOISE_MULTIPLIER:g} "
                                    "(no guarantee at all); check the target")
-        hi, lo = lo, max(lo / 2.0, MIN_NOISE_MULTIPLIER)
+        factor = min(2.0, factor * factor)
+        hi, lo = lo, max(lo / factor, MIN_NOISE_MULTIPLIER)
     while (hi - lo) > REL_TOL * lo:
         mid = math.sqrt(lo * hi)
         if eps_of_z(mid) <= target:
@@ -83,11 +91,43 @@ def calibrate_noise_multiplier(spec: PrivacySpec, target_epsilon: float, account
         raise CalibrationError("a non-private spec has no noise to calibrate")
 
     base = replace(spec, adaptive_clipping=None)  # no split check while searching
+    what = f"epsilon {target:g} ({accountant.upper()})"
 
     def eps(z: float) -> float:
         return epsilon_for(replace(base, noise_multiplier=z), accountant)
 
-    return _smallest_noise(eps, target, f"epsilon {target:g} ({accountant.upper()})")
+    if accountant == "pld":
+        z = _pld_search(base, target, what)
+        if z is not None:
+            return z
+    return _smallest_noise(eps, target, what)
+
+
+def _pld_search(base: PrivacySpec, target: float, what: str) -> float | None:
+    """PLD calibration, searched at one discretisation interval at a time: the interval
+    the refinement (``events.refined_pld_epsilon``) first tries at the target's scale,
+    then the one it chose at the z found, until the two agree. The z returned has the
+    reported (refined) epsilon <= target; None if the intervals do not settle (the
+    caller then searches on the refined epsilon directly)."""
+    def eps_at(z: float, h: float) -> float:
+        return epsilon_curve(replace(base, noise_multiplier=z), "pld").pld_epsilon_at(base.rounds, h)
+
+    compositions = epsilon_curve(replace(base, noise_multiplier=1.0), "pld").pld_compositions(base.rounds)
+    interval = pld_start_interval(target, compositions)
+    z, step = 1.0, 2.0
+    if interval < PLD_DISCRETIZATION / 2:
+        # a cheap first search on the coarse grid (a coarser grid gives a larger epsilon,
+        # so its z is where the finer searches start: they then step from it in 2%)
+        z = _smallest_noise(lambda z: eps_at(z, PLD_DISCRETIZATION), target, what)
+        step = 1.02
+    for _ in range(4):
+        z = _smallest_noise(lambda z, h=interval: eps_at(z, h), target, what, start=z, step=step)
+        step = 1.02
+        found = epsilon_curve(replace(base, noise_multiplier=z), "pld")
+        if found(base.rounds) <= target and found.pld_interval(base.rounds) == interval:
+            return z
+        interval = found.pld_interval(base.rounds)
+    return None
 
 
 def calibrated_spec(target_epsilon: float, accountant: str = "rdp", **fields: Any) -> PrivacySpec:

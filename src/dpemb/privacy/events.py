@@ -56,7 +56,6 @@ except ImportError:  # pragma: no cover - absl comes with dp_accounting
     pass
 
 ACCOUNTANTS = ("rdp", "pld")
-PLD_DISCRETIZATION = 1e-3  # PLD value discretisation (pessimistic: epsilon stays an upper bound)
 RDP_ORDERS = tuple(rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
 
 
@@ -181,6 +180,99 @@ def _infer_relation(event: dp_accounting.DpEvent) -> Relation:
     return Relation.ADD_REMOVE
 
 
+# ---------------------------------------------------------------------- PLD discretisation
+# dp_accounting's PLD rounds the privacy loss pessimistically onto a grid of spacing
+# ``interval``: every interval gives an upper bound on epsilon, a finer one a tighter
+# bound at more cost. The error grows with the number of compositions and matters
+# relative to epsilon (about (interval x sqrt(T) / epsilon)^2, measured in
+# bench/bench_pld_precision.py), so no fixed interval is both tight at small epsilon and
+# fast at large epsilon. ``refined_pld_epsilon`` picks the interval per question on a
+# fixed ladder PLD_BASE_INTERVAL x 2^j.
+PLD_TOLERANCE = 0.008  # accepted: estimated distance to the fine-grid limit <= 0.8% (1% promised)
+PLD_BASE_INTERVAL = 1e-4
+PLD_LADDER = (-6, 7)  # exponents j: intervals 1.5625e-6 .. 1.28e-2
+PLD_START = 0.2  # intervals tried: about PLD_START x epsilon / sqrt(compositions) or finer
+PLD_COARSE_RUNG = 3  # the scale of epsilon is first read at interval 8e-4
+# one fixed interval, for a whole (epsilon, delta) profile rather than one epsilon (the
+# audit's trade-off curve) and for an accountant built without a question to refine on
+PLD_DISCRETIZATION = 1e-3
+
+
+def _ladder(rung: int) -> float:
+    """The ladder's interval PLD_BASE_INTERVAL x 2^rung."""
+    return PLD_BASE_INTERVAL * 2.0**rung
+
+
+def _rung_for(value: float, compositions: int) -> int:
+    wanted = PLD_START * value / math.sqrt(max(1, compositions))
+    lo, hi = PLD_LADDER
+    return min(hi, max(lo, math.ceil(math.log2(wanted / PLD_BASE_INTERVAL) - 1e-9)))
+
+
+def pld_start_interval(epsilon: float, compositions: int) -> float:
+    """The ladder interval ``refined_pld_epsilon`` would first try for an epsilon of this
+    size (a calibration searches near its target with it)."""
+    return _ladder(min(PLD_COARSE_RUNG, _rung_for(epsilon, compositions)))
+
+
+def refined_pld_epsilon(epsilon_at: Callable[[float], float], compositions: int) -> tuple[float, float]:
+    """(epsilon, interval): dp_accounting's pessimistic PLD epsilon at the coarsest ladder
+    interval whose estimated distance to the fine-grid limit is within PLD_TOLERANCE.
+
+    ``epsilon_at(interval)`` is the PLD epsilon at one interval; each is an upper bound,
+    so the returned value is one whatever the interval: the choice only sets how tight.
+    The estimate: with e(h) the value at interval h, d1 = e(2h) - e(h) and
+    d2 = e(4h) - e(2h), the error at h is d1 / (rho - 1), rho = d2 / d1 clamped to
+    [2, 4] (the error falls 2.3x to 5x per halving in the measurements: at least
+    linearly, at most quadratically). The first interval is read from a coarse pass
+    (an epsilon above the final one, so a start no finer than needed); the finest rung
+    is returned as is (still an upper bound) if it is reached.
+    """
+    lo, hi = PLD_LADDER
+    memo: dict[int, float] = {}
+
+    def eps(rung: int) -> float:
+        if rung not in memo:
+            memo[rung] = float(epsilon_at(_ladder(rung)))
+        return memo[rung]
+
+    def rung_for(value: float) -> int:
+        return _rung_for(value, compositions)
+
+    rung = PLD_COARSE_RUNG
+    while True:
+        value = eps(rung)
+        if not (0.0 < value < math.inf) or rung == lo:
+            return value, _ladder(rung)
+        start = rung_for(value)
+        if start < rung:  # the scale of epsilon asks for a finer grid: go straight there
+            rung = start
+            continue
+        d1, d2 = eps(rung + 1) - value, eps(rung + 2) - eps(rung + 1)
+        rho = min(4.0, max(2.0, d2 / d1)) if d1 > 0 else 4.0
+        if d1 / (rho - 1.0) <= PLD_TOLERANCE * value:
+            return value, _ladder(rung)
+        rung -= 1
+
+
+def pld_truncation_bound(delta: float, compositions: int) -> float:
+    """dp_accounting's ``log_mass_truncation_bound`` for a PLD composed ``compositions``
+    times at ``delta``: the noise mass cut off per composition is at most e^bound, and
+    dp_accounting moves it to an infinite privacy loss (pessimistic), so it adds at most
+    compositions x e^bound <= 1e-4 x delta to delta. Clamped to [-50, -30] (-50 is
+    dp_accounting's default); a smaller support makes every interval cheaper."""
+    return min(-30.0, max(-50.0, math.log(1e-4 * delta / max(1, compositions))))
+
+
+def _compositions(event: dp_accounting.DpEvent) -> int:
+    """How many mechanisms ``event`` composes (the PLD discretisation error grows with it)."""
+    if isinstance(event, dpe.SelfComposedDpEvent):
+        return event.count * _compositions(event.event)
+    if isinstance(event, dpe.ComposedDpEvent):
+        return sum(_compositions(e) for e in event.events)
+    return 1
+
+
 def make_accountant(
     accountant: str, relation: Relation, pld_discretization: float = PLD_DISCRETIZATION
 ) -> dp_accounting.PrivacyAccountant:
@@ -197,13 +289,16 @@ def compute_epsilon(
     accountant: str = "rdp",
     *,
     relation: Relation | None = None,
-    pld_discretization: float = PLD_DISCRETIZATION,
+    pld_discretization: float | None = None,
 ) -> float:
     """Epsilon of ``event`` at ``delta`` from dp_accounting's RDP or PLD accountant.
 
     ``relation`` defaults to the one the event's sampling implies (sampling without
     replacement: replace-one; single-epoch tree: replace-special; else add/remove).
-    Raises ``UnsupportedAccountantError`` when the accountant cannot handle the event.
+    PLD: ``pld_discretization`` None picks the interval with ``refined_pld_epsilon``
+    (within 1% of a finer grid); a number uses that interval. Either way the result
+    is an upper bound. Raises ``UnsupportedAccountantError`` when the accountant cannot
+    handle the event.
     """
     delta = _check_delta(delta)
     relation = _infer_relation(event) if relation is None else relation
@@ -216,11 +311,17 @@ def compute_epsilon(
 
 @functools.lru_cache(maxsize=4096)
 def _epsilon_of(event: dp_accounting.DpEvent, delta: float, accountant: str, relation: Relation,
-                pld_discretization: float) -> float:
+                pld_discretization: float | None) -> float:
     """``compute_epsilon``'s computation, memoised on its exact arguments: the same event
     at the same delta is one dp_accounting computation per process (a run's report,
     its resume and a calibration ask for the same ones again)."""
-    acc = make_accountant(accountant, relation, pld_discretization)
+    if accountant == "pld" and pld_discretization is None:
+        return refined_pld_epsilon(
+            lambda interval: _epsilon_of.__wrapped__(event, delta, accountant, relation, interval),
+            _compositions(event),
+        )[0]
+    acc = make_accountant(accountant, relation, PLD_DISCRETIZATION if pld_discretization is None
+                          else pld_discretization)
     if not acc.supports(event):
         raise UnsupportedAccountantError(
             f"the {accountant.upper()} accountant cannot account for {type(event).__name__} under "
@@ -239,6 +340,8 @@ def epsilon_for(spec: PrivacySpec, accountant: str = "rdp", rounds: int | None =
             f"the {accountant.upper()} accountant cannot account for {spec.sampling} sampling "
             f"with {spec.mechanism} noise; use {' or '.join(a.upper() for a in supported_accountants(spec))}"
         )
+    if accountant == "pld":  # the curve: Poisson PLD with its truncation, the interval refined
+        return epsilon_curve(spec, "pld")(spec.rounds if rounds is None else int(rounds))
     event = training_event(spec, rounds, accountant=accountant)
     return compute_epsilon(event, spec.resolved_delta, accountant, relation=spec.relation)
 
@@ -255,16 +358,15 @@ class EpsilonCurve:
 
     RDP: the RDP curve is linear in the number of units composed, so epsilon(t) costs
     one RDP-to-(epsilon, delta) conversion. PLD: Poisson sampling keeps the one-round
-    privacy loss distribution and self-composes it t times; the other mechanisms are
-    a single Gaussian. Values equal ``epsilon_for(replace(spec, rounds=t))``.
+    privacy loss distribution (one per discretisation interval tried) and self-composes
+    it t times; the other mechanisms are a single Gaussian or its composition. The PLD
+    interval is chosen per t by ``refined_pld_epsilon`` (``pld_interval(t)`` says which).
+    ``epsilon_for(spec)`` is this curve at ``spec.rounds``.
     """
 
-    def __init__(
-        self, spec: PrivacySpec, accountant: str = "rdp", pld_discretization: float = PLD_DISCRETIZATION
-    ) -> None:
+    def __init__(self, spec: PrivacySpec, accountant: str = "rdp") -> None:
         self.spec = spec
         self.accountant = _check_accountant(accountant)
-        self.pld_discretization = pld_discretization
         if not spec.nonprivate and accountant not in supported_accountants(spec):
             raise UnsupportedAccountantError(
                 f"the {accountant.upper()} accountant cannot account for {spec.sampling} sampling with "
@@ -273,7 +375,8 @@ class EpsilonCurve:
         self._memo: dict[int, float] = {}
         self._unit_rdp: np.ndarray | None = None
         self._units: Callable[[int], int] | None = None
-        self._base_pld: pld_lib.PrivacyLossDistribution | None = None
+        self._base_plds: dict[float, pld_lib.PrivacyLossDistribution] = {}
+        self._pld_intervals: dict[int, float] = {}
 
     def _setup_rdp(self) -> None:
         spec = self.spec
@@ -288,20 +391,46 @@ class EpsilonCurve:
             else:
                 self._units = lambda t: tree_sum_of_squares(spec, t)
 
+    def base_pld(self, interval: float) -> pld_lib.PrivacyLossDistribution:
+        """Poisson sampling: one round's PLD at ``interval`` (dp_accounting, pessimistic,
+        connect-the-dots, truncation ``pld_truncation_bound`` for the spec's delta and rounds)."""
+        spec = self.spec
+        if interval not in self._base_plds:
+            self._base_plds[interval] = pld_lib.from_gaussian_mechanism(
+                spec.noise_multiplier,
+                value_discretization_interval=interval,
+                sampling_prob=spec.sampling_rate,
+                log_mass_truncation_bound=pld_truncation_bound(spec.resolved_delta, spec.rounds),
+                neighboring_relation=to_dp_accounting(spec.relation),
+            )
+        return self._base_plds[interval]
+
     def _pld_epsilon(self, t: int) -> float:
+        eps, self._pld_intervals[t] = refined_pld_epsilon(lambda h: self.pld_epsilon_at(t, h),
+                                                          self.pld_compositions(t))
+        return eps
+
+    def pld_compositions(self, rounds: int) -> int:
+        """How many mechanisms the PLD of ``rounds`` rounds composes."""
+        if self.spec.sampling == "poisson":
+            return int(rounds)
+        return _compositions(training_event(self.spec, int(rounds), accountant="pld"))
+
+    def pld_epsilon_at(self, rounds: int, interval: float) -> float:
+        """The PLD epsilon after ``rounds`` rounds at one given interval (an upper bound too)."""
+        t = int(rounds)
         spec = self.spec
         if spec.sampling == "poisson":
-            if self._base_pld is None:
-                self._base_pld = pld_lib.from_gaussian_mechanism(
-                    spec.noise_multiplier,
-                    value_discretization_interval=self.pld_discretization,
-                    sampling_prob=spec.sampling_rate,
-                    neighboring_relation=to_dp_accounting(spec.relation),
-                )
-            return float(self._base_pld.self_compose(t).get_epsilon_for_delta(spec.resolved_delta))
-        event = training_event(spec, t, accountant="pld")
-        return compute_epsilon(event, spec.resolved_delta, "pld", relation=spec.relation,
-                               pld_discretization=self.pld_discretization)
+            return float(self.base_pld(interval).self_compose(t).get_epsilon_for_delta(spec.resolved_delta))
+        return compute_epsilon(training_event(spec, t, accountant="pld"), spec.resolved_delta, "pld",
+                               relation=spec.relation, pld_discretization=interval)
+
+    def pld_interval(self, rounds: int) -> float:
+        """The PLD discretisation interval behind ``self(rounds)`` (PLD curves only)."""
+        if self.accountant != "pld" or self.spec.nonprivate or int(rounds) <= 0:
+            raise ValueError("only a private PLD curve at rounds >= 1 has a discretisation interval")
+        self(rounds)
+        return self._pld_intervals[int(rounds)]
 
     def __call__(self, rounds: int) -> float:
         t = int(rounds)
@@ -325,11 +454,10 @@ class EpsilonCurve:
 
 
 @functools.lru_cache(maxsize=64)
-def epsilon_curve(spec: PrivacySpec, accountant: str = "rdp",
-                  pld_discretization: float = PLD_DISCRETIZATION) -> EpsilonCurve:
+def epsilon_curve(spec: PrivacySpec, accountant: str = "rdp") -> EpsilonCurve:
     """The process's one ``EpsilonCurve`` for (spec, accountant): every ledger, calibration
     and report of the same spec shares its memo (the spec is frozen, so is the curve)."""
-    return EpsilonCurve(spec, accountant, pld_discretization)
+    return EpsilonCurve(spec, accountant)
 
 
 # ---------------------------------------------------------------------- full-batch releases
