@@ -48,7 +48,7 @@ def test_train_writes_artifact_apart_from_private_state(work):
     assert (d / "model.safetensors").is_file() and (d / "model_card.json").is_file()
     assert (d / "private" / "checkpoint.pt").is_file() and not (d / "checkpoint.pt").exists()
     card = json.loads((d / "model_card.json").read_text())
-    assert card["provenance"]["train_split"] == "private" and card["provenance"]["dataset"] == str(work / "data")
+    assert card["provenance"]["train_split"] == "private" and card["provenance"]["dataset"] == "data"
     assert card["privacy"]["private"] is False and "not private" in card["privacy"]["statement"]
 
 
@@ -153,3 +153,21 @@ def test_calibrated_epsilon_line_carries_the_caveat(work, capsys):
     lines = capsys.readouterr().out.splitlines()
     i = next(i for i, ln in enumerate(lines) if ln.startswith("calibrated noise multiplier"))
     assert "does NOT cover the initialisation" in lines[i + 1]
+
+
+def test_the_model_card_names_datasets_and_inits_never_local_paths(tmp_path):
+    """An imported dataset records where its manifest and images were; the card (a
+    release) names the dataset and the init by their own names only."""
+    ds = make_tiny_dataset(num_users=30)
+    ds.source = {"format": "manifest", "path": str(tmp_path / "private" / "m.csv"), "root": str(tmp_path / "img"),
+                 "image_size": 12, "rows_skipped": 0}
+    ds.save(tmp_path / "mine")
+    for name, extra in (("pre", ["--train-split", "public"]), ("run", ["--init", str(tmp_path / "pre")])):
+        assert dpemb(["train", "--data", str(tmp_path / "mine"), "--out", str(tmp_path / name), "--algorithm",
+                      "centralized", "--steps", "2", "--batch-size", "8", "--eval-every", "2", *TINY, *extra]) == 0
+    card_text = (tmp_path / "run" / "model_card.json").read_text()
+    card = json.loads(card_text)
+    assert str(tmp_path) not in card_text and "m.csv" not in card_text
+    assert card["provenance"]["dataset"] == "mine" and card["provenance"]["init"]["model"] == "pre"
+    assert card["provenance"]["source"] == {"format": "manifest", "image_size": 12, "rows_skipped": 0}
+    assert card["provenance"]["init"]["source"]["format"] == "manifest"

@@ -33,6 +33,7 @@ from dpemb.training.provenance import (
     Provenance,
     check_init,
     compact_privacy,
+    dataset_name,
     qualify_privacy,
     source_summary,
 )
@@ -176,7 +177,7 @@ class Release:
         self.backbone_kwargs = dict(meta["backbone_kwargs"])
         self.caveats = list(meta.get("init_caveats", []))
         self.provenance = {
-            "dataset": prov.dataset,
+            "dataset": dataset_name(prov.dataset),
             "source": source_summary(source),
             "train_split": prov.train_split,
             "private_training": bool(private_training),
@@ -284,7 +285,8 @@ def load_artifact(path: str | os.PathLike, device: torch.device | str = "cpu") -
 
 def init_provenance(card: dict[str, Any], where: str | os.PathLike) -> dict[str, Any]:
     """The provenance a run started from this card records under ``init``."""
-    return {"model": str(where), "algorithm": card.get("algorithm"), **card.get("provenance", {})}
+    # a release names the init by its directory's name, never the path to it
+    return {"model": dataset_name(where), "algorithm": card.get("algorithm"), **card.get("provenance", {})}
 
 
 # ------------------------------------------------------------------------------ export

@@ -25,6 +25,7 @@ fingerprints a run keeps in its private checkpoint: ``dpemb.training.lineage``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -58,10 +59,27 @@ class InitProvenanceError(ValueError):
     """A DP run would start from a model that saw private users without DP."""
 
 
+def _is_local_path(value: str) -> bool:
+    return os.path.isabs(value) or os.sep in value or value.startswith("~")
+
+
 def source_summary(source: dict[str, Any] | None) -> dict[str, Any]:
-    """The scalar fields of a dataset's ``source`` (kind, name, regime, counts), not lists."""
+    """The scalar fields of a dataset's ``source`` (kind, name, regime, counts) for a
+    release: no lists, and no path on the curator's machine (an importer records where
+    its manifest and images were; a release names the dataset, never where it lives)."""
     return {k: v for k, v in sorted((source or {}).items())
-            if isinstance(v, (str, int, float, bool)) or v is None}
+            if isinstance(v, (int, float, bool)) or v is None or (isinstance(v, str) and not _is_local_path(v))}
+
+
+def dataset_name(dataset: str | os.PathLike | None) -> str | None:
+    """How a release names a dataset given by its directory (``--data DIR[:part]``): the
+    directory's own name, never the path to it."""
+    if dataset is None:
+        return None
+    text = str(dataset)
+    path, _, part = text.rpartition(":") if ":" in text and not os.path.exists(text) else (text, "", "")
+    name = os.path.basename(os.path.normpath(path)) or path
+    return f"{name}:{part}" if part else name
 
 
 def compact_privacy(privacy: dict[str, Any]) -> Any:
