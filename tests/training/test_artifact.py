@@ -170,3 +170,19 @@ def test_resume_from_an_old_run_layout(tmp_path, monkeypatch):
     a, b = load_checkpoint(tmp_path / "ref"), load_checkpoint(old)
     for k in a["backbone"]:
         assert torch.equal(a["backbone"][k], b["backbone"][k]), k
+
+
+def test_the_weights_file_is_byte_identical_for_the_same_weights(tmp_path):
+    """Identical runs release identical files: safetensors writes its metadata from a hash
+    map, whose order varied between processes; the file must not."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch; from dpemb.models import build_backbone; from dpemb.training.artifact import "
+            "write_artifact; torch.manual_seed(0); m = build_backbone('lenet', in_channels=1, image_size=28, "
+            "embedding_dim=8, width=0.25); write_artifact(sys.argv[1], m, {'format': 'dpemb-model-card'})")
+    files = []
+    for i in range(4):  # separate processes: a hash map's order is per process
+        subprocess.run([sys.executable, "-c", code, str(tmp_path / f"a{i}")], check=True)
+        files.append((tmp_path / f"a{i}" / "model.safetensors").read_bytes())
+    assert len(set(files)) == 1

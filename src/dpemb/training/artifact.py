@@ -143,7 +143,9 @@ def write_artifact(directory: str | os.PathLike, backbone: torch.nn.Module, card
     directory = Path(directory)
     weights = {k: v.detach().cpu().contiguous().clone() for k, v in backbone.state_dict().items()}
     atomic_write(directory / ARTIFACT_WEIGHTS,
-                 lambda p: save_file(weights, str(p), metadata={"format": CARD_FORMAT, "card": MODEL_CARD}))
+                 # ONE metadata key: safetensors serialises the metadata from a hash map, so
+                 # with two keys their order (and the file's bytes) varied between runs
+                 lambda p: save_file(weights, str(p), metadata={"dpemb": f"{CARD_FORMAT} in {MODEL_CARD}"}))
     atomic_write_json(directory / MODEL_CARD, card)
     return directory
 
