@@ -451,3 +451,41 @@ def test_public_negatives_resume_equals_uninterrupted_and_the_report_names_the_p
     assert not all(torch.equal(a["backbone"][k], c["backbone"][k]) for k in a["backbone"])
     with pytest.raises(ValueError, match="public_negatives is off"):
         real_train(train, ev, MODEL, plain, spec, run_c, noise_seed=7, public=splits.public)
+
+
+def test_norm_growth_stops_the_run_from_the_released_model_with_the_fixes(tmp_path, monkeypatch, capsys):
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=6, z=0.5)
+    real_step, calls = server_state.server_step, {"n": 0}
+
+    def swamping_step(params, opt, noised, normaliser):
+        calls["n"] += 1
+        if calls["n"] == 3:  # round 3: a noised update that dwarfs the model (finite)
+            noised = noised + 1e3 * torch.ones_like(noised)
+        return real_step(params, opt, noised, normaliser)
+
+    monkeypatch.setattr(server_state, "server_step", swamping_step)
+    with pytest.raises(TrainingDiverged) as e:
+        fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=1)
+    msg = str(e.value)
+    assert "round 3" in msg and "norm grew to" in msg and "--divergence-norm-ratio" in msg
+    assert "--clients-per-round" in msg and "intact" in msg
+    assert load_checkpoint(tmp_path / "run")["round"] == 2
+    # the same run with the test off goes on to the end (a finite model)
+    calls["n"] = 0
+    _, _, spec_off, cfg_off, run_off = setup(tmp_path, "off", rounds=4, z=0.5, divergence_norm_ratio=0)
+    assert fed.train_federated(train, ev, MODEL, cfg_off, spec_off, run_off, noise_seed=1)["rounds"] == 4
+    assert "the model's norm is" in capsys.readouterr().err  # the public warning came first
+
+
+def test_diverged_clients_are_told_to_the_curator_only(tmp_path, capsys):
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=2, client_lr=1e12, divergence_norm_ratio=0)
+    fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=1)
+    err = capsys.readouterr().err
+    line = [l for l in err.splitlines() if "local training diverged" in l or "exploding" in l]
+    assert line, err
+    assert line[0].startswith("[private diagnostic") and "--client-lr" in line[0]
+    assert "exactly zero" not in err  # a diverged client is not blamed on the zero head
+    out = tmp_path / "run"
+    released = "".join(p.read_text() for p in (out / "metrics.jsonl", out / "report.json", out / "model_card.json"))
+    assert "local training diverged" not in released and "nonfinite" not in released
+    assert any(r.get("nonfinite_deltas") or 0 for r in diagnostics(out)) or "exploding" in line[0]

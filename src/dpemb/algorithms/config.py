@@ -52,9 +52,15 @@ class FederatedConfig:
     # the clients' loss on their head (DP-FedEmb's fresh head, DP-FedAvg's global head):
     # softmax, cosface or arcface (dpemb.models.margin); a kind name is accepted
     loss: LossConfig = field(default_factory=LossConfig)
+    # stop the run (checkpoint intact) when the server model's L2 norm exceeds this many
+    # times its initial norm: noise swamping the updates (a test on the released model
+    # only, so the stop round is covered by the guarantee); 0: never
+    divergence_norm_ratio: float = 100.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "loss", as_loss_config(self.loss))
+        _check(self.divergence_norm_ratio == 0 or self.divergence_norm_ratio > 1,
+               "divergence_norm_ratio must be > 1 (or 0: never stop on the model's norm)")
         _check(self.algorithm in FEDERATED_ALGORITHMS, f"algorithm must be one of {FEDERATED_ALGORITHMS}")
         _check(self.local_epochs >= 1, "local_epochs must be >= 1")
         _check(self.local_batch_size >= 1, "local_batch_size must be >= 1")

@@ -121,6 +121,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "planned --rounds). Post-processing: epsilon is unchanged")
     f.add_argument("--server-lr-warmup", type=int, default=0, metavar="R",
                    help="linear server lr warmup over the first R rounds (default 0; R < --rounds)")
+    f.add_argument("--divergence-norm-ratio", type=float, default=100.0, metavar="R",
+                   help="stop (checkpoint intact) when the server model's norm exceeds R x its initial norm: "
+                        "noise swamping the updates. A test on the released model only; 0: never (default: "
+                        "%(default)s)")
     f.add_argument("--server-ema", type=float, default=0.0, metavar="DECAY",
                    help="release (and evaluate) an exponential moving average of the server models with "
                         "this decay, e.g. 0.99 (default 0: the last server model). The clients still start "
@@ -480,7 +484,7 @@ def federated_configs(args: argparse.Namespace, num_users: int):
             local_head=args.local_head, head_init=args.head_init, server_lr=args.server_lr, server_momentum=args.server_momentum,
             server_optimizer=args.server_optimizer, server_adam_eps=args.server_adam_eps,
             server_lr_schedule=args.server_lr_schedule, server_lr_warmup=args.server_lr_warmup,
-            server_ema=args.server_ema, efficient_tree=not args.plain_tree, loss=loss_config(args),
+            server_ema=args.server_ema, divergence_norm_ratio=args.divergence_norm_ratio, efficient_tree=not args.plain_tree, loss=loss_config(args),
             public_negatives=args.public_negatives,
         )
         fields = dict(

@@ -59,6 +59,31 @@ def diagnostics(stats: RoundStats) -> dict[str, Any]:
     }
 
 
+#: a public warning when the server model's norm first exceeds this many times its initial norm
+NORM_RATIO_WARNING = 10.0
+#: mean pre-clip norm (in clip norms) above which local training counts as exploding (private)
+EXPLODING_PRECLIP = 1e6
+#: the private line on diverged clients repeats at most every this many rounds unless it worsens
+DIVERGED_CLIENTS_EVERY = 20
+
+
+def diverged_clients_line(rnd: int, stats: RoundStats, clip_norm: float) -> str | None:
+    """The curator's console line when clients' local training diverged (PRIVATE: counts
+    and norms of the sampled users; printed with ``PRIVATE_LABEL``, never released)."""
+    if stats.nonfinite:
+        what = (f"round {rnd}: {stats.nonfinite} of {stats.clients} clients' local training diverged "
+                "(non-finite loss or update); their deltas were replaced by zeros, so the model moves by "
+                "the other clients' updates and the noise")
+    elif stats.preclip_norm_mean > EXPLODING_PRECLIP * clip_norm:
+        what = (f"round {rnd}: the clients' updates before clipping average {stats.preclip_norm_mean:.3g}, "
+                f"{stats.preclip_norm_mean / clip_norm:.2g} x the clip norm: local training is exploding")
+    else:
+        return None
+    return (f"warning: {what}. Likely causes: the noise on the model (see the small-cohort warning and "
+            "`dpemb account`), or a --client-lr too high for this backbone; lower --client-lr, raise "
+            "--clients-per-round, or start from a pretrained --init.")
+
+
 def zero_delta_warning(cfg: FederatedConfig, rnd: int) -> str:
     """What to say when every client of a round sent an all-zero backbone delta."""
     msg = f"warning: round {rnd}: every client's backbone delta was exactly zero, so the model does not move."
@@ -82,6 +107,8 @@ class RoundLog:
         self.pld_every_round = spec.nonprivate or "rdp" not in supported_accountants(spec) or (
             epsilon_for(spec, "rdp") <= PLD_EVERY_ROUND_MAX_RDP_EPSILON)
         self.start_round, self.seen, self.warned_zero_delta, self.last_ver = start_round, 0, False, None
+        self.diverged_said: tuple[int, float] | None = None  # (round, fraction) last said
+        self.warned_norm = False
         self.bar = progress(total=spec.rounds, initial=start_round, desc=fed_cfg.algorithm, unit="round",
                             enabled=run_cfg.progress)
         if start_round == 0:  # round 0: the initialisation's score (pretrained-only, or random)
@@ -99,19 +126,41 @@ class RoundLog:
         self.run.append_metrics({**rec, **extra})
 
     def round_done(self, rnd: int, clipped: ClippedSum, tally: Any, *, seconds: float, collective_seconds: float,
-                   clip_used: float | None) -> bool:
-        """Record round ``rnd`` (private diagnostics, released metrics); whether it evaluated."""
+                   clip_used: float | None, norm_ratio: float = 1.0) -> bool:
+        """Record round ``rnd`` (private diagnostics, released metrics); whether it evaluated.
+        ``norm_ratio``: the server model's norm over its initial norm (public)."""
         stats = round_stats(clipped, tally)
-        if stats.clients and stats.preclip_norm_mean == 0.0 and not self.warned_zero_delta:
+        if stats.clients and stats.nonfinite == 0 and stats.preclip_norm_mean == 0.0 and not self.warned_zero_delta:
             self.warned_zero_delta = True
             self.bar.write(PRIVATE_LABEL + zero_delta_warning(self.fed_cfg, rnd), file=sys.stderr)
+        self._say_diverged(rnd, stats, clip_used if clip_used is not None else self.spec.clip_norm)
+        if norm_ratio > NORM_RATIO_WARNING and not self.warned_norm:  # from the released model: public
+            self.warned_norm = True
+            limit = self.fed_cfg.divergence_norm_ratio
+            self.bar.write(
+                f"warning: round {rnd}: the model's norm is {norm_ratio:.3g} x its initial norm: the noise may be "
+                "swamping the updates" + (f"; training stops at {limit:g} x (--divergence-norm-ratio)" if limit
+                                           else ""), file=sys.stderr)
         self.seen += stats.examples  # local training examples processed (epochs included)
         self.run.append_diagnostics({"round": rnd, **diagnostics(stats), "seconds": seconds,
                                      "collective_seconds": collective_seconds})
         is_eval = rnd % self.run_cfg.eval_every == 0 or rnd == self.spec.rounds
-        self.record(rnd, evaluated=is_eval, **({"clip_norm": clip_used} if clip_used is not None else {}))
+        self.record(rnd, evaluated=is_eval, model_norm_ratio=norm_ratio,
+                    **({"clip_norm": clip_used} if clip_used is not None else {}))
         self.bar.update(1)
         return is_eval
+
+    def _say_diverged(self, rnd: int, stats: RoundStats, clip: float) -> None:
+        """The private line on diverged clients: the first time, when the fraction grows,
+        and otherwise at most every ``DIVERGED_CLIENTS_EVERY`` rounds."""
+        line = diverged_clients_line(rnd, stats, clip) if stats.clients else None
+        if line is None:
+            return
+        frac = stats.nonfinite / stats.clients
+        last = self.diverged_said
+        if last is None or frac > last[1] or rnd - last[0] >= DIVERGED_CLIENTS_EVERY:
+            self.diverged_said = (rnd, frac)
+            self.bar.write(PRIVATE_LABEL + line, file=sys.stderr)
 
     def close(self) -> None:
         """The rounds are over: the bar closes and the training time stops."""

@@ -57,6 +57,8 @@ class ServerState:
     data_record: dict[str, Any]  # PRIVATE: the training data's fingerprints (dpemb.training.lineage)
     round: int = 0
     ema: torch.Tensor | None = None  # server_ema > 0: the moving average of the server models (flat)
+    initial_norm: float = 0.0  # L2 norm of the model the run started from (public: the init)
+    norm_ratio: float = 1.0  # the server model's norm / initial_norm after the last step (public)
 
     @property
     def spec(self) -> PrivacySpec:
@@ -74,6 +76,7 @@ class ServerState:
                     model_cfg, run, release, config, ckpt_meta, data_record)
         if fed_cfg.server_ema:  # the average starts at the (public or random) initial model
             state.ema = state.vector().clone()
+        state.initial_norm = float(state.vector().norm())  # the initial model's (public or random)
         if resume_from_checkpoint(run, resume):
             state.load(device)
         else:
@@ -93,7 +96,14 @@ class ServerState:
         self.round += 1
         model = self.vector()
         if not torch.isfinite(model).all():  # the released model: public
-            raise TrainingDiverged(self.divergence_message())
+            raise TrainingDiverged(self.divergence_message(
+                "the model has non-finite weights after the server step"))
+        self.norm_ratio = float(model.norm()) / max(self.initial_norm, 1e-12)
+        limit = self.fed_cfg.divergence_norm_ratio
+        if limit and self.norm_ratio > limit:
+            raise TrainingDiverged(self.divergence_message(
+                f"the model's norm grew to {self.norm_ratio:.3g} x its initial norm (the limit is {limit:g} x, "
+                "--divergence-norm-ratio; 0 turns the test off)"))
         if self.ema is not None:  # ema <- d ema + (1 - d) model
             self.ema.lerp_(model, 1.0 - self.fed_cfg.server_ema)
 
@@ -153,12 +163,13 @@ class ServerState:
         self.round = int(state["round"])
         run.truncate_metrics_after("round", self.round)
 
-    def divergence_message(self) -> str:
-        """Which round, the likely cause and what to do, from public quantities only."""
+    def divergence_message(self, what: str) -> str:
+        """Which round, the likely cause and what to do, from public quantities only
+        (``what``: the test on the released model that failed)."""
         spec, cfg = self.spec, self.fed_cfg
         per_coord = spec.value_noise_multiplier * spec.sensitivity / spec.clients_per_round
         return (
-            f"training diverged at round {self.round}: the model has non-finite weights after the server step, "
+            f"training diverged at round {self.round}: {what}, "
             f"so training stopped (the last checkpoint in {self.run.path} is intact). The likely cause is the "
             f"noise on the average update: z x sensitivity / M = {spec.value_noise_multiplier:.3g} x "
             f"{spec.sensitivity:.3g} / {spec.clients_per_round} = {per_coord:.2e} per coordinate, applied with "
