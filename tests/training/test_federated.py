@@ -489,3 +489,14 @@ def test_diverged_clients_are_told_to_the_curator_only(tmp_path, capsys):
     released = "".join(p.read_text() for p in (out / "metrics.jsonl", out / "report.json", out / "model_card.json"))
     assert "local training diverged" not in released and "nonfinite" not in released
     assert any(r.get("nonfinite_deltas") or 0 for r in diagnostics(out)) or "exploding" in line[0]
+
+
+def test_an_interrupted_release_says_so_and_the_resume_names_its_round(tmp_path, monkeypatch, capsys):
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=4)
+    crash_in_round_3(monkeypatch, train, ev, cfg, spec, run)  # the round-2 checkpoint and its release
+    card = json.loads((tmp_path / "run" / "model_card.json").read_text())
+    assert card["rounds"] == 2 and card["status"] == "incomplete: stopped at round 2 of 4"
+    capsys.readouterr()
+    fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=7, resume=True)
+    assert "from its checkpoint at round 2 of 4" in capsys.readouterr().out
+    assert json.loads((tmp_path / "run" / "model_card.json").read_text())["status"] == "complete"

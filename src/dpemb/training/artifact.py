@@ -111,7 +111,8 @@ def make_card(
     ema_decay: float = 0.0,
 ) -> dict[str, Any]:
     """The model card (JSON-ready). ``privacy`` is a report's privacy entry;
-    ``progress`` is ``{"rounds": n}`` or ``{"steps": n}``; ``loss`` the training loss
+    ``progress`` is ``{"rounds": n, "planned_rounds": T}`` or ``{"steps": n,
+    "planned_steps": T}`` (see ``training_status``); ``loss`` the training loss
     (``{"kind", "scale", "margin"}``, omitted when None); ``ema_decay`` > 0: the weights
     are an exponential moving average of the server models (recorded as
     ``weight_average``)."""
@@ -129,9 +130,21 @@ def make_card(
                                "of": "the server models (post-processing: the privacy is the same)"}}
            if ema_decay else {}),
         **{k: int(v) for k, v in progress.items()},
+        **training_status(progress),
         "provenance": {**provenance, "privacy": compact_privacy(section)},
         "privacy": section,
     }
+
+
+def training_status(progress: dict[str, int]) -> dict[str, str]:
+    """``{"status": ...}``: "complete", or "incomplete: stopped at round 8 of 16" for the
+    release a checkpoint wrote before the run's end (a signal, a crash, a divergence)."""
+    for unit in ("rounds", "steps"):
+        done, planned = progress.get(unit), progress.get(f"planned_{unit}")
+        if done is not None and planned is not None:
+            return {"status": "complete" if done >= planned else
+                    f"incomplete: stopped at {unit[:-1]} {done} of {planned}"}
+    return {}
 
 
 # ------------------------------------------------------------------------------ writing

@@ -128,6 +128,7 @@ def train_centralized(
             torch.cuda.set_rng_state(state["cuda_rng"].cpu(), device)
         step, loss_ema = int(state["step"]), state["loss_ema"]
         run.truncate_metrics_after("step", step)
+        print(f"resuming {run.path} from its checkpoint at step {step} of {optim_cfg.steps}", flush=True)
     else:
         run.start_fresh(config)
 
@@ -141,7 +142,7 @@ def train_centralized(
         return rec | {"_roc": ver}
 
     def checkpoint(step: int, loss_ema: float | None) -> None:
-        card = release.write(model, NOT_PRIVATE, steps=step)  # released
+        card = release.write(model, NOT_PRIVATE, steps=step, planned_steps=optim_cfg.steps)  # released
         save_checkpoint(
             run.checkpoint,  # private (0600)
             {
@@ -227,5 +228,5 @@ def train_centralized(
         "run_dir": str(run.path),
     }
     run.write_report(report)
-    release.write(model, NOT_PRIVATE, steps=step)  # the final release artifact
+    release.write(model, NOT_PRIVATE, steps=step, planned_steps=optim_cfg.steps)  # the final release artifact
     return report

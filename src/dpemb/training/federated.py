@@ -172,7 +172,8 @@ def train_federated(
         report["privacy"]["audit"] = audit.finish(params, report["privacy"], run.make_private_dir())
     run.write_report(report)
     with server.released_weights():
-        release.write(model, report["privacy"], rounds=server.round)  # the final release artifact
+        release.write(model, report["privacy"], rounds=server.round,  # the final release artifact
+                      planned_rounds=server.round if stopped_by_budget else spec.rounds)
     return report
 
 

@@ -128,7 +128,8 @@ class ServerState:
     def checkpoint(self) -> None:
         """Release artifact and private checkpoint, both atomically."""
         with self.released_weights():
-            card = self.release.write(self.model, self.privacy(), rounds=self.round)  # released
+            card = self.release.write(self.model, self.privacy(), rounds=self.round,
+                                      planned_rounds=self.spec.rounds)  # released
         save_checkpoint(self.run.checkpoint, {  # private (0600)
             "provenance": card["provenance"], "model_card": card, "kind": self.fed_cfg.algorithm, **self.ckpt_meta,
             "backbone": self.model.state_dict(),
@@ -162,6 +163,7 @@ class ServerState:
         self.plan.load_state_dict(state)
         self.round = int(state["round"])
         run.truncate_metrics_after("round", self.round)
+        print(f"resuming {run.path} from its checkpoint at round {self.round} of {self.spec.rounds}", flush=True)
 
     def divergence_message(self, what: str) -> str:
         """Which round, the likely cause and what to do, from public quantities only
