@@ -82,12 +82,34 @@ def test_gaussian_release_calibration():
 
 
 def test_cohort_warnings():
-    small = PrivacySpec(population=3000, clients_per_round=32, noise_multiplier=0.3, rounds=100)
-    assert any("small cohort" in w for w in cohort_warnings(small, 25.3))
+    small = PrivacySpec(population=3000, clients_per_round=8, noise_multiplier=0.3, rounds=100)
+    assert any("small cohort" in w and "loses accuracy or stalls" in w for w in cohort_warnings(small, 25.3))
     assert any("weak guarantee" in w for w in cohort_warnings(small, 25.3))
     big = PrivacySpec(population=10_000_000, clients_per_round=4096, noise_multiplier=1.0, rounds=1000)
     assert cohort_warnings(big, 1.0) == []
     assert math.isfinite(epsilon_for(big))
+
+
+def test_the_cohort_warning_says_diverges_where_runs_diverged_and_names_a_trainable_population():
+    from dpemb.privacy.advice import DIVERGES_FROM, TRAINS_UP_TO, trainable_population
+
+    # the README's 300 users at epsilon 2: z 6.37 over 8 clients of 16 users (measured: diverged)
+    readme = PrivacySpec(population=300, clients_per_round=8, users_per_client=16, noise_multiplier=6.37,
+                         rounds=200, clip_norm=0.3)
+    (w,) = cohort_warnings(readme)
+    assert readme.noise_on_average / readme.clip_norm >= DIVERGES_FROM and "training diverges" in w
+    # goal 3's winner (0.0133 x C, measured: trained) draws no warning
+    winner = PrivacySpec(population=4590, clients_per_round=16, users_per_client=8, noise_multiplier=0.1064,
+                         rounds=1200, clip_norm=0.3)
+    assert cohort_warnings(winner) == []
+    # at the named population, with proportionally more clients and the same z, the noise is at the threshold
+    n = trainable_population(readme)
+    assert f"{n:,} users" in w and f"--extrapolate-to {n}" in w
+    m = -(-readme.clients_per_round * n // readme.population)
+    there = PrivacySpec(population=n, clients_per_round=m, users_per_client=16, noise_multiplier=6.37, rounds=200,
+                        clip_norm=0.3)
+    assert there.noise_on_average / there.clip_norm <= TRAINS_UP_TO * 1.001
+    assert there.sampling_rate == pytest.approx(readme.sampling_rate, rel=1e-2)
 
 
 def test_calibrated_spec_builds_the_spec_with_the_calibrated_z_and_refuses_a_given_one():
