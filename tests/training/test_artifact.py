@@ -81,7 +81,7 @@ def test_artifact_holds_no_private_state(tmp_path, algorithm):
     assert not any(k.split(".")[0] in PRIVATE_KEYS for k in keys)
     assert str(NOISE_SEED) not in json.dumps(meta)
     card = json.loads((d / "model_card.json").read_text())
-    assert set(card) == CARD_KEYS | {"rounds", "loss"}
+    assert set(card) == CARD_KEYS | {"rounds", "planned_rounds", "status", "loss"}
     found = set(walk_keys(card)) & PRIVATE_KEYS
     assert not found, found
     text = (d / "model_card.json").read_text()

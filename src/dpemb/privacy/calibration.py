@@ -37,6 +37,7 @@ from dpemb.privacy.events import (
 from dpemb.privacy.spec import PrivacySpec, PrivacySpecError
 
 REL_TOL = 1e-4
+_MAX_DOUBLINGS = 40  # max_rounds: doublings of the round count before giving up
 
 
 class CalibrationError(ValueError):
