@@ -136,8 +136,12 @@ def test_csv_pairs_without_folds_and_the_text_report(work, tmp_path, capsys):
     rows = parse(lfw_pairs(people, seed=3))
     csv = tmp_path / "pairs.csv"
     csv.write_text("path1,path2,same\n" + "".join(f"{a}.jpg,{b}.jpg,{int(s)}\n" for a, b, s, _ in rows))
-    rc, out, err = run(["eval", str(d / "model"), "--pairs", str(csv), "--images", str(d / "lfw")], capsys)
+    rc, out, err = run(["eval", str(d / "model"), "--pairs", str(csv), "--images", str(d / "lfw"),
+                        "--roc", str(tmp_path / "roc.png")], capsys)
     assert rc == 0, err
+    with Image.open(tmp_path / "roc.png") as im:
+        assert im.format == "PNG"
+    assert f"ROC curve: {tmp_path / 'roc.png'}" in out
     assert "30 genuine / 30 impostor pairs" in out
     assert "folds: 10, assigned: genuine and impostor pairs dealt round robin" in out
     assert "10-fold accuracy: " in out and " ± " in out
@@ -188,6 +192,16 @@ def test_templates_match_an_independent_pooling(work, tmp_path, capsys):
         assert row["measurable"] == (row["far"] >= 1 / 12)  # 12 impostor pairs resolve no FAR below 1/12
     assert got["roc_auc"] == pytest.approx(roc_auc_score(m, s), abs=1e-6)
 
+    # a media column where every image is its own medium pools exactly as without one
+    (tmp_path / "tm.csv").write_text("template_id,path,media\n" + "".join(
+        f"{t},{p}.jpg,{p}\n" for t, (s, ps) in templates.items() for p in ps))
+    rc, out, err = run(["eval", str(d / "model"), "--templates", str(tmp_path / "tm.csv"), "--template-pairs",
+                        str(tmp_path / "p.csv"), "--images", str(d / "lfw"), "--json"], capsys)
+    assert rc == 0, err
+    media = json.loads(out)
+    assert media["pooling"] == "media, then template" and got["pooling"] == "template"
+    assert media["tar_at_far"] == got["tar_at_far"] and media["roc_auc"] == pytest.approx(got["roc_auc"])
+
     # a subject contradicting `same` is refused, naming the line
     (tmp_path / "bad.csv").write_text(f"template1,template2,same\n{tids[0]},{tids[1]},0\n")
     rc, _, err = run(["eval", str(d / "model"), "--templates", str(tmp_path / "t.csv"), "--template-pairs",
@@ -219,3 +233,23 @@ def test_errors_name_the_file_and_line_and_the_advice_works(work, tmp_path, caps
     assert rc == 1 and "line 1: the header must name path1,path2,same" in err
     rc, _, err = run(["eval", str(d / "model"), "--pairs", str(pairs), "--data", str(d / "data")], capsys)
     assert rc == 2 and "give exactly one of --data" in err
+    rc, _, err = run(["eval", str(d / "model"), "--pairs", str(pairs), "--images", str(d / "lfw"),
+                      "--bootstrap", "50"], capsys)
+    assert rc == 2 and "--bootstrap goes with --data, not --pairs" in err
+    rc, _, err = run(["eval", str(d / "model"), "--data", str(d / "data"), "--flip"], capsys)
+    assert rc == 2 and "--flip goes with --pairs or --templates, not --data" in err
+
+
+def test_pairs_under_torchrun_equal_one_process(work, tmp_path, capsys):
+    from tests.cli.test_distributed_commands import torchrun
+
+    d, people = work
+    (tmp_path / "pairs.txt").write_text(lfw_pairs(people))
+    flags = ["eval", str(d / "model"), "--pairs", str(tmp_path / "pairs.txt"), "--images", str(d / "lfw"),
+             "--json", "--device", "cpu", "--batch-size", "5", "--flip"]
+    rc, out, err = run(flags, capsys)
+    assert rc == 0, err
+    one, two = json.loads(out), json.loads(torchrun(flags).stdout)  # rank 0 alone prints
+    assert two["accuracy"]["accuracies"] == pytest.approx(one["accuracy"]["accuracies"])
+    assert [r["tar"] for r in two["tar_at_far"]] == pytest.approx([r["tar"] for r in one["tar_at_far"]])
+    assert two["roc_auc"] == pytest.approx(one["roc_auc"], abs=1e-6)

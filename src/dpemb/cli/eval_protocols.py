@@ -77,8 +77,16 @@ def _json_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**r, "threshold": r["threshold"] if np.isfinite(r["threshold"]) else None} for r in rows]
 
 
-def _load(args: argparse.Namespace) -> tuple[Any, dict, Any]:
+def _roc(args: argparse.Namespace, result: Any, title: str) -> None:
+    if args.roc:
+        from dpemb.metrics import plot_roc
+
+        plot_roc({Path(args.model[0]).name: result}, args.roc, title=title)
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, dict, Any, Any]:
     from dpemb.training.artifact import load_artifact
+    from dpemb.training.shards import RowShards
 
     models = list(args.model) + list(args.compare)
     if len(models) != 1:
@@ -87,9 +95,20 @@ def _load(args: argparse.Namespace) -> tuple[Any, dict, Any]:
         raise UsageError("--pairs and --templates need --images ROOT (the folder the image paths are relative to)")
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be a positive integer; got {args.batch_size}")
-    device = device_from(args)
+    shards, device = RowShards.join(device_from(args))  # under torchrun: each rank embeds a share
     model, card = load_artifact(models[0], device)
-    return model, card, device
+    return model, card, device, shards
+
+
+def _embed_all(model: Any, card: dict, images: Any, args: argparse.Namespace, device: Any, shards: Any,
+               flip: bool) -> np.ndarray | None:
+    """Every image's embedding on rank 0 (None on the other ranks of a torchrun job,
+    which have then delivered their share)."""
+    lo, hi = shards.span(len(images.paths))
+    part = embed_files(model, card, images.paths[lo:hi], images.where[lo:hi], flip=flip,
+                       batch_size=args.batch_size, device=device,
+                       show_progress=shards.is_main and not args.json)
+    return shards.gather(part)
 
 
 def run_pairs(args: argparse.Namespace) -> int:
@@ -97,20 +116,21 @@ def run_pairs(args: argparse.Namespace) -> int:
     from dpemb.metrics.pairs import assign_folds, kfold_accuracy
     from dpemb.metrics.verification import listed_pair_metrics
 
-    model, card, device = _load(args)
+    model, card, device, shards = _load(args)
     pl = read_pairs(args.pairs, args.images)
     folds, folds_note = pl.folds, "given in the file"
     if folds is None:
         folds = assign_folds(pl.same, 10)
         folds_note = "assigned: genuine and impostor pairs dealt round robin in file order (no fold column)"
     k = int(np.unique(folds).size)
-    x = embed_files(model, card, pl.images.paths, pl.images.where, flip=args.flip,
-                    batch_size=args.batch_size, device=device, show_progress=not args.json)
+    x = _embed_all(model, card, pl.images, args, device, shards, args.flip)
+    shards.finish()  # a worker rank exits here
     scores = _cosines(x, pl.first, pl.second)
     acc = kfold_accuracy(scores, pl.same, folds)
     res = listed_pair_metrics(scores, pl.same, fars=PAIR_FARS, warn=False)
     rows = _far_rows(res, PAIR_FARS)
     n_gen, n_imp = int(pl.same.sum()), int((~pl.same).sum())
+    _roc(args, res, f"ROC (pairs of {Path(args.pairs).name})")
     if args.json:
         print_json({"model": args.model[0], "protocol": "pairs", "pairs": str(args.pairs),
                     "format": pl.format, "images": len(pl.images.paths), "flip": args.flip,
@@ -129,6 +149,8 @@ def run_pairs(args: argparse.Namespace) -> int:
     _print_far_rows(rows, n_imp)
     print()
     print(f"  {'roc_auc':40s} {fmt(res.auc)}")
+    if args.roc:
+        print(f"ROC curve: {args.roc}")
     return 0
 
 
@@ -141,16 +163,17 @@ def run_templates(args: argparse.Namespace) -> int:
         raise UsageError("--templates needs --template-pairs P.csv (template1,template2,same)")
     if args.flip:
         raise UsageError("--flip applies to --pairs only")
-    model, card, device = _load(args)
+    model, card, device, shards = _load(args)
     tp = read_templates(args.templates, args.template_pairs, args.images)
-    x = embed_files(model, card, tp.images.paths, tp.images.where, flip=False,
-                    batch_size=args.batch_size, device=device, show_progress=not args.json)
+    x = _embed_all(model, card, tp.images, args, device, shards, False)
+    shards.finish()  # a worker rank exits here
     feats = pool_templates(x[tp.image_of], tp.template_of, tp.media_of)
     scores = _cosines(feats, tp.first, tp.second)
     res = listed_pair_metrics(scores, tp.same, fars=TEMPLATE_FARS, warn=False)
     rows = _far_rows(res, TEMPLATE_FARS)
     n_gen, n_imp = int(tp.same.sum()), int((~tp.same).sum())
     pooling = "media, then template" if tp.media_of is not None else "template"
+    _roc(args, res, f"ROC (template pairs of {Path(args.template_pairs).name})")
     if args.json:
         print_json({"model": args.model[0], "protocol": "templates", "templates": str(args.templates),
                     "template_pairs": str(args.template_pairs), "num_templates": len(tp.template_names),
@@ -165,4 +188,6 @@ def run_templates(args: argparse.Namespace) -> int:
     _print_far_rows(rows, n_imp)
     print()
     print(f"  {'roc_auc':40s} {fmt(res.auc)}")
+    if args.roc:
+        print(f"ROC curve: {args.roc}")
     return 0

@@ -53,18 +53,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--flip", action="store_true",
                    help="with --pairs: an image's embedding is the normalised sum of the embeddings "
                         "of the image and its horizontal mirror")
-    p.add_argument("--split", choices=("test", "validation", "eval", "train", "public", "all"), default="test",
+    p.add_argument("--split", choices=("test", "validation", "eval", "train", "public", "all"), default=None,
                    help="which examples to score: test (default; held-out users and identities, = eval), "
                         "validation (held-out users and identities for choosing hyperparameters), or the "
                         "train/public/all examples (statistics of training users: not for release)")
     p.add_argument("--max-pairs", type=int, default=None,
                    help="sample this many pairs instead of all pairs (says so in the output; no "
                         "bootstrap then)")
-    p.add_argument("--bootstrap", type=int, default=200, metavar="N",
+    p.add_argument("--bootstrap", type=int, default=None, metavar="N",
                    help="resamples of the identities for the 95%% confidence intervals "
-                        "(default: %(default)s; 0: none)")
-    p.add_argument("--bootstrap-seed", type=int, default=0, metavar="S",
-                   help="seed of the bootstrap's resampling (default: %(default)s)")
+                        "(default: 200; 0: none)")
+    p.add_argument("--bootstrap-seed", type=int, default=None, metavar="S",
+                   help="seed of the bootstrap's resampling (default: 0)")
     p.add_argument("--roc", default=None, help="write the ROC curve(s) to this PNG (log-scale FAR axis)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--batch-size", type=int, default=512, help="embedding batch size (speed only)")
@@ -136,11 +136,21 @@ def run(args: argparse.Namespace) -> int:
     if args.data is None:
         from dpemb.cli.eval_protocols import run_pairs, run_templates
 
+        for flag, value in (("--split", args.split), ("--max-pairs", args.max_pairs),
+                            ("--bootstrap", args.bootstrap), ("--bootstrap-seed", args.bootstrap_seed),
+                            ("--resize", args.resize or None)):
+            if value is not None:
+                raise UsageError(f"{flag} goes with --data, not {modes[0]} (image files are decoded at "
+                                 "the model's size; listed pairs are all scored, without a bootstrap)")
+
         return run_pairs(args) if args.pairs is not None else run_templates(args)
     for flag, value in (("--images", args.images), ("--template-pairs", args.template_pairs),
                         ("--flip", args.flip or None)):
         if value is not None:
             raise UsageError(f"{flag} goes with --pairs or --templates, not --data")
+    args.split = args.split or "test"
+    args.bootstrap = 200 if args.bootstrap is None else args.bootstrap
+    args.bootstrap_seed = 0 if args.bootstrap_seed is None else args.bootstrap_seed
     if args.bootstrap < 0:
         raise UsageError(f"--bootstrap must be >= 0 (0: no intervals); got {args.bootstrap}")
     if args.max_pairs is not None and args.max_pairs < 1:
