@@ -6,6 +6,7 @@ scikit-learn."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -71,14 +72,14 @@ def parse(text):
     return rows
 
 
-def embeddings(d, root, suffix, tmp_path, capsys):
+def embeddings(d, root, tmp_path, capsys):
     """{relative path without suffix: embedding} from `dpemb embed`."""
     out = tmp_path / f"{root}.npy"
     assert dpemb(["embed", str(d / "model"), str(d / root), "--out", str(out)]) == 0
     capsys.readouterr()
     names = out.with_suffix(".txt").read_text().splitlines()
     x = np.load(out).astype(np.float64)
-    return {str(__import__("pathlib").Path(n).relative_to(d / root).with_suffix("")): v for n, v in zip(names, x)}
+    return {str(Path(n).relative_to(d / root).with_suffix("")): v for n, v in zip(names, x)}
 
 
 def independent(rows, emb):
@@ -116,9 +117,9 @@ def test_lfw_pairs_match_an_independent_computation(work, tmp_path, capsys, flip
                         str(d / "lfw"), "--json"] + (["--flip"] if flip else []), capsys)
     assert rc == 0, err
     got = json.loads(out)
-    emb = embeddings(d, "lfw", ".jpg", tmp_path, capsys)
+    emb = embeddings(d, "lfw", tmp_path, capsys)
     if flip:  # the embedding of the mirrored file, summed and re-normalised
-        mirrored = embeddings(d, "flipped", ".png", tmp_path, capsys)
+        mirrored = embeddings(d, "flipped", tmp_path, capsys)
         emb = {k: (v + mirrored[k]) / np.linalg.norm(v + mirrored[k]) for k, v in emb.items()}
     accs, tar, auc = independent(parse(text), emb)
     assert got["format"] == "lfw" and got["folds"] == 10 and got["flip"] == flip
@@ -154,7 +155,7 @@ def test_csv_pairs_without_folds_and_the_text_report(work, tmp_path, capsys):
         idx = [i for i, r in enumerate(rows) if r[2] == kind]
         folds[idx] = np.arange(len(idx)) % 10
     accs, _, auc = independent([(a, b, s, f) for (a, b, s, _), f in zip(rows, folds)],
-                               embeddings(d, "lfw", ".jpg", tmp_path, capsys))
+                               embeddings(d, "lfw", tmp_path, capsys))
     np.testing.assert_allclose(got["accuracy"]["accuracies"], accs, atol=1e-12)
     assert got["roc_auc"] == pytest.approx(auc, abs=1e-6)
 
@@ -177,7 +178,7 @@ def test_templates_match_an_independent_pooling(work, tmp_path, capsys):
                         str(tmp_path / "p.csv"), "--images", str(d / "lfw"), "--json"], capsys)
     assert rc == 0, err
     got = json.loads(out)
-    emb = embeddings(d, "lfw", ".jpg", tmp_path, capsys)
+    emb = embeddings(d, "lfw", tmp_path, capsys)
     feat = {}
     for t, (_, ps) in templates.items():
         v = sum(emb[p] / np.linalg.norm(emb[p]) for p in ps) / len(ps)

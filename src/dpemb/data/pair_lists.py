@@ -147,7 +147,10 @@ def _read_lfw(path: Path, root: Path, lines: list[str]) -> PairList:
         else:
             want = "'name n1 n2' (matched)" if matched else "'name1 n1 name2 n2' (mismatched)"
             raise DataError(f"{where}: expected {want} at this position of fold {fold + 1}; got {ln.strip()!r}")
-        first.append(a), second.append(b), same.append(matched), folds.append(fold)
+        first.append(a)
+        second.append(b)
+        same.append(matched)
+        folds.append(fold)
     return PairList(images, np.array(first), np.array(second), np.array(same, dtype=bool),
                     np.array(folds, dtype=np.int64), "lfw")
 
@@ -231,7 +234,9 @@ def read_templates(
             if a in subject and b in subject and (subject[a] == subject[b]) != s:
                 raise DataError(f"{where}: same={int(s)} but {tpath} gives subjects {subject[a]} and "
                                 f"{subject[b]}; correct one of the files")
-            first.append(names[a]), second.append(names[b]), same.append(s)
+            first.append(names[a])
+            second.append(names[b])
+            same.append(s)
     if not first:
         raise DataError(f"{ppath}: no template pairs after the header")
     media = None
