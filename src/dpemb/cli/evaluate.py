@@ -25,7 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "largest TAR over thresholds whose FAR is <= f: stricter than insightface's "
             "IJB-B/C report, which takes the TPR at the FPR nearest f. Several models "
             "(listed, or given to --compare) share one table, one column each, and one ROC "
-            "plot. See docs/EVALUATION.md."
+            "plot. With --pairs or --templates instead of --data: the LFW-style pair-list "
+            "protocol (k-fold accuracy) or IJB-style template 1:1 verification on image files. "
+            "See docs/EVALUATION.md."
         ),
     )
     p.add_argument("model", nargs="+",
@@ -36,19 +38,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", nargs="+", default=[], metavar="MODEL",
                    help="more models for the same table and ROC plot (the same as listing them "
                         "after the first)")
-    p.add_argument("--data", required=True, help="dataset directory (from `dpemb data make`)")
-    p.add_argument("--split", choices=("test", "validation", "eval", "train", "public", "all"), default="test",
+    p.add_argument("--data", default=None,
+                   help="dataset directory (from `dpemb data make`): score all pairs of a split")
+    p.add_argument("--pairs", default=None, metavar="FILE",
+                   help="instead of --data: a pair list (LFW pairs.txt, or CSV path1,path2,same[,fold]) "
+                        "of images under --images: k-fold accuracy (mean ± std), TAR at FAR 1e-3..1e-1, AUC")
+    p.add_argument("--templates", default=None, metavar="CSV",
+                   help="instead of --data: IJB-style templates (template_id,path[,subject][,media]) "
+                        "scored on --template-pairs: TAR at FAR 1e-4..1e-1, AUC")
+    p.add_argument("--template-pairs", default=None, metavar="CSV",
+                   help="template pairs to score (template1,template2,same), with --templates")
+    p.add_argument("--images", default=None, metavar="ROOT",
+                   help="folder the image paths of --pairs / --templates are relative to")
+    p.add_argument("--flip", action="store_true",
+                   help="with --pairs: an image's embedding is the normalised sum of the embeddings "
+                        "of the image and its horizontal mirror")
+    p.add_argument("--split", choices=("test", "validation", "eval", "train", "public", "all"), default=None,
                    help="which examples to score: test (default; held-out users and identities, = eval), "
                         "validation (held-out users and identities for choosing hyperparameters), or the "
                         "train/public/all examples (statistics of training users: not for release)")
     p.add_argument("--max-pairs", type=int, default=None,
                    help="sample this many pairs instead of all pairs (says so in the output; no "
                         "bootstrap then)")
-    p.add_argument("--bootstrap", type=int, default=200, metavar="N",
+    p.add_argument("--bootstrap", type=int, default=None, metavar="N",
                    help="resamples of the identities for the 95%% confidence intervals "
-                        "(default: %(default)s; 0: none)")
-    p.add_argument("--bootstrap-seed", type=int, default=0, metavar="S",
-                   help="seed of the bootstrap's resampling (default: %(default)s)")
+                        "(default: 200; 0: none)")
+    p.add_argument("--bootstrap-seed", type=int, default=None, metavar="S",
+                   help="seed of the bootstrap's resampling (default: 0)")
     p.add_argument("--roc", default=None, help="write the ROC curve(s) to this PNG (log-scale FAR axis)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--batch-size", type=int, default=512, help="embedding batch size (speed only)")
@@ -111,6 +127,30 @@ def run(args: argparse.Namespace) -> int:
     from dpemb.metrics.far_table import far_table, format_far_tables
     from dpemb.training.artifact import load_artifact
 
+    modes = [m for m, v in (("--data", args.data), ("--pairs", args.pairs), ("--templates", args.templates))
+             if v is not None]
+    if len(modes) != 1:
+        raise UsageError("give exactly one of --data DIR (all pairs of a split), --pairs FILE --images ROOT "
+                         "(a pair list) or --templates T.csv --template-pairs P.csv --images ROOT"
+                         + (f"; got {' and '.join(modes)}" if modes else ""))
+    if args.data is None:
+        from dpemb.cli.eval_protocols import run_pairs, run_templates
+
+        for flag, value in (("--split", args.split), ("--max-pairs", args.max_pairs),
+                            ("--bootstrap", args.bootstrap), ("--bootstrap-seed", args.bootstrap_seed),
+                            ("--resize", args.resize or None)):
+            if value is not None:
+                raise UsageError(f"{flag} goes with --data, not {modes[0]} (image files are decoded at "
+                                 "the model's size; listed pairs are all scored, without a bootstrap)")
+
+        return run_pairs(args) if args.pairs is not None else run_templates(args)
+    for flag, value in (("--images", args.images), ("--template-pairs", args.template_pairs),
+                        ("--flip", args.flip or None)):
+        if value is not None:
+            raise UsageError(f"{flag} goes with --pairs or --templates, not --data")
+    args.split = args.split or "test"
+    args.bootstrap = 200 if args.bootstrap is None else args.bootstrap
+    args.bootstrap_seed = 0 if args.bootstrap_seed is None else args.bootstrap_seed
     if args.bootstrap < 0:
         raise UsageError(f"--bootstrap must be >= 0 (0: no intervals); got {args.bootstrap}")
     if args.max_pairs is not None and args.max_pairs < 1:

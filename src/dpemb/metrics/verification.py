@@ -56,6 +56,7 @@ from dpemb.data.dataset import DataError
 __all__ = [
     "DEFAULT_FARS",
     "VerificationResult",
+    "listed_pair_metrics",
     "verification_metrics",
 ]
 
@@ -798,14 +799,52 @@ def _sampled(
         pos = y[i] == y[j]
         counter.add(s[pos])
         negatives.append(s[~pos])
+    return _from_scores(counter, negatives, fars, exact=False, warn=warn,
+                        what=f"pairs among the {max_pairs} sampled")
+
+
+def _from_scores(
+    counter: _DistinctCounter, negatives: list[torch.Tensor], fars: list[float], *, exact: bool,
+    warn: bool, what: str,
+) -> VerificationResult:
+    """The result from quantised positive scores (in ``counter``) and negative scores."""
     values, counts = counter.result()
     n_pos = int(counts.sum())
     n_neg = int(sum(t.numel() for t in negatives))
-    _require_both_classes(n_pos, n_neg, what=f"pairs among the {max_pairs} sampled")
+    _require_both_classes(n_pos, n_neg, what=what)
     buckets = _NegativeBuckets(values)
     for t in negatives:
         buckets.add(t)
-    return _finish([_summarise(buckets, counts, n_neg, 0)], n_pos, n_neg, fars, exact=False, warn=warn)
+    return _finish([_summarise(buckets, counts, n_neg, 0)], n_pos, n_neg, fars, exact=exact, warn=warn)
+
+
+def listed_pair_metrics(
+    scores: Any, same: Any, *, fars: Sequence[float] = DEFAULT_FARS, warn: bool = True
+) -> VerificationResult:
+    """Recall@FAR (TAR at FAR), thresholds, ROC AUC and ROC of given pairs: ``scores``
+    (cosine similarities, one per listed pair) and ``same`` (True for a genuine pair,
+    False for an impostor pair). The definitions are those of
+    :func:`verification_metrics` (scores quantised to 2^-24, accept ``score >= t``,
+    largest TAR with FAR <= f); the result counts the listed pairs only and has
+    ``exact=True`` (every listed pair is used).
+
+    Raises :class:`~dpemb.data.dataset.DataError` when the lengths differ, a score is
+    not finite, or there is no genuine (or no impostor) pair.
+    """
+    far_list = _validate_fars(fars)
+    s = np.asarray(scores, dtype=np.float64)
+    m = np.asarray(same)
+    if s.ndim != 1 or m.shape != s.shape:
+        raise DataError(f"scores and same must be 1-D of one length; got {s.shape} and {m.shape}")
+    if not np.isfinite(s).all():
+        raise DataError(f"pair {int(np.flatnonzero(~np.isfinite(s))[0])} has a non-finite score")
+    m = m.astype(bool)
+    scale = 1.0 if s.size == 0 or float(np.abs(s).max()) <= 1.0 else 2.0 ** math.ceil(math.log2(np.abs(s).max()))
+    q = quantize_scores(torch.from_numpy(s.copy()), scale)
+    mask = torch.from_numpy(m)
+    counter = _DistinctCounter(q.device)
+    counter.add(q[mask])
+    return _from_scores(counter, [q[~mask]], far_list, exact=True, warn=warn, what="pairs in the list")
 
 
 # ---------------------------------------------------------------------------- API

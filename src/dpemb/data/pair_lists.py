@@ -1,0 +1,247 @@
+"""Readers of verification protocol files: pair lists and IJB-style templates.
+
+Pair lists (`dpemb eval --pairs`), one of:
+
+* LFW's ``pairs.txt``: a header line ``K N`` (``10 300``), then K folds of N matched
+  lines ``name n1 n2`` followed by N mismatched lines ``name1 n1 name2 n2`` (fields
+  separated by tabs or spaces). An image is ``ROOT/name/name_NNNN.jpg`` (n zero-padded
+  to 4 digits). The folds are LFW's own.
+* A CSV with a header naming ``path1,path2,same`` and optionally ``fold``: paths
+  relative to ROOT (or absolute), ``same`` 1 (genuine) or 0 (impostor), ``fold`` an
+  integer. Without a ``fold`` column the folds are assigned by
+  :func:`dpemb.metrics.pairs.assign_folds` (``folds_given`` is False).
+
+Templates (`dpemb eval --templates T --template-pairs P`):
+
+* templates CSV with header ``template_id,path`` and optionally ``subject`` and
+  ``media``: one line per image of a template (an image may be in several templates);
+* template-pairs CSV with header ``template1,template2,same``. Where both templates
+  name a subject, ``same`` must agree with it.
+
+Every error names the file and line and what to do.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dpemb.data.dataset import DataError
+
+__all__ = ["ImageTable", "PairList", "TemplateProtocol", "read_pairs", "read_templates"]
+
+
+@dataclass
+class ImageTable:
+    """Distinct image paths, in first-use order, and where each was first named."""
+
+    paths: list[Path] = field(default_factory=list)
+    where: list[str] = field(default_factory=list)
+    _index: dict[Path, int] = field(default_factory=dict)
+
+    def add(self, path: Path, where: str) -> int:
+        if path not in self._index:
+            self._index[path] = len(self.paths)
+            self.paths.append(path)
+            self.where.append(where)
+        return self._index[path]
+
+
+@dataclass
+class PairList:
+    """Pairs of images: rows ``first[k]``, ``second[k]`` of ``images``, genuine when
+    ``same[k]``, in fold ``folds[k]`` (None when the file gave no folds)."""
+
+    images: ImageTable
+    first: np.ndarray
+    second: np.ndarray
+    same: np.ndarray
+    folds: np.ndarray | None
+    format: str
+
+
+@dataclass
+class TemplateProtocol:
+    """Images with their template (0..T-1) and media ids (None without a ``media``
+    column), template names, and the template pairs to score."""
+
+    images: ImageTable
+    image_of: np.ndarray  # per (template, image) line: row of `images`
+    template_of: np.ndarray  # per line: template index
+    media_of: np.ndarray | None
+    template_names: list[str]
+    first: np.ndarray
+    second: np.ndarray
+    same: np.ndarray
+
+
+def _resolve(root: Path, rel: str) -> Path:
+    p = Path(rel)
+    return p if p.is_absolute() else root / p
+
+
+def _same(value: str, where: str) -> bool:
+    v = value.strip()
+    if v not in ("0", "1"):
+        raise DataError(f"{where}: same must be 1 (genuine) or 0 (impostor); got {value!r}")
+    return v == "1"
+
+
+def _open_csv(path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()):
+    if not path.is_file():
+        raise DataError(f"{path}: file not found; check the path")
+    f = open(path, newline="", encoding="utf-8")
+    reader = csv.DictReader(f)
+    cols = [c.strip() for c in (reader.fieldnames or [])]
+    missing = [c for c in required if c not in cols]
+    if missing:
+        f.close()
+        raise DataError(
+            f"{path} line 1: the header must name {','.join(required)}"
+            + (f" (optionally {','.join(optional)})" if optional else "")
+            + f"; missing {','.join(missing)} (header: {','.join(cols) or 'empty'})"
+        )
+    reader.fieldnames = cols
+    return f, reader
+
+
+def _field(row: dict, name: str, where: str) -> str:
+    v = row.get(name)
+    if v is None or not v.strip():
+        raise DataError(f"{where}: empty {name}; fill it in or remove the line")
+    return v.strip()
+
+
+def _read_lfw(path: Path, root: Path, lines: list[str]) -> PairList:
+    head = lines[0].split()
+    k, n = int(head[0]), int(head[1])
+    if k < 2 or n < 1:
+        raise DataError(f"{path} line 1: header {lines[0].strip()!r} must be 'FOLDS PAIRS_PER_CLASS', "
+                        "folds >= 2 (LFW: '10 300')")
+    body = [(i + 2, ln) for i, ln in enumerate(lines[1:]) if ln.strip()]
+    if len(body) != 2 * k * n:
+        raise DataError(f"{path}: the header '{k} {n}' promises {2 * k * n} pair lines "
+                        f"({k} folds x ({n} matched + {n} mismatched)); found {len(body)}")
+    images = ImageTable()
+    first, second, same, folds = [], [], [], []
+
+    def image(name: str, num: str, where: str) -> int:
+        try:
+            number = int(num)
+        except ValueError:
+            raise DataError(f"{where}: image number {num!r} is not an integer") from None
+        return images.add(root / name / f"{name}_{number:04d}.jpg", where)
+
+    for r, (line_no, ln) in enumerate(body):
+        where = f"{path} line {line_no}"
+        parts = ln.split()
+        fold, matched = r // (2 * n), (r % (2 * n)) < n
+        if matched and len(parts) == 3:
+            a, b = image(parts[0], parts[1], where), image(parts[0], parts[2], where)
+        elif not matched and len(parts) == 4:
+            a, b = image(parts[0], parts[1], where), image(parts[2], parts[3], where)
+        else:
+            want = "'name n1 n2' (matched)" if matched else "'name1 n1 name2 n2' (mismatched)"
+            raise DataError(f"{where}: expected {want} at this position of fold {fold + 1}; got {ln.strip()!r}")
+        first.append(a)
+        second.append(b)
+        same.append(matched)
+        folds.append(fold)
+    return PairList(images, np.array(first), np.array(second), np.array(same, dtype=bool),
+                    np.array(folds, dtype=np.int64), "lfw")
+
+
+def _read_csv_pairs(path: Path, root: Path) -> PairList:
+    f, reader = _open_csv(path, ("path1", "path2", "same"), ("fold",))
+    images = ImageTable()
+    first, second, same, folds = [], [], [], []
+    has_fold = "fold" in (reader.fieldnames or [])
+    with f:
+        for row in reader:
+            where = f"{path} line {reader.line_num}"
+            first.append(images.add(_resolve(root, _field(row, "path1", where)), where))
+            second.append(images.add(_resolve(root, _field(row, "path2", where)), where))
+            same.append(_same(_field(row, "same", where), where))
+            if has_fold:
+                try:
+                    folds.append(int(_field(row, "fold", where)))
+                except ValueError:
+                    raise DataError(f"{where}: fold {row['fold']!r} is not an integer") from None
+    if not first:
+        raise DataError(f"{path}: no pairs after the header")
+    return PairList(images, np.array(first), np.array(second), np.array(same, dtype=bool),
+                    np.array(folds, dtype=np.int64) if has_fold else None, "csv")
+
+
+def read_pairs(path: str | os.PathLike, images_root: str | os.PathLike) -> PairList:
+    """Read a pair list: LFW ``pairs.txt`` when the first line is two integers, else
+    a CSV with a header (see the module docstring)."""
+    path, root = Path(path), Path(images_root)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found; check the path")
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    if not lines:
+        raise DataError(f"{path}: empty file; see docs/EVALUATION.md for the pair-list formats")
+    head = lines[0].split()
+    if len(head) == 2 and all(h.isdigit() for h in head):
+        return _read_lfw(path, root, lines)
+    return _read_csv_pairs(path, root)
+
+
+def read_templates(
+    templates: str | os.PathLike, pairs: str | os.PathLike, images_root: str | os.PathLike
+) -> TemplateProtocol:
+    """Read a templates CSV and a template-pairs CSV (see the module docstring)."""
+    tpath, ppath, root = Path(templates), Path(pairs), Path(images_root)
+    f, reader = _open_csv(tpath, ("template_id", "path"), ("subject", "media"))
+    cols = reader.fieldnames or []
+    images = ImageTable()
+    names: dict[str, int] = {}
+    subject: dict[str, str] = {}
+    image_of, template_of, media_raw = [], [], []
+    with f:
+        for row in reader:
+            where = f"{tpath} line {reader.line_num}"
+            tid = _field(row, "template_id", where)
+            t = names.setdefault(tid, len(names))
+            image_of.append(images.add(_resolve(root, _field(row, "path", where)), where))
+            template_of.append(t)
+            if "media" in cols:
+                media_raw.append(_field(row, "media", where))
+            if "subject" in cols:
+                sub = _field(row, "subject", where)
+                if subject.setdefault(tid, sub) != sub:
+                    raise DataError(f"{where}: template {tid} has subject {subject[tid]} on an earlier "
+                                    f"line and {sub} here; a template shows one subject")
+    if not names:
+        raise DataError(f"{tpath}: no templates after the header")
+    f, reader = _open_csv(ppath, ("template1", "template2", "same"))
+    first, second, same = [], [], []
+    with f:
+        for row in reader:
+            where = f"{ppath} line {reader.line_num}"
+            a, b = _field(row, "template1", where), _field(row, "template2", where)
+            for tid in (a, b):
+                if tid not in names:
+                    raise DataError(f"{where}: template {tid} is not in {tpath}; add its images there "
+                                    "or remove the line")
+            s = _same(_field(row, "same", where), where)
+            if a in subject and b in subject and (subject[a] == subject[b]) != s:
+                raise DataError(f"{where}: same={int(s)} but {tpath} gives subjects {subject[a]} and "
+                                f"{subject[b]}; correct one of the files")
+            first.append(names[a])
+            second.append(names[b])
+            same.append(s)
+    if not first:
+        raise DataError(f"{ppath}: no template pairs after the header")
+    media = None
+    if media_raw:
+        _, media = np.unique(np.array(media_raw), return_inverse=True)
+        media = media.reshape(-1).astype(np.int64)
+    return TemplateProtocol(images, np.array(image_of), np.array(template_of), media, list(names),
+                            np.array(first), np.array(second), np.array(same, dtype=bool))
