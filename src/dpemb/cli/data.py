@@ -18,12 +18,12 @@ from typing import Any
 
 from dpemb.cli.main import UsageError
 from dpemb.data.dataset import DataError, UserDataset
+from dpemb.data.images import DEFAULT_IMAGE_SIZE
 
 PROG = "dpemb data"
 #: one default side for generated glyphs and the generic (manifest, folder) importers,
 #: the input size of the default LeNet backbone; photo datasets (GLDv2, iNat, DigiFace)
 #: default to 64 px RGB
-DEFAULT_IMAGE_SIZE = 28
 
 # Defaults of dpemb.data.glyphs.GlyphConfig, shown in --help; None is passed through
 # as "not given", so GlyphConfig's own defaults always apply.

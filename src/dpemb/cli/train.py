@@ -56,7 +56,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="centralized (non-private SGD, the baseline), dp-fedemb (virtual clients, "
                         "fresh local head, only the backbone is clipped/noised), dp-fedavg (whole "
                         "model incl. global head is aggregated), dp-ftrl-fedemb (DP-FedEmb with "
-                        "tree-aggregation noise). Default: centralized")
+                        "tree-aggregation noise). Default: %(default)s")
     p.add_argument("--train-split", choices=("private", "public", "all"), default="private",
                    help="users to train on: the private users (default), the public users "
                         "(public pretraining), or both")

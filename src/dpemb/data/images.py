@@ -18,6 +18,10 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from dpemb.data.dataset import DataError
 
+#: The image side of a manifest or folder import unless given (the CLI's default too):
+#: the glyph benchmark's 28 px
+DEFAULT_IMAGE_SIZE = 28
+
 #: File name endings treated as images by the folder importers (case-insensitive).
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 

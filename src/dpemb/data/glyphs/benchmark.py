@@ -47,7 +47,7 @@ def widen_hint() -> str:
     return (
         "install CJK fonts to widen the pool (Debian: apt-get install "
         + " ".join(CJK_FONT_PACKAGES)
-        + ") or pass extra_font_paths"
+        + "; `make cjk-fonts` does it) or add font files with --font PATH (Python: extra_font_paths)"
     )
 
 

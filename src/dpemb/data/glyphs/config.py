@@ -83,9 +83,8 @@ class GlyphConfig:
 
     def __post_init__(self) -> None:
         def bad(field: str, why: str) -> GlyphConfigError:
-            return GlyphConfigError(
-                f"glyphs config: {field}={getattr(self, field)!r} {why}"
-            )
+            flag = "--" + {"extra_font_paths": "font", "num_users": "users"}.get(field, field).replace("_", "-")
+            return GlyphConfigError(f"{flag} {getattr(self, field)!r} {why} (Python: GlyphConfig.{field})")
 
         if self.regime not in REGIMES:
             raise bad("regime", f"is not one of {REGIMES}")

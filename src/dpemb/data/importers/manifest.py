@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from dpemb.data.dataset import UserDataset
+from dpemb.data.images import DEFAULT_IMAGE_SIZE
 from dpemb.data.importers._common import BadRows, ImportReport, Row, clean, pack_rows, resolve
 from dpemb.data.importers._csv import read_csv_rows
 
@@ -16,7 +17,7 @@ def import_manifest(
     csv_path: str | os.PathLike,
     *,
     root: str | os.PathLike | None = None,
-    image_size: int = 32,
+    image_size: int = DEFAULT_IMAGE_SIZE,
     channels: int = 1,
     skip_bad: bool = False,
     strict_geometry: bool = False,

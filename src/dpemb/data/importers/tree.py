@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from dpemb.data.dataset import UserDataset
+from dpemb.data.images import DEFAULT_IMAGE_SIZE
 from dpemb.data.importers._common import BadRows, ImportReport, Row, pack_rows
 from dpemb.data.importers._folders import check_dir, list_dir
 
@@ -12,7 +13,7 @@ from dpemb.data.importers._folders import check_dir, list_dir
 def import_tree(
     root: str | os.PathLike,
     *,
-    image_size: int = 32,
+    image_size: int = DEFAULT_IMAGE_SIZE,
     channels: int = 1,
     skip_bad: bool = False,
     strict_geometry: bool = False,
