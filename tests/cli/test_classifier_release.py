@@ -181,3 +181,34 @@ def test_non_private_and_several_runs(files, tmp_path, capsys):
     assert main(["predict", str(out), files["test"]]) == 1  # several: name one
     assert "dp-ls-eps1, dp-ls-eps2, non-private" in capsys.readouterr().err
     assert main(["predict", str(out / "dp-ls-eps2"), files["test"]]) == 0
+
+
+def test_predict_refuses_features_of_another_backbone(files, tmp_path, capsys):
+    """Backbones compared as the feature files record them (kind, architecture, image
+    size); features that record none are the data itself and match only each other."""
+    def imagenet(name: str, size: int) -> str:
+        x, y = _xy(120, 3)
+        meta = {"backbone": "imagenet-mobilenetv2", "backbone_name": "mobilenetv2-bn",
+                "backbone_kwargs": {"in_channels": 1, "image_size": size}, "image_size": size, "num_users": 120}
+        return str(save_features(tmp_path / name, FeatureSet(x, y, ("a", "b", "c"), meta=meta)))
+
+    at64, at96 = imagenet("in64.npz", 64), imagenet("in96.npz", 96)
+    plain = tmp_path / "clf_plain"
+    assert main(["transfer", "--train", files["train"], "--holdout", "0.2", "--method", "dp-ls", "--epsilon", "1",
+                 "--out", str(plain)]) == 0
+    assert main(["predict", str(plain), at64]) == 1
+    assert "backbone imagenet-mobilenetv2 (mobilenetv2-bn, 64 px), the classifier's training features recorded " \
+           "none" in capsys.readouterr().err
+
+    clf = tmp_path / "clf_in"
+    assert main(["transfer", "--train", at64, "--holdout", "0.2", "--method", "dp-ls", "--epsilon", "1",
+                 "--out", str(clf)]) == 0
+    card = json.loads((clf / CLASSIFIER_CARD).read_text())
+    assert card["features"]["backbone"]["image_size"] == 64 and "num_users" not in json.dumps(card)
+    capsys.readouterr()
+    for other, says in ((at96, "they differ in architecture settings, image size"),
+                        (files["test"], "no recorded backbone, the classifier's is imagenet-mobilenetv2")):
+        assert main(["predict", str(clf), other]) == 1
+        err = capsys.readouterr().err
+        assert says in err and "`dpemb features --data DATA --backbone imagenet-mobilenetv2 --image-size 64" in err
+    assert main(["predict", str(clf), at64]) == 0

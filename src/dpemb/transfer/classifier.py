@@ -54,8 +54,9 @@ SEEDED_NOTE = "noise was seeded: a reproducible experiment, not a release (the s
 #: feature-file meta keys that describe the backbone (public names, or a released model card's content)
 BACKBONE_KEYS = ("backbone", "backbone_name", "backbone_kwargs", "image_size", "feature_dim", "model",
                  "backbone_weights_sha256", "backbone_provenance", "backbone_privacy")
-#: of these, the ones that must agree between the training features and features to classify
-IDENTITY_KEYS = ("backbone", "backbone_name", "backbone_kwargs", "image_size", "backbone_weights_sha256")
+#: of these, the ones that must agree between the training features and features to classify (in words)
+IDENTITY_KEYS = {"backbone": "kind", "backbone_name": "architecture", "backbone_kwargs": "architecture settings",
+                 "image_size": "image size", "backbone_weights_sha256": "weights (their SHA-256)"}
 NO_BACKBONE = ("none recorded: the features were not written by `dpemb features` and are taken as the data "
                "itself (the epsilon covers them as given, not a model that computed them)")
 
@@ -279,11 +280,13 @@ def check_applicable(clf: Classifier, rows: FeatureRows) -> None:
     elif theirs is None:
         problems.append(f"no recorded backbone, the classifier's is {_describe(recorded)}")
     else:
-        differ = [k for k in IDENTITY_KEYS if k in recorded and k in theirs and recorded[k] != theirs[k]]
-        differ += [k for k in IDENTITY_KEYS[:4] if (k in recorded) != (k in theirs)]
+        # every key must agree; the weights digest where both record it
+        differ = [words for k, words in IDENTITY_KEYS.items()
+                  if (k in recorded and k in theirs and recorded[k] != theirs[k])
+                  or (k != "backbone_weights_sha256" and (k in recorded) != (k in theirs))]
         if differ:
             problems.append(f"backbone {_describe(theirs)}, the classifier's is {_describe(recorded)} "
-                            f"(they differ in {', '.join(dict.fromkeys(differ))})")
+                            f"(they differ in {', '.join(differ)})")
     if problems:
         raise ClassifierError(f"{rows.source}: {'; '.join(problems)}. Give features extracted as the classifier's "
                               f"training features were: {_extract_hint(recorded, clf)}")
@@ -298,9 +301,9 @@ def _extract_hint(recorded: Any, clf: Classifier) -> str:
     if not isinstance(recorded, dict):
         return (f"your own {clf.dim}-dimensional features as a plain X (and y) file, computed like those it was "
                 f"trained on ({clf.card['features']['train_file']})")
-    flag = (f"--backbone-model {recorded.get('model')}" if recorded.get("backbone") == "model"
-            else f"--backbone {recorded.get('backbone')}")
-    return f"`dpemb features --data DATA {flag} --image-size {recorded.get('image_size')} --out FEATURES.npz`"
+    flag = (f"--backbone-model {recorded.get('model')}" if recorded.get("backbone") == "model"  # its own image size
+            else f"--backbone {recorded.get('backbone')} --image-size {recorded.get('image_size')}")
+    return f"`dpemb features --data DATA {flag} --out FEATURES.npz`"
 
 
 def class_indices(clf: Classifier, rows: FeatureRows) -> np.ndarray | None:
