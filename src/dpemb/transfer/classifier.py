@@ -313,6 +313,9 @@ def class_indices(clf: Classifier, rows: FeatureRows) -> np.ndarray | None:
     if rows.labels is None:
         return None
     names, k = clf.label_names, len(clf.label_names)
+    if rows.labels.shape != (len(rows.features),):
+        raise ClassifierError(f"{rows.source}: {len(rows.features)} feature rows but labels of shape "
+                              f"{rows.labels.shape}; give one label per row (or none)")
     if rows.label_names is not None and tuple(rows.label_names) != names:
         raise ClassifierError(f"{rows.source}: its label names ({', '.join(rows.label_names)}) are not the "
                               f"classifier's ({', '.join(names)}); give features of the same label set (or, for "
