@@ -179,7 +179,8 @@ def test_plain_feature_files(tmp_path):
     assert rows.labels is None and rows.label_names is None and rows.features.shape == (4, 3)
     with pytest.raises(DataError, match=r"x\.npz: no labels .*needs y next to X"):
         load_features(tmp_path / "x.npz")
-    bad = {"ints.npz": (dict(X=np.ones((4, 3), dtype=np.int64), y=np.zeros(4, dtype=int)), r"X must be a float array.*astype"),
+    bad = {"ints.npz": (dict(X=np.ones((4, 3), dtype=np.int64), y=np.zeros(4, dtype=int)),
+                        r"X must be a float array.*astype"),
            "fy.npz": (dict(X=x, y=np.zeros(4)), r"y must be integers, one per row of X \(4\)"),
            "short.npz": (dict(X=x, y=np.zeros(3, dtype=int)), r"y must be integers, one per row"),
            "extra.npz": (dict(X=x, y=np.zeros(4, dtype=int), ids=np.arange(4)), r"also holds ids"),

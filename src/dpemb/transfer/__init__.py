@@ -38,7 +38,14 @@ from dpemb.transfer.runner import (
     train_prepared,
     train_transfer,
 )
-from dpemb.transfer.classifier import Classifier, Predictions, classifier_card, load_classifier, predict, write_classifiers
+from dpemb.transfer.classifier import (
+    Classifier,
+    Predictions,
+    classifier_card,
+    load_classifier,
+    predict,
+    write_classifiers,
+)
 
 __all__ = [
     "DP_METHODS", "METHODS", "Classifier", "FeatureRows", "FeatureSet", "LinearModel", "NoisePlan", "PreparedFeatures",
