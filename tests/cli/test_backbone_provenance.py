@@ -218,3 +218,40 @@ def test_init_from_a_checkpoint_is_refused(runs, tmp_path, capsys):
     assert main([*base, "--out", str(tmp_path / "x"), "--init", str(runs / "public")]) == 0  # the advice
     assert main(["export", str(runs / "public"), "--out", str(tmp_path / "art")]) == 0  # the other advice
     assert main([*base, "--out", str(tmp_path / "y"), "--init", str(tmp_path / "art")]) == 0
+
+
+def test_the_released_classifier_states_its_backbone_and_predict_checks_it(runs, tmp_path, capsys):
+    """`dpemb transfer --out`: the card carries the statements as printed (the backbone's
+    caveat, the total with a DP backbone) and the backbone, not its private counts;
+    `dpemb predict` refuses features of another backbone, naming the command that fits."""
+    f = features(runs, "dp")
+    capsys.readouterr()
+    out = tmp_path / "clf"
+    assert main(transfer(f, "--unit", "user", "--epsilon", "1", "--out", str(out))) == 0
+    text = capsys.readouterr().out.splitlines()
+    card = json.loads((out / "classifier_card.json").read_text())
+    assert card["privacy"]["statement"] == next(l for l in text if l.startswith("epsilon = "))
+    assert "composes on top" in card["privacy"]["statement"]
+    assert card["privacy"]["total_with_backbone"] == next(l for l in text if l.startswith("total with the backbone"))
+    bb = card["features"]["backbone"]
+    assert bb["backbone"] == "model" and bb["model"] == str(runs / "dp") and len(bb["backbone_weights_sha256"]) == 64
+    assert bb["backbone_provenance"]["private_training"] is True
+    assert card["features"]["data"] == f"{runs / 'data'}:train"
+    assert card["features"]["backbone_account"]["chain"][0]["trained_on_these_users"] == "yes"
+    raw = (out / "classifier_card.json").read_text()
+    assert "shared_users" not in raw and "num_users" not in raw  # private counts stay in the feature file
+
+    other = features(runs, "elsewhere", name="elsewhere_feats")
+    capsys.readouterr()
+    assert main(["predict", str(out), other]) == 1
+    err = capsys.readouterr().err
+    assert "they differ in weights" in err and f"--backbone-model {runs / 'dp'} --out" in err
+    assert main(["predict", str(out), f]) == 0  # the features of its own backbone
+    assert "top-1" in capsys.readouterr().out
+
+    # a backbone trained without DP on these users, accepted by the override: the card says what it leaves out
+    f = features(runs, "private")
+    assert main(transfer(f, "--epsilon", "1", "--allow-nonprivate-init", "--out", str(tmp_path / "np"))) == 0
+    printed = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("epsilon = "))
+    statement = json.loads((tmp_path / "np" / "classifier_card.json").read_text())["privacy"]["statement"]
+    assert statement == printed and NOT_COVERED in statement

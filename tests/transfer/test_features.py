@@ -43,7 +43,8 @@ def test_bad_feature_files_are_named(tmp_path):
     with pytest.raises(DataError, match="no such feature file"):
         load_features(tmp_path / "missing.npz")
     np.savez(tmp_path / "other.npz", a=np.zeros(3))
-    with pytest.raises(DataError, match="other.npz.*not a dpemb feature file"):
+    with pytest.raises(DataError, match=r"other.npz: not a feature file: it holds a; expected either features, "
+                                        r"labels, label_names, meta .* or X and y"):
         load_features(tmp_path / "other.npz")
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
     with pytest.raises(DataError, match="junk.npz"):
@@ -159,3 +160,33 @@ def test_bad_contents_of_a_feature_file_name_the_file_and_the_fix(tmp_path):
         load_features(_raw_feature_file(tmp_path / "nan.npz", x_nan, np.array([0, 1, 0, 1])))
     fs = load_features(_raw_feature_file(tmp_path / "ok.npz", x, np.array([0, 1, 0, 1])))
     assert fs.source == str(tmp_path / "ok.npz") and fs.subset(np.array([0, 1])).source == fs.source
+
+
+def test_plain_feature_files(tmp_path):
+    """Your own features: X and y (users, label_names optional), no meta; X alone for prediction."""
+    from dpemb.transfer.features import read_feature_rows
+
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.savez(tmp_path / "xy.npz", X=x, y=np.array([0, 2, 1, 2]), users=np.array([5, 5, 6, 7]))
+    fs = load_features(tmp_path / "xy.npz")
+    assert fs.label_names == ("0", "1", "2") and fs.meta == {} and fs.users.tolist() == [5, 5, 6, 7]
+    np.testing.assert_array_equal(fs.features, x)
+    np.savez(tmp_path / "named.npz", X=x, y=np.array([0, 1, 0, 1]), label_names=np.array(["no", "yes"]))
+    assert load_features(tmp_path / "named.npz").label_names == ("no", "yes")
+
+    np.savez(tmp_path / "x.npz", X=x)
+    rows = read_feature_rows(tmp_path / "x.npz")
+    assert rows.labels is None and rows.label_names is None and rows.features.shape == (4, 3)
+    with pytest.raises(DataError, match=r"x\.npz: no labels .*needs y next to X"):
+        load_features(tmp_path / "x.npz")
+    bad = {"ints.npz": (dict(X=np.ones((4, 3), dtype=np.int64), y=np.zeros(4, dtype=int)),
+                        r"X must be a float array.*astype"),
+           "fy.npz": (dict(X=x, y=np.zeros(4)), r"y must be integers, one per row of X \(4\)"),
+           "short.npz": (dict(X=x, y=np.zeros(3, dtype=int)), r"y must be integers, one per row"),
+           "extra.npz": (dict(X=x, y=np.zeros(4, dtype=int), ids=np.arange(4)), r"also holds ids"),
+           "names.npz": (dict(X=x, label_names=np.array(["a"])), r"label_names without labels y"),
+           "range.npz": (dict(X=x, y=np.array([0, 1, 0, 3]), label_names=np.array(["a", "b"])), r"row 3: label 3")}
+    for name, (arrays, message) in bad.items():
+        np.savez(tmp_path / name, **arrays)
+        with pytest.raises(DataError, match=name.replace(".", r"\.") + ": .*" + message):
+            load_features(tmp_path / name)

@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "dpemb.cli.export",
     "dpemb.cli.account",
     "dpemb.cli.transfer",
+    "dpemb.cli.predict",
     "dpemb.cli.audit",
 ]
 

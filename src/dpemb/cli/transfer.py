@@ -126,8 +126,11 @@ def _register_transfer(sub: argparse._SubParsersAction) -> None:
             "split and the epsilon (accountant, delta, unit, neighbouring relation)."
         ),
     )
-    p.add_argument("--train", required=True, help="training features (.npz from `dpemb features`)")
-    p.add_argument("--test", default=None, help="held-out features (.npz); or use --holdout")
+    p.add_argument("--train", required=True,
+                   help="training features: an .npz from `dpemb features`, or your own with arrays X (float, N x "
+                        "D) and y (int labels), optionally users and label_names (docs/TRANSFER.md, 'Your own "
+                        "features')")
+    p.add_argument("--test", default=None, help="held-out features (.npz, either format); or use --holdout")
     p.add_argument("--holdout", type=float, default=None, metavar="FRACTION",
                    help="without --test: hold out this fraction of the training users (public seeded split)")
     p.add_argument("--method", required=True, help=METHOD_HELP)
@@ -180,6 +183,15 @@ def _register_transfer(sub: argparse._SubParsersAction) -> None:
                    help="write the released results as JSON (noised results, privacy statements, held-out "
                         "accuracy); exact counts of the training data go to OUT's sibling *.private.json "
                         "(mode 0600, not for release)")
+    o.add_argument("--out", default=None, metavar="DIR",
+                   help="write the trained classifier for release: DIR/classifier.safetensors (weights, bias, "
+                        "feature clipping) and DIR/classifier_card.json (method, hyper-parameters, label names, the "
+                        "privacy statement as printed, the features' backbone); `dpemb predict DIR FEATURES.npz` "
+                        "applies it. Several runs (several methods or --sweep-epsilon) go to one subdirectory each, "
+                        "DIR/METHOD or DIR/METHOD-epsE, and every card says what releasing them all costs (the sum "
+                        "of their epsilons). A non-empty DIR is refused unless --overwrite")
+    o.add_argument("--overwrite", action="store_true",
+                   help="replace the classifier(s) already in --out (the whole directory)")
     o.add_argument("--plot", default=None, metavar="PNG", help="plot top-1 against epsilon (with --sweep-epsilon)")
     o.add_argument("--progress", action="store_true", help="show step progress bars")
     add_device_flag(o)
@@ -214,7 +226,7 @@ def run_transfer(args: argparse.Namespace) -> int:
     from dpemb.transfer.config import TransferConfig
     from dpemb.transfer.features import load_features
     from dpemb.transfer.plot import plot_sweep
-    from dpemb.transfer.runner import PRIVATE_LABEL, holdout_split, sweep_epsilon, train_transfer
+    from dpemb.transfer.runner import PRIVATE_LABEL, combined_cost, holdout_split, sweep_epsilon, train_transfer
 
     methods = _parse_methods(args.method)
     sweep = _parse_epsilons(args.sweep_epsilon) if args.sweep_epsilon else None
@@ -245,6 +257,16 @@ def run_transfer(args: argparse.Namespace) -> int:
     if args.secure_noise and args.non_private:
         raise UsageError("--secure-noise with --non-private: a run without noise has no noise to harden")
     secure = args.secure_noise if args.secure_noise is not None else (args.seed is None and not args.non_private)
+    if args.overwrite and not args.out:
+        raise UsageError("--overwrite replaces the classifier in --out: give --out DIR")
+    if args.out:
+        from dpemb.training.rundir import OutDirError
+        from dpemb.transfer.classifier import check_classifier_out
+
+        try:
+            check_classifier_out(args.out, overwrite=args.overwrite)  # before any work
+        except OutDirError as e:
+            raise UsageError(str(e)) from e
 
     train = load_features(args.train)
     if args.test is not None:
@@ -261,6 +283,7 @@ def run_transfer(args: argparse.Namespace) -> int:
     )
     results: list[dict] = []  # released
     diagnostics: list[dict] = []  # private: exact counts of the training data
+    trained: list = []  # the TransferRun of every result, in order
     baseline = None
     try:
         for method in methods:
@@ -271,6 +294,7 @@ def run_transfer(args: argparse.Namespace) -> int:
                 print(run.report())
                 results.append(run.to_dict())
                 diagnostics.append(run.private_diagnostics())
+                trained.append(run)
                 continue
             if sweep:
                 cfg = TransferConfig(method=method, epsilon=sweep[0], secure_noise=secure, **common)
@@ -283,6 +307,7 @@ def run_transfer(args: argparse.Namespace) -> int:
                 print(run.report())
                 results.append(run.to_dict())
                 diagnostics.append(run.private_diagnostics())
+                trained.append(run)
             if args.audit_canaries is not None:
                 results[-1]["audit"] = _audit(train, cfg, args, device, runs[-1].backbone)
     except ValueError as e:
@@ -301,12 +326,11 @@ def run_transfer(args: argparse.Namespace) -> int:
         print(f"(columns: target epsilon, each calibrated with the {args.accountant.upper()} accountant at delta = "
               f"{delta:.3g}, {args.unit}-level, add/remove-one-{args.unit}; every run's own statement is above)"
               + caveats)
-    if len(private_runs) > 1 and not args.non_private:
-        total = sum(float(r["epsilon"]) for r in private_runs)
-        print(f"note: these {len(private_runs)} DP runs each spend their own epsilon on the same training data; "
-              f"releasing all of them costs up to {total:.3g} in total, the sum of their epsilons (basic "
-              f"composition, delta {len(private_runs)} x {delta:.3g}). Release one, or split one budget."
-              + caveats)
+    cost = combined_cost(trained)
+    if cost:
+        print(cost)
+    if args.out:
+        _write_out(args, train, trained, results)
     if args.json:
         from dpemb.atomic import atomic_write_text
 
@@ -322,6 +346,43 @@ def run_transfer(args: argparse.Namespace) -> int:
                          f"{args.unit}-level, add/remove)")
         print(f"wrote {args.plot}")
     return 0
+
+
+def _write_out(args: argparse.Namespace, train, runs: list, results: list[dict]) -> None:
+    """``--out``: every run's classifier, in DIR itself (one run) or DIR/<name> (several)."""
+    from pathlib import Path
+
+    from dpemb.cli.main import UsageError
+    from dpemb.training.rundir import OutDirError
+    from dpemb.transfer.classifier import classifier_card, joint_release, write_classifiers
+
+    names = [""] if len(runs) == 1 else _run_names(runs, bool(args.sweep_epsilon))
+    together = joint_release(names, runs) if len(runs) > 1 else None
+    evaluated_on = args.test or f"holdout {args.holdout} of the training users (public seeded split)"
+    items = [(name, run, classifier_card(run, train, train_file=args.train, evaluated_on=evaluated_on,
+                                         released_with=together, audit=result.get("audit")))
+             for name, run, result in zip(names, runs, results)]
+    try:
+        write_classifiers(args.out, items, overwrite=args.overwrite)
+    except OutDirError as e:
+        raise UsageError(str(e)) from e
+    where = [str(Path(args.out) / n) if n else args.out for n in names]
+    print(f"wrote the classifier{'s' if len(where) > 1 else ''} for release to {', '.join(where)} "
+          "(classifier.safetensors + classifier_card.json; apply with `dpemb predict`)")
+
+
+def _run_names(runs: list, sweep: bool) -> list[str]:
+    """One subdirectory name per run: METHOD, or METHOD-epsE in a sweep (unique)."""
+    names: list[str] = []
+    for run in runs:
+        name = run.config.method
+        if sweep and run.config.epsilon is not None:
+            name += f"-eps{run.config.epsilon:g}"
+        base, i = name, 2
+        while name in names:
+            name, i = f"{base}-{i}", i + 1
+        names.append(name)
+    return names
 
 
 def _audit(train, cfg, args: argparse.Namespace, device, backbone=None) -> dict:

@@ -67,11 +67,7 @@ def check_out_dir(path: str | os.PathLike, *, resume: bool | str, overwrite: boo
     path = Path(path)
     if overwrite and resume:
         raise OutDirError("--overwrite replaces the run in --out and --resume continues it: give one of them")
-    if not path.exists():
-        return
-    if not path.is_dir():
-        raise OutDirError(f"--out {path} is a file, not a directory; choose another --out")
-    if not any(path.iterdir()):
+    if not nonempty_out(path):
         return
     is_run = any((path / m).exists() for m in RUN_MARKERS)
     if not is_run:
@@ -86,6 +82,26 @@ def check_out_dir(path: str | os.PathLike, *, resume: bool | str, overwrite: boo
     )
 
 
+def nonempty_out(path: str | os.PathLike) -> bool:
+    """Whether ``--out path`` holds anything (False: missing or an empty directory);
+    ``OutDirError`` when it is a file. Shared by every command writing an --out directory."""
+    path = Path(path)
+    if not path.exists():
+        return False
+    if not path.is_dir():
+        raise OutDirError(f"--out {path} is a file, not a directory; choose another --out")
+    return any(path.iterdir())
+
+
+def replace_out_dir(path: str | os.PathLike) -> None:
+    """Remove an --out directory being replaced (``--overwrite``): moved aside in one
+    rename (``path`` never holds a mix of two outputs), then deleted."""
+    path = Path(path)
+    old = path.with_name(f".{path.name}.replaced-{os.getpid()}")
+    os.replace(path, old)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 class RunDir:
     @classmethod
     def open(cls, path: str | os.PathLike, *, resume: bool | str = False, overwrite: bool = False) -> "RunDir":
@@ -94,10 +110,8 @@ class RunDir:
         never holds a mix of two runs), then deleted."""
         check_out_dir(path, resume=resume, overwrite=overwrite)
         path = Path(path)
-        if overwrite and path.exists() and any(path.iterdir()):
-            old = path.with_name(f".{path.name}.replaced-{os.getpid()}")
-            os.replace(path, old)
-            shutil.rmtree(old, ignore_errors=True)
+        if overwrite and nonempty_out(path):
+            replace_out_dir(path)
         return cls(path)
 
     def __init__(self, path: str | os.PathLike):

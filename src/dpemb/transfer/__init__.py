@@ -5,7 +5,8 @@ unit weights) -> a method (``dp_ls``, ``dp_sgd``, ``dp_newton``, ``dp_fc``): eve
 statistic is built by ``statistics`` as a ``ClippedSum`` carrying its sensitivity and
 released through ``budget.ReleaseMechanism``, i.e. the privacy layer's Gaussian
 mechanism -> ``result.LinearModel``. ``runner.train_transfer`` runs it
-all; every epsilon comes from ``dpemb.privacy.accounting``.
+all; every epsilon comes from ``dpemb.privacy.accounting``. ``classifier`` writes the
+trained model for release (``dpemb transfer --out``) and applies it (``dpemb predict``).
 
 Privacy guarantee of a DP method's model: (epsilon, delta)-DP with respect to adding
 or removing one unit (an example, or with ``unit="user"`` all of one user's
@@ -17,11 +18,13 @@ and ``non_private=True`` runs carry no guarantee and say so.
 from dpemb.transfer.budget import NoisePlan, PrivacyConfigError, PrivacyRequest, ReleaseMechanism, plan_noise
 from dpemb.transfer.config import DP_METHODS, METHODS, TransferConfig
 from dpemb.transfer.features import (
+    FeatureRows,
     FeatureSet,
     extract_features,
     load_backbone,
     load_features,
     load_image_dataset,
+    read_feature_rows,
     save_features,
 )
 from dpemb.transfer.prepare import PreparedFeatures, prepare_features, transform_features
@@ -35,11 +38,20 @@ from dpemb.transfer.runner import (
     train_prepared,
     train_transfer,
 )
+from dpemb.transfer.classifier import (
+    Classifier,
+    Predictions,
+    classifier_card,
+    load_classifier,
+    predict,
+    write_classifiers,
+)
 
 __all__ = [
-    "DP_METHODS", "METHODS", "FeatureSet", "LinearModel", "NoisePlan", "PreparedFeatures",
-    "PrivacyConfigError", "PrivacyRequest", "ReleaseMechanism", "TransferConfig", "TransferRun",
-    "evaluate", "extract_features", "holdout_split", "load_backbone", "load_features",
-    "load_image_dataset", "plan_noise", "prepare_features", "prepare_train", "save_features",
-    "sweep_epsilon", "train_prepared", "train_transfer", "transform_features",
+    "DP_METHODS", "METHODS", "Classifier", "FeatureRows", "FeatureSet", "LinearModel", "NoisePlan", "PreparedFeatures",
+    "Predictions", "PrivacyConfigError", "PrivacyRequest", "ReleaseMechanism", "TransferConfig", "TransferRun",
+    "classifier_card", "evaluate", "extract_features", "holdout_split", "load_backbone", "load_classifier",
+    "load_features", "load_image_dataset", "plan_noise", "predict", "prepare_features", "prepare_train",
+    "read_feature_rows", "save_features", "sweep_epsilon", "train_prepared", "train_transfer", "transform_features",
+    "write_classifiers",
 ]

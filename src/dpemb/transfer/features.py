@@ -11,6 +11,10 @@ A feature file (``.npz``, written atomically) holds::
                                   ``backbone_shared_users`` (PRIVATE counts, see
                                   ``dpemb.transfer.backbone``)
 
+Your own features (``read_feature_rows``): a plain ``.npz`` with ``X`` (float, N x D)
+and ``y`` (int labels 0..K-1), optionally ``users`` and ``label_names``, and no
+``meta``. It records no backbone, so its rows are taken as the data itself.
+
 Features are private data (they are computed from the images): the file is for the
 curator. Extraction releases nothing, and a DP classifier on the features
 (``dpemb transfer``, ``dpemb.transfer.runner``) is DP with respect to the features'
@@ -135,36 +139,132 @@ def save_features(path: str | os.PathLike, fs: FeatureSet) -> Path:
     return atomic_write(path, write)
 
 
+#: the arrays of a dpemb feature file, and of a plain one (``X`` required; the rest optional)
+DPEMB_KEYS: tuple[str, ...] = ("features", "labels", "label_names", "meta")
+PLAIN_KEYS: tuple[str, ...] = ("X", "y", "users", "label_names")
+OWN_FEATURES_DOC = "docs/TRANSFER.md, \"Your own features\""
+
+
+@dataclass(frozen=True, eq=False)
+class FeatureRows:
+    """The contents of a feature file of either format, labels optional (a plain file
+    may hold only ``X``: rows to classify with ``dpemb predict``).
+
+    ``label_names`` is None when the file gives none (a plain file: the labels are then
+    class indices); ``labelled`` turns the rows into a ``FeatureSet``.
+    """
+
+    features: np.ndarray
+    labels: np.ndarray | None
+    label_names: tuple[str, ...] | None
+    users: np.ndarray | None
+    meta: dict[str, Any]
+    source: str
+
+    def labelled(self) -> FeatureSet:
+        """A ``FeatureSet`` (``DataError`` naming the file when it has no labels). A plain
+        file without ``label_names`` gets ``"0" .. "K-1"`` for K = max(y) + 1."""
+        if self.labels is None:
+            raise DataError(f"{self.source}: no labels (a plain feature file needs y next to X for training "
+                            f"and evaluation; {OWN_FEATURES_DOC})")
+        names = self.label_names
+        if names is None:
+            names = tuple(str(i) for i in range(int(self.labels.max()) + 1 if len(self.labels) else 0))
+        try:
+            return FeatureSet(features=self.features, labels=self.labels, label_names=names, users=self.users,
+                              meta=dict(self.meta), source=self.source)
+        except DataError as e:
+            raise DataError(f"{self.source}: {e}") from e
+
+
 def load_features(path: str | os.PathLike) -> FeatureSet:
-    """Read a feature file written by ``save_features`` / ``dpemb features``."""
+    """Read a labelled feature file: one written by ``save_features`` / ``dpemb
+    features``, or a plain one with ``X`` and ``y`` (``read_feature_rows``)."""
+    return read_feature_rows(path).labelled()
+
+
+def read_feature_rows(path: str | os.PathLike) -> FeatureRows:
+    """Read a feature file of either format (errors name the file and the fix):
+
+    * dpemb's (``save_features``): ``features``, ``labels``, ``label_names``, ``meta``
+      (JSON with ``"format": 1``), optionally ``users``;
+    * plain (your own features): ``X`` float (N, D), optionally ``y`` int (N,) labels
+      0..K-1, ``users`` int (N,) and ``label_names`` str (K,); no ``meta``. It records
+      no backbone: the rows are taken as the data itself (``dpemb.transfer.backbone``).
+    """
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: no such feature file; create one with `dpemb features`")
+        raise DataError(f"{path}: no such feature file; create one with `dpemb features` or save your own "
+                        f"({OWN_FEATURES_DOC})")
     try:
         with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in ("features", "labels", "label_names", "meta") if k not in z.files]
-            if missing:
+            keys = list(z.files)
+            if "features" in keys:
+                rows = _dpemb_rows(z, keys)
+            elif "X" in keys:
+                rows = _plain_rows(z, keys)
+            else:
                 raise DataError(
-                    f"{path}: not a dpemb feature file (missing {', '.join(missing)}); "
-                    "create one with `dpemb features`"
-                )
-            meta = json.loads(str(z["meta"]))
-            if meta.get("format") != FEATURE_FORMAT:
-                raise DataError(f"{path}: unsupported feature-file format {meta.get('format')!r}")
-            return FeatureSet(
-                features=z["features"],
-                labels=z["labels"].astype(np.int64),
-                label_names=tuple(str(s) for s in z["label_names"]),
-                users=z["users"].astype(np.int64) if "users" in z.files else None,
-                meta={k: v for k, v in meta.items() if k != "format"},
-                source=str(path),
-            )
+                    f"not a feature file: it holds {', '.join(keys) or 'no arrays'}; expected either "
+                    f"{', '.join(DPEMB_KEYS)} (written by `dpemb features`) or X and y (your own features, "
+                    f"optionally users and label_names; {OWN_FEATURES_DOC})")
     except DataError as e:
-        if str(path) in str(e):
-            raise
         raise DataError(f"{path}: {e}") from e
     except (OSError, ValueError, KeyError) as e:
-        raise DataError(f"{path}: cannot read the feature file ({e}); re-create it with `dpemb features`") from e
+        raise DataError(f"{path}: cannot read the feature file ({e}); re-create it with `dpemb features` or "
+                        f"save your own ({OWN_FEATURES_DOC})") from e
+    return FeatureRows(source=str(path), **rows)
+
+
+def _dpemb_rows(z: Any, keys: list[str]) -> dict[str, Any]:
+    missing = [k for k in DPEMB_KEYS if k not in keys]
+    if missing:
+        raise DataError(f"not a dpemb feature file (missing {', '.join(missing)}); create one with `dpemb "
+                        f"features`, or save plain X and y arrays ({OWN_FEATURES_DOC})")
+    meta = json.loads(str(z["meta"]))
+    if not isinstance(meta, dict) or meta.get("format") != FEATURE_FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise DataError(f"unsupported feature-file format {found!r} in its meta (dpemb writes format "
+                        f"{FEATURE_FORMAT}); re-create it with `dpemb features`, or save your own features as "
+                        f"plain X and y arrays without meta ({OWN_FEATURES_DOC})")
+    features = z["features"]
+    _check_matrix(features, "features")
+    return {"features": features, "labels": z["labels"].astype(np.int64),
+            "label_names": tuple(str(s) for s in z["label_names"]),
+            "users": z["users"].astype(np.int64) if "users" in keys else None,
+            "meta": {k: v for k, v in meta.items() if k != "format"}}
+
+
+def _plain_rows(z: Any, keys: list[str]) -> dict[str, Any]:
+    extra = [k for k in keys if k not in PLAIN_KEYS]
+    if extra:
+        raise DataError(f"a plain feature file holds X and optionally {', '.join(PLAIN_KEYS[1:])}, but this one "
+                        f"also holds {', '.join(extra)}; save only those arrays ({OWN_FEATURES_DOC})")
+    x = z["X"]
+    _check_matrix(x, "X")
+    n = x.shape[0]
+    out: dict[str, Any] = {"features": x, "labels": None, "label_names": None, "users": None, "meta": {}}
+    for key, field_ in (("y", "labels"), ("users", "users")):
+        if key in keys:
+            a = z[key]
+            if a.shape != (n,) or a.dtype.kind not in "iu":
+                raise DataError(f"{key} must be integers, one per row of X ({n}); got {a.dtype} of shape "
+                                f"{a.shape} (save {key}.astype(np.int64))")
+            out[field_] = a.astype(np.int64)
+    if "label_names" in keys:
+        if "y" not in keys:
+            raise DataError("label_names without labels y; save y too, or drop label_names")
+        names = z["label_names"]
+        if names.ndim != 1 or names.dtype.kind not in "US":
+            raise DataError(f"label_names must be a 1-D array of strings, got {names.dtype} of shape {names.shape}")
+        out["label_names"] = tuple(str(s) for s in names)
+    return out
+
+
+def _check_matrix(x: np.ndarray, key: str) -> None:
+    if x.ndim != 2 or x.dtype.kind != "f":
+        raise DataError(f"{key} must be a float array (N, D), got {x.dtype} of shape {x.shape}"
+                        + (f" (save {key}.astype(np.float32))" if x.ndim == 2 else ""))
 
 
 # --------------------------------------------------------------------------- data specs
@@ -230,6 +330,7 @@ def load_backbone(
 
         model, card = load_artifact(where)  # ArtifactError (a ValueError) names the fix
         desc = {"backbone": "model", "model": str(where), "backbone_name": card["backbone"]["name"],
+                "backbone_weights_sha256": weights_digest(where),  # which trained model, wherever it lies
                 "backbone_kwargs": dict(card["backbone"]["kwargs"]),
                 "backbone_provenance": init_provenance(card, where),  # what it trained on, privately or not
                 "backbone_privacy": card.get("privacy", {})}  # its privacy statements and spec
@@ -248,6 +349,22 @@ def load_backbone(
     desc["feature_dim"] = int(getattr(model, "feature_dim", 0))
     desc["image_size"] = int(model.image_size)
     return model, desc
+
+
+def weights_digest(model: str | os.PathLike) -> str:
+    """SHA-256 of a release artifact's weights file (``model.safetensors``): identifies
+    a trained backbone whatever path it is read from. The weights are released, so is
+    their digest."""
+    import hashlib
+
+    from dpemb.training.artifact import resolve_model
+    from dpemb.training.rundir import ARTIFACT_WEIGHTS
+
+    h = hashlib.sha256()
+    with open(resolve_model(model) / ARTIFACT_WEIGHTS, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 @torch.inference_mode()

@@ -140,6 +140,11 @@ class TransferRun:
         return self.backbone.qualify(s) if self.backbone is not None and not self.plan.non_private else s
 
     @property
+    def statement_line(self) -> str:
+        """The epsilon statement as ``report`` prints it (a seeded run says so)."""
+        return self.epsilon_sentence + (" [noise seeded: reproducible, not for release]" if self.seeded else "")
+
+    @property
     def backbone_total(self) -> dict[str, Any] | None:
         """The total epsilon with a DP backbone trained on these users (``BackboneAccount.total``)."""
         if self.backbone is None:
@@ -198,7 +203,7 @@ class TransferRun:
         """Human-readable lines: accuracy, epsilon sentence, budget split."""
         lines = [f"method {self.config.method}: "
                  + (f"top-1 {self.top1:.4f} on the held-out split" if self.top1 is not None else "trained")]
-        lines.append(self.epsilon_sentence + (" [noise seeded: reproducible, not for release]" if self.seeded else ""))
+        lines.append(self.statement_line)
         if self.backbone_total is not None:
             lines.append(self.backbone_total["statement"])
         lines.extend(f"warning: {w}" for w in self.plan.warnings)
@@ -207,6 +212,21 @@ class TransferRun:
             if not self.plan.non_private:
                 lines.append(self.sampler)
         return "\n".join(lines)
+
+
+def combined_cost(runs: Sequence[TransferRun]) -> str | None:
+    """What releasing the models of all ``runs`` (trained on the same data) costs: the sum
+    of the epsilons of the private ones (basic composition), with what every epsilon
+    leaves out (a backbone) appended; None for fewer than two private runs."""
+    private = [r for r in runs if not r.plan.non_private]
+    if len(private) < 2:
+        return None
+    total = sum(r.plan.epsilon for r in private)
+    delta = private[0].plan.delta
+    caveats = "".join(f" [{c}]" for c in (private[0].backbone.caveats if private[0].backbone is not None else ()))
+    return (f"note: these {len(private)} DP runs each spend their own epsilon on the same training data; "
+            f"releasing all of them costs up to {total:.3g} in total, the sum of their epsilons (basic "
+            f"composition, delta {len(private)} x {delta:.3g}). Release one, or split one budget." + caveats)
 
 
 def _summarise_releases(records: Sequence[ReleaseRecord]) -> list[dict[str, Any]]:
