@@ -20,6 +20,8 @@ from dpemb.models.export import MAX_ABS_DIFFERENCE, run_onnx, run_torchscript
 from dpemb.training.artifact import make_card, write_artifact, write_export
 from tests.conftest import make_tiny_dataset
 
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
@@ -187,3 +189,19 @@ def test_a_corrupt_file_is_named_then_skipped_with_skip_bad(work, tmp_path, caps
     assert dpemb(["embed", str(work / "run"), str(work / "png"), "--out", str(tmp_path / "all.npy"),
                   "--device", "cpu"]) == 0
     assert np.allclose(np.load(tmp_path / "e.npy"), np.load(tmp_path / "all.npy")[[0, 1, 3, 4]], atol=1e-6)
+
+
+def test_an_export_that_disagrees_with_embed_is_refused_and_not_written(tmp_path, monkeypatch):
+    """The check is live: a runtime that returns other numbers makes the export an error,
+    with no model file and no card left behind."""
+    from dpemb.models import export as ex
+    from dpemb.training.artifact import ArtifactError
+
+    model = build_backbone("lenet", in_channels=1, image_size=28, embedding_dim=8, width=0.25)
+    card = make_card(backbone_name="lenet", backbone_kwargs=dict(in_channels=1, image_size=28), embedding_dim=8,
+                     trainable="all", algorithm="centralized", progress={"steps": 0}, provenance={},
+                     privacy="not private")
+    monkeypatch.setattr(ex, "run_torchscript", lambda path, images: run_torchscript(path, images) + 1e-3)
+    with pytest.raises(ArtifactError, match="differs from dpemb embed by 1.00e-03"):
+        write_export(tmp_path, model, card, "torchscript")
+    assert list(tmp_path.iterdir()) == []

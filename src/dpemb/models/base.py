@@ -82,10 +82,9 @@ class Backbone(nn.Module):
                 f"{self.name}: expected a float tensor (N, C, H, W), got {type(x).__name__}; "
                 "convert uint8 images with dpemb.data.tensors.to_float_tensor"
             )
-        shape = _shape_text(x)
         if x.dim() != 4:
             raise ValueError(
-                f"{self.name}: expected a float tensor (N, C, H, W), got {shape}; "
+                f"{self.name}: expected a float tensor (N, C, H, W), got {_shape_text(x)}; "
                 "convert uint8 images with dpemb.data.tensors.to_float_tensor"
             )
         if not x.is_floating_point():
@@ -97,7 +96,7 @@ class Backbone(nn.Module):
         if x.shape[1] != self.in_channels:
             raise ValueError(
                 f"{self.name}: built for {self.in_channels}-channel input, got "
-                f"{x.shape[1]} channels (input shape {shape}); rebuild the "
+                f"{x.shape[1]} channels (input shape {_shape_text(x)}); rebuild the "
                 "backbone with the dataset's channel count"
             )
         if self.fixed_input_size and (x.shape[2] != self.image_size or x.shape[3] != self.image_size):
