@@ -491,7 +491,9 @@ def write_export(directory: str | os.PathLike, backbone: Backbone, card: dict[st
                                 f"pip install {' '.join(missing)} (or pip install -e '.[test]')")
     write, run, runtime = ((ex.export_onnx, ex.run_onnx, "onnxruntime") if fmt == "onnx"
                            else (ex.export_torchscript, ex.run_torchscript, "torch.jit.load"))
-    backbone = backbone.cpu().eval()
+    import copy
+
+    backbone = copy.deepcopy(backbone).cpu().eval()  # the caller's model keeps its device and mode
     images = ex.example_images(backbone)
     checked: list[float] = []
 
