@@ -31,7 +31,7 @@ PRIVATE_KEYS = {
     "data_fingerprint", "user_fingerprints", "backbone_shared_users",
 }
 CARD_KEYS = {"format", "format_version", "weights", "backbone", "embedding_dim", "trainable", "algorithm",
-             "provenance", "privacy"}
+             "provenance", "privacy", "input", "intended_use", "limitations"}
 
 
 def splits():
@@ -81,7 +81,7 @@ def test_artifact_holds_no_private_state(tmp_path, algorithm):
     assert not any(k.split(".")[0] in PRIVATE_KEYS for k in keys)
     assert str(NOISE_SEED) not in json.dumps(meta)
     card = json.loads((d / "model_card.json").read_text())
-    assert set(card) == CARD_KEYS | {"rounds", "planned_rounds", "status", "loss"}
+    assert set(card) == CARD_KEYS | {"rounds", "planned_rounds", "status", "loss", "evaluation"}
     found = set(walk_keys(card)) & PRIVATE_KEYS
     assert not found, found
     text = (d / "model_card.json").read_text()

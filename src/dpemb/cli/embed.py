@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import numpy as np
 from dpemb.cli.common import add_device_flag, device_from, guarded
 from dpemb.cli.model_input import add_resize_flag
 
+SPLITS = ("train", "public", "validation", "test")
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 
 
@@ -22,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "dataset directory) with a trained backbone. Writes an (N, D) float32 .npy of "
             "L2-normalised embeddings and, beside it, a .txt listing the input of each row. "
             "Image files are decoded at the model's input size; a dataset's images must have "
-            "it (else an error says how to fix it) unless --resize."
+            "it (else an error says how to fix it) unless --resize. --split embeds one part of a "
+            "dataset; --skip-bad skips (and names) image files that cannot be decoded."
         ),
     )
     p.add_argument("model", help="trained model: a run directory or a release artifact (a directory holding "
@@ -31,6 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("inputs", nargs="+", help="image files, directories of images, or a dataset dir")
     p.add_argument("--out", required=True, help="output .npy path")
     p.add_argument("--batch-size", type=int, default=256, help="speed only")
+    p.add_argument("--split", choices=SPLITS, default=None,
+                   help="with a dataset directory: embed only this part (train = the private users; "
+                        "test = the evaluation users); default: every example")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="with image files: skip a file that cannot be decoded (named, and counted in a "
+                        "summary line) instead of stopping; the .txt lists the files embedded")
     add_resize_flag(p)
     add_device_flag(p)
     p.set_defaults(func=guarded(run, "embed"))
@@ -52,7 +61,7 @@ def _collect(inputs: list[str]) -> list[Path]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from dpemb.data.dataset import UserDataset
+    from dpemb.data.dataset import DataError, UserDataset
     from dpemb.data.images import decode_image
     from dpemb.data.tensors import to_float_tensor
     from dpemb.models import embed
@@ -66,27 +75,56 @@ def run(args: argparse.Namespace) -> int:
     model, card = load_artifact(args.model, device)
     kw = card["backbone"]["kwargs"]
     if len(args.inputs) == 1 and (Path(args.inputs[0]) / "meta.json").is_file():
+        if args.skip_bad:
+            raise DataError("--skip-bad is for image files; a dataset directory's images are already decoded")
         ds = UserDataset.load(args.inputs[0])
+        if args.split is not None:
+            ds = ds.split().get(args.split)
+            if ds.num_examples == 0:
+                raise DataError(f"the {args.split} split of {args.inputs[0]} is empty; choose another --split "
+                                f"({', '.join(SPLITS)}) or none")
         size = check_input(model, card, ds, args.inputs[0], resize=args.resize)
         if size is not None:
             print(resize_note(model, card, ds, args.inputs[0]))
         emb = shards.gather(embed_images(model, shards.share_of(ds.images), batch_size=args.batch_size,
                                          device=device, resize_to=size).numpy())
+        skipped = None
         names = [f"{ds.user_names[u]}\t{ds.label_names[l]}" for u, l in zip(ds.user_of_example(), ds.labels)]
     else:
+        if args.split is not None:
+            raise DataError(f"--split is for a dataset directory (one with meta.json); {' '.join(args.inputs)} "
+                            "is not one: leave --split out to embed image files")
         files = _collect(args.inputs)
         if not files:
             raise FileNotFoundError("no image files found in the inputs")
         lo, hi = shards.span(len(files))
         chunks = [np.zeros((0, model.embedding_dim), dtype=np.float32)]
+        kept: list[Path] = []
+        skipped = []
         for i in range(lo, hi, args.batch_size):
-            batch = np.stack([decode_image(f, image_size=kw["image_size"], channels=kw["in_channels"])
-                              for f in files[i : min(i + args.batch_size, hi)]])
-            with torch.no_grad():
-                chunks.append(embed(model, to_float_tensor(batch, device)).cpu().numpy())
+            images = []
+            for f in files[i : min(i + args.batch_size, hi)]:
+                try:
+                    images.append(decode_image(f, image_size=kw["image_size"], channels=kw["in_channels"]))
+                except DataError as e:
+                    if not args.skip_bad:
+                        raise DataError(f"{e} (or pass --skip-bad to skip the files that cannot be decoded)") from e
+                    print(f"skipped: {e}", file=sys.stderr)
+                    skipped.append(str(f))
+                    continue
+                kept.append(f)
+            if images:
+                with torch.no_grad():
+                    chunks.append(embed(model, to_float_tensor(np.stack(images), device)).cpu().numpy())
         emb = shards.gather(np.concatenate(chunks))
-        names = [str(f) for f in files]
+        names = shards.gather(np.array([str(f) for f in kept], dtype=object))  # the rows, in order
+        skipped = shards.gather(np.array(skipped, dtype=object))
     shards.finish()  # a worker rank exits here
+    if skipped is not None and args.skip_bad:
+        print(f"skipped {len(skipped)} of {len(skipped) + len(names)} image files that could not be decoded"
+              + (f": {', '.join(skipped)}" if len(skipped) else ""))
+    if not len(names):
+        raise DataError("no image could be decoded; nothing to embed")
     out = Path(args.out)
     def write(p: Path) -> None:
         with open(p, "wb") as f:

@@ -20,6 +20,7 @@ _WHERE = {
     "WeightsNotInstalledError": "pretrained", "imagenet_classifier": "pretrained",
     "imagenet_weights_available": "pretrained", "imagenet_weights_path": "pretrained",
     "load_imagenet_mobilenet_v2": "pretrained", "BACKBONES": "names", "build_backbone": "registry",
+    "input_normalisation": "registry",
     "TRAINABLE_CHOICES": "names", "batchnorm_stats_frozen": "trainable",
     "freeze_batchnorm_stats": "trainable", "set_trainable": "trainable",
     "LOSSES": "margin", "LossConfig": "margin", "head_loss": "margin", "imprint_": "margin",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
@@ -26,9 +27,15 @@ class Backbone(nn.Module):
     implement ``_features`` (normalised input -> pooled features).
     """
 
-    name: str = "backbone"
+    name = "backbone"
     #: minimum input side length in pixels; subclasses may raise it
-    min_image_size: int = 8
+    min_image_size = 8
+    #: True when the input side must equal ``image_size`` (a dense layer on the flattened map)
+    fixed_input_size = False
+    #: what the model does to its [0, 1] input before the first layer (for the model card)
+    input_normalisation = "2x - 1: pixels in [0, 1] to [-1, 1], inside the model"
+    # what the input check reads, fixed when ``torch.jit.script`` compiles the forward
+    __constants__ = ["name", "in_channels", "image_size", "fixed_input_size"]
 
     def __init__(self, *, in_channels: int, image_size: int, embedding_dim: int, width: float):
         super().__init__()
@@ -67,28 +74,48 @@ class Backbone(nn.Module):
 
     # ---------------------------------------------------------------------- helpers
     def _check_input(self, x: Tensor) -> None:
-        if not isinstance(x, Tensor) or x.ndim != 4:
-            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        """Shape, dtype and channel checks; written in the subset of Python that
+        ``torch.jit.script`` compiles (no ``super()``, no tuple of a runtime shape), so a
+        scripted backbone refuses the same inputs with the same messages."""
+        if not torch.jit.is_scripting() and not isinstance(x, Tensor):
             raise ValueError(
-                f"{self.name}: expected a float tensor (N, C, H, W), got {shape}; "
+                f"{self.name}: expected a float tensor (N, C, H, W), got {type(x).__name__}; "
+                "convert uint8 images with dpemb.data.tensors.to_float_tensor"
+            )
+        if x.dim() != 4:
+            raise ValueError(
+                f"{self.name}: expected a float tensor (N, C, H, W), got {_shape_text(x)}; "
                 "convert uint8 images with dpemb.data.tensors.to_float_tensor"
             )
         if not x.is_floating_point():
+            dtype = "an integer dtype" if torch.jit.is_scripting() else f"dtype {x.dtype}"  # script prints a code
             raise ValueError(
-                f"{self.name}: expected float pixels in [0, 1], got dtype {x.dtype}; "
+                f"{self.name}: expected float pixels in [0, 1], got {dtype}; "
                 "convert uint8 images with dpemb.data.tensors.to_float_tensor"
             )
         if x.shape[1] != self.in_channels:
             raise ValueError(
                 f"{self.name}: built for {self.in_channels}-channel input, got "
-                f"{x.shape[1]} channels (input shape {tuple(x.shape)}); rebuild the "
+                f"{x.shape[1]} channels (input shape {_shape_text(x)}); rebuild the "
                 "backbone with the dataset's channel count"
+            )
+        if self.fixed_input_size and (x.shape[2] != self.image_size or x.shape[3] != self.image_size):
+            raise ValueError(
+                f"{self.name}: built for {self.image_size}x{self.image_size} images (its dense "
+                f"layer has a fixed input size), got ({x.shape[2]}, {x.shape[3]}); rebuild with "
+                "image_size matching the dataset"
             )
 
     def extra_repr(self) -> str:
         return (f"in_channels={self.in_channels}, image_size={self.image_size}, "
                 f"feature_dim={self.feature_dim}, embedding_dim={self.embedding_dim}, "
                 f"width={self.width}")
+
+
+def _shape_text(x: Tensor) -> str:
+    """``(2, 3, 28)``: a tensor's shape as Python prints a tuple, in TorchScript too."""
+    dims = [str(d) for d in x.shape]
+    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
 
 def check_common_args(*, in_channels: int, image_size: int, embedding_dim: int, width: float,

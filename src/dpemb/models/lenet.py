@@ -19,6 +19,7 @@ class LeNet(Backbone):
 
     name = "lenet"
     min_image_size = 4
+    fixed_input_size = True
 
     def __init__(self, *, in_channels: int, image_size: int, embedding_dim: int = 128,
                  width: float = 1.0):
@@ -33,15 +34,6 @@ class LeNet(Backbone):
         side = (image_size // 2) // 2
         self.feature_dim = c2 * side * side
         self.embedding = nn.Linear(self.feature_dim, embedding_dim)
-
-    def _check_input(self, x: Tensor) -> None:
-        super()._check_input(x)
-        if tuple(x.shape[2:]) != (self.image_size, self.image_size):
-            raise ValueError(
-                f"lenet: built for {self.image_size}x{self.image_size} images (its dense "
-                f"layer has a fixed input size), got {tuple(x.shape[2:])}; rebuild with "
-                "image_size matching the dataset"
-            )
 
     def _features(self, x: Tensor) -> Tensor:
         x = self.pool(self.act(self.conv1(x)))

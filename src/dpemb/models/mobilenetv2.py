@@ -82,6 +82,9 @@ class InvertedResidual(nn.Module):
 class MobileNetV2(Backbone):
     """MobileNetV2 backbone with a GroupNorm (``norm="gn"``) or BatchNorm (``"bn"``) body."""
 
+    input_normalisation = (f"grey repeated to 3 channels, then (x - mean) / std with the ImageNet mean "
+                           f"{IMAGENET_MEAN} and std {IMAGENET_STD}, inside the model")
+
     def __init__(self, *, in_channels: int, image_size: int, embedding_dim: int = 128,
                  width: float = 1.0, norm: str = "gn", groups: int | None = None,
                  stem_stride: int | None = None):
@@ -91,6 +94,9 @@ class MobileNetV2(Backbone):
         super().__init__(in_channels=in_channels, image_size=image_size,
                          embedding_dim=embedding_dim, width=width)
         self.norm_kind = norm
+        # lists, not the module's tuples: attributes torch.jit.script can read (not weights)
+        self.input_mean = list(IMAGENET_MEAN)
+        self.input_std = list(IMAGENET_STD)
         if norm == "bn":
             if groups is not None:
                 raise ValueError("mobilenetv2-bn: BatchNorm has no groups; pass groups=None")
@@ -132,8 +138,8 @@ class MobileNetV2(Backbone):
     def normalize_input(self, x: Tensor) -> Tensor:
         if x.shape[1] == 1:
             x = x.expand(-1, 3, -1, -1)
-        mean = torch.tensor(IMAGENET_MEAN, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
-        std = torch.tensor(IMAGENET_STD, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
+        mean = torch.tensor(self.input_mean, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
+        std = torch.tensor(self.input_std, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
         return (x - mean) / std
 
     def _features(self, x: Tensor) -> Tensor:

@@ -32,3 +32,14 @@ def build_backbone(name: str, *, in_channels: int, image_size: int, embedding_di
     if name == "mobilenetv2-gn":
         return MobileNetV2(**common, norm="gn", groups=groups)
     return MobileNetV2(**common, norm="bn", groups=groups)
+
+
+_CLASSES: dict[str, type[Backbone]] = {"lenet": LeNet, "resnet-gn": ResNetGN, "mobilenetv2-gn": MobileNetV2,
+                                       "mobilenetv2-bn": MobileNetV2}
+
+
+def input_normalisation(name: str) -> str:
+    """What backbone ``name`` does to its [0, 1] input before its first layer."""
+    if name not in _CLASSES:
+        raise ValueError(f"unknown backbone {name!r}; choose one of {', '.join(BACKBONES)}")
+    return _CLASSES[name].input_normalisation

@@ -9,7 +9,9 @@ An artifact is a directory (a run directory is one) holding two files::
                         on, whether privately, the initialisation's provenance) and
                         every privacy statement (epsilon per accountant with delta,
                         unit and relation; extrapolations labelled as such; "not
-                        private" for non-private training)
+                        private" for non-private training), the input
+                        preprocessing, the held-out evaluation (when the run
+                        finished one), intended use and limitations
 
 It holds nothing the guarantee does not cover: no optimizer, noise generator,
 sampler, tree or ledger state, no seeds, no data fingerprints. ``dpemb embed``, ``eval``,
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +100,58 @@ def _resolved_delta(spec: dict[str, Any]) -> float | None:
         return spec.get("delta")
 
 
+INTENDED_USE = ("L2-normalised image embeddings for verification (cosine similarity of two images against "
+                "a threshold) and retrieval of identities like the training data's (same kind of images, "
+                "same preprocessing)")
+LIMITATIONS = (
+    "evaluated only on the held-out split named under evaluation, of the training data set; not evaluated "
+    "on other domains, image sizes or preprocessing",
+    "the privacy statements cover the training data set's users under the stated unit and neighbouring "
+    "relation only: not the initialisation's data (see provenance.init), not hyperparameter tuning on the "
+    "same data, not data used for evaluation",
+    "embeddings are not calibrated probabilities: pick the verification threshold on data of the intended "
+    "domain (the card's metrics are at fixed false-accept rates of its evaluation split)",
+)
+
+
+def input_section(backbone_name: str, backbone_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """How an image becomes the model's input, exactly as ``dpemb embed`` does it
+    (``dpemb.data.images.decode_image``, ``dpemb.data.tensors.to_float_tensor``)."""
+    from dpemb.models import input_normalisation
+
+    size, channels = int(backbone_kwargs["image_size"]), int(backbone_kwargs["in_channels"])
+    return {
+        "image_size": size,
+        "channels": channels,
+        "tensor": f"float32 (N, {channels}, {size}, {size}), NCHW",
+        "decode": (f"EXIF orientation applied; {'grey (ITU-R 601-2 luma)' if channels == 1 else 'RGB'}; "
+                   f"16-bit grey scaled to 8 bits (value / 257); shorter side resized to {size} "
+                   "(bilinear, antialiased) and the centre square kept"),
+        "value_range": "[0, 1]: the 8-bit pixel value / 255",
+        "normalisation": input_normalisation(backbone_name),
+        "output": "the backbone's embedding; dpemb embed and the ONNX/TorchScript exports L2-normalise it",
+    }
+
+
+def held_out_evaluation(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The final evaluation a run's report.json releases (metrics on the held-out
+    split it names), as the card states it; None when the report has none."""
+    from dpemb.training.round_log import METRIC_PREFIXES
+
+    final = report.get("final")
+    if not isinstance(final, dict) or not final or not report.get("eval_split"):
+        return None
+    out: dict[str, Any] = {"split": report["eval_split"]}
+    for k in ("eval_identities", "eval_examples", "rounds", "steps"):
+        if isinstance(report.get(k), int):
+            out[k.removeprefix("eval_")] = report[k]
+    out["metrics"] = {k: v for k, v in sorted(final.items()) if k.startswith(METRIC_PREFIXES)}
+    for k in ("eval_positive_pairs", "eval_negative_pairs", "unsupported_fars"):  # what the rates rest on
+        if k in final:
+            out[k.removeprefix("eval_")] = final[k]
+    return out
+
+
 def make_card(
     *,
     backbone_name: str,
@@ -109,8 +164,11 @@ def make_card(
     privacy: Any,
     loss: dict[str, Any] | None = None,
     ema_decay: float = 0.0,
+    evaluation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The model card (JSON-ready). ``privacy`` is a report's privacy entry;
+    ``evaluation`` the run's held-out evaluation (:func:`held_out_evaluation`, omitted
+    when None);
     ``progress`` is ``{"rounds": n, "planned_rounds": T}`` or ``{"steps": n,
     "planned_steps": T}`` (see ``training_status``); ``loss`` the training loss
     (``{"kind", "scale", "margin"}``, omitted when None); ``ema_decay`` > 0: the weights
@@ -133,6 +191,10 @@ def make_card(
         **training_status(progress),
         "provenance": {**provenance, "privacy": compact_privacy(section)},
         "privacy": section,
+        "input": input_section(backbone_name, backbone_kwargs),
+        **({"evaluation": dict(evaluation)} if evaluation is not None else {}),
+        "intended_use": INTENDED_USE,
+        "limitations": list(LIMITATIONS),
     }
 
 
@@ -203,17 +265,20 @@ class Release:
         """A report's privacy entry with the initialisation's caveats on every statement."""
         return qualify_privacy(privacy, self.caveats)
 
-    def card(self, backbone: Backbone, privacy: Any, **progress: int) -> dict[str, Any]:
+    def card(self, backbone: Backbone, privacy: Any, evaluation: dict[str, Any] | None = None,
+             **progress: int) -> dict[str, Any]:
         return make_card(
             backbone_name=self.backbone_name, backbone_kwargs=self.backbone_kwargs,
             embedding_dim=int(backbone.embedding_dim), trainable=self.trainable, algorithm=self.algorithm,
             progress=progress, provenance=self.provenance, privacy=self.privacy(privacy), loss=self.loss,
-            ema_decay=self.ema_decay,
+            ema_decay=self.ema_decay, evaluation=evaluation,
         )
 
-    def write(self, backbone: Backbone, privacy: Any, **progress: int) -> dict[str, Any]:
-        """Write the artifact for the model as it is now; returns its card."""
-        card = self.card(backbone, privacy, **progress)
+    def write(self, backbone: Backbone, privacy: Any, evaluation: dict[str, Any] | None = None,
+              **progress: int) -> dict[str, Any]:
+        """Write the artifact for the model as it is now; returns its card. ``evaluation``:
+        the final held-out evaluation (:func:`held_out_evaluation` of the run's report)."""
+        card = self.card(backbone, privacy, evaluation, **progress)
         write_artifact(self.directory, backbone, card)
         return card
 
@@ -389,14 +454,89 @@ def card_from_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> dict
     )
 
 
-def export_run(run: str | os.PathLike, out: str | os.PathLike) -> tuple[Path, dict[str, Any], Path]:
-    """Write the release artifact of a run's checkpoint (a run directory, old layout
-    included, or the checkpoint file) into ``out``; returns (out, card, checkpoint path)."""
+def with_report_evaluation(card: dict[str, Any], run: Path) -> dict[str, Any]:
+    """``card`` with the run's released final evaluation (its report.json) when the
+    card has none and the report is of the same rounds or steps as the weights."""
+    if "evaluation" in card:
+        return card
+    try:
+        report = json.loads((run / "report.json").read_text())
+    except (OSError, ValueError):
+        return card
+    evaluation = held_out_evaluation(report) if isinstance(report, dict) else None
+    same = any(k in card and report.get(k) == card[k] for k in ("rounds", "steps"))
+    if evaluation is None or not same:
+        return card
+    return {**card, "evaluation": evaluation}
+
+
+@dataclass(frozen=True)
+class Exported:
+    """A model file ``dpemb export`` wrote, and its check against ``dpemb embed``
+    (None for the safetensors artifact, which is what embed reads)."""
+
+    path: Path
+    runtime: str | None = None
+    checked: int = 0
+    max_difference: float | None = None
+
+
+EXPORT_FILES = {"safetensors": ARTIFACT_WEIGHTS, "onnx": "model.onnx", "torchscript": "model.torchscript.pt"}
+
+
+def write_export(directory: str | os.PathLike, backbone: Backbone, card: dict[str, Any], fmt: str) -> Exported:
+    """Write ``backbone`` in format ``fmt`` (safetensors, onnx, torchscript) beside a copy of
+    ``card`` into ``directory``; an ONNX or TorchScript file is run (onnxruntime,
+    torch.jit.load) on a check batch and compared with ``dpemb.models.embed``: an
+    ``ArtifactError`` (and no file left) when they differ by more than
+    ``MAX_ABS_DIFFERENCE``."""
+    from dpemb.models import export as ex
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if fmt == "safetensors":
+        write_artifact(directory, backbone, card)
+        return Exported(directory / ARTIFACT_WEIGHTS)
+    if fmt not in EXPORT_FILES:
+        raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FILES)}")
+    if fmt == "onnx":
+        import importlib.util
+
+        missing = [m for m in ("onnx", "onnxruntime") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ArtifactError(f"--format onnx needs the package(s) {', '.join(missing)}: "
+                                f"pip install {' '.join(missing)} (or pip install -e '.[test]')")
+    write, run, runtime = ((ex.export_onnx, ex.run_onnx, "onnxruntime") if fmt == "onnx"
+                           else (ex.export_torchscript, ex.run_torchscript, "torch.jit.load"))
+    import copy
+
+    backbone = copy.deepcopy(backbone).cpu().eval()  # the caller's model keeps its device and mode
+    images = ex.example_images(backbone)
+    checked: list[float] = []
+
+    def write_checked(tmp: Path) -> None:
+        write(backbone, tmp)
+        diff = ex.max_difference(backbone, run, tmp, images)
+        if not diff <= ex.MAX_ABS_DIFFERENCE:
+            raise ArtifactError(f"the {fmt} export differs from dpemb embed by {diff:.2e} (more than "
+                                f"{ex.MAX_ABS_DIFFERENCE:.0e}) on a check batch; not written")
+        checked.append(diff)
+
+    target = atomic_write(directory / EXPORT_FILES[fmt], write_checked)
+    atomic_write_json(directory / MODEL_CARD, card)
+    return Exported(target, runtime, len(images), checked[0])
+
+
+def export_run(run: str | os.PathLike, out: str | os.PathLike,
+               fmt: str = "safetensors") -> tuple[Path, dict[str, Any], Path, Exported]:
+    """Write a run's checkpoint (a run directory, old layout included, or the checkpoint
+    file) into ``out`` in format ``fmt`` (:func:`write_export`) with its model card;
+    returns (out, card, checkpoint path, what was written)."""
     path = checkpoint_in(run) if Path(run).is_dir() else Path(run)
     if path is None:
         raise CheckpointError(f"{run} holds no checkpoint (looked for private/checkpoint.pt and checkpoint.pt)")
     state = load_checkpoint(path)
-    card = card_from_checkpoint(state, path)
+    card = with_report_evaluation(card_from_checkpoint(state, path), _run_of(path))
     model = backbone_from_checkpoint(state)
-    write_artifact(out, model, card)
-    return Path(out), card, path
+    written = write_export(out, model, card, fmt)
+    return Path(out), card, path, written

@@ -27,7 +27,7 @@ from dpemb.training.resume import check_same_config, check_same_data, resume_fro
 from dpemb.training.config import ModelConfig, OptimConfig, RunConfig, config_json, to_dict
 from dpemb.training.evaluate import evaluate_backbone
 from dpemb.training.modelinit import build_model
-from dpemb.training.artifact import Release
+from dpemb.training.artifact import Release, held_out_evaluation
 from dpemb.training.provenance import Provenance
 from dpemb.training.plots import plot_training
 from dpemb.training.rundir import RunDir
@@ -228,5 +228,6 @@ def train_centralized(
         "run_dir": str(run.path),
     }
     run.write_report(report)
-    release.write(model, NOT_PRIVATE, steps=step, planned_steps=optim_cfg.steps)  # the final release artifact
+    release.write(model, NOT_PRIVATE, held_out_evaluation(report), steps=step,
+                  planned_steps=optim_cfg.steps)  # the final release artifact
     return report

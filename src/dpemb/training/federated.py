@@ -40,7 +40,7 @@ from dpemb.data.tensors import resolve_device
 from dpemb.privacy.accounting import PrivacySpec, check_epsilon_budget
 from dpemb.privacy.client_keys import ClientRandomness
 from dpemb.privacy.plan import PrivacyPlan
-from dpemb.training.artifact import Release
+from dpemb.training.artifact import Release, held_out_evaluation
 from dpemb.training.audit_run import AuditRun
 from dpemb.training.config import ModelConfig, RunConfig, config_json
 from dpemb.training.evaluate import evaluate_embeddings
@@ -172,8 +172,8 @@ def train_federated(
         report["privacy"]["audit"] = audit.finish(params, report["privacy"], run.make_private_dir())
     run.write_report(report)
     with server.released_weights():
-        release.write(model, report["privacy"], rounds=server.round,  # the final release artifact
-                      planned_rounds=server.round if stopped_by_budget else spec.rounds)
+        release.write(model, report["privacy"], held_out_evaluation(report), rounds=server.round,
+                      planned_rounds=server.round if stopped_by_budget else spec.rounds)  # the final release artifact
     return report
 
 
