@@ -131,3 +131,33 @@ except AccountantMissingError as e:
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ERR the privacy accountant dp_accounting cannot be imported")
     assert "pip install dp-accounting==0.6.0" in out.stdout and "pip install -e ." in out.stdout
+
+
+def test_an_rdp_epsilon_at_the_accountants_floor_says_why_it_does_not_fall():
+    """At 10M users an extrapolated RDP epsilon read 0.0080 against 0.00575 at 1M: both
+    are the RDP conversion's floor at their delta (1e-7, 1e-6), which the statement says."""
+    import math
+
+    from dpemb.privacy.events import RDP_ORDERS
+    from dpemb.privacy.statements import describe_epsilon, rdp_floor
+
+    a = max(RDP_ORDERS)
+    assert rdp_floor(1e-7) == pytest.approx(math.log1p(-1 / a) - (math.log(1e-7) + math.log(a)) / (a - 1), rel=1e-9)
+    assert rdp_floor(1e-6) == pytest.approx(0.00575, abs=5e-5) and rdp_floor(1e-7) == pytest.approx(0.0080, abs=5e-5)
+    kw = dict(accountant="rdp", unit="user", relation="add-remove")
+    assert "floor" in describe_epsilon(0.00807, delta=1e-7, **kw)
+    assert "floor" not in describe_epsilon(0.5, delta=1e-7, **kw)
+    assert "floor" not in describe_epsilon(0.00807, delta=1e-7, **{**kw, "accountant": "pld"})
+
+
+def test_train_help_shows_every_default():
+    import subprocess
+    import sys
+
+    text = subprocess.run([sys.executable, "-m", "dpemb", "train", "--help"], capture_output=True, text=True,
+                          check=True, env={**__import__("os").environ, "COLUMNS": "200"}).stdout
+    for flag, default in (("--lr", "0.05"), ("--client-lr", "0.05"), ("--rounds", "200"), ("--embedding-dim", "128")):
+        lines = text.splitlines()
+        i = next(i for i, l in enumerate(lines) if l.strip().startswith(flag + " "))
+        block = " ".join(lines[i:i + 2])  # a long flag's help starts on the next line
+        assert f"default: {default}" in block, block

@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dpemb.cli.common import guarded
+from dpemb.cli.common import DefaultsHelpFormatter, guarded
 from dpemb.cli.main import UsageError
 
 DEFAULT_CANARIES = 1000
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from dpemb.cli.train import add_train_arguments
 
     p = sub.add_parser(
-        "audit",
+        "audit", formatter_class=DefaultsHelpFormatter,
         help="audit the epsilon: train once with canary users and compare",
         description=(
             "Train an AUDIT run: the same flags as `dpemb train` (federated algorithms dp-fedemb and dp-fedavg "

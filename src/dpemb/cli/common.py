@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 from typing import Any, Callable
@@ -72,3 +73,25 @@ def print_json(obj: Any) -> None:
 
 def fmt(x: Any) -> str:
     return f"{x:.4f}" if isinstance(x, float) else str(x)
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Help that shows every option's default: " (default: X)" is appended where the
+    help text does not already state one (and the default is a value, not None/False)."""
+
+    @staticmethod
+    def _shows_default(action: argparse.Action) -> bool:
+        return bool(action.option_strings) and action.nargs != 0 and \
+            action.default not in (None, False, argparse.SUPPRESS) and action.help != argparse.SUPPRESS
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if not action.help and self._shows_default(action):  # an option without help still shows it
+            action = copy.copy(action)
+            action.help = "default: %(default)s"
+        return super()._format_action(action)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "%(default)" in text or "default" in text.lower() or not self._shows_default(action):
+            return text
+        return text + " (default: %(default)s)"

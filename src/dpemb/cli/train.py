@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dpemb.cli.common import add_device_flag, add_secure_noise_flag, device_from, fmt, guarded, load_dataset
+from dpemb.cli.common import DefaultsHelpFormatter, add_device_flag, add_secure_noise_flag, device_from, fmt, guarded, load_dataset
 from dpemb.cli.main import UsageError
 from dpemb.models import BACKBONES, TRAINABLE_CHOICES
 from dpemb.training.config import ModelConfig, OptimConfig, RunConfig
@@ -33,7 +33,7 @@ PRIVACY_FLAGS = {
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "train",
+        "train", formatter_class=DefaultsHelpFormatter,
         help="train an embedding model",
         description=(
             "Train an embedding backbone on the training identities of a dataset made "
@@ -555,7 +555,7 @@ def print_summary(report: dict) -> None:
         print(audit["release"])
     if report.get("stopped_by_epsilon_budget"):
         print(f"stopped after {report['rounds']} rounds: the next round would exceed --epsilon-budget")
-    keys = ["recall_at_far_0.001", "recall_at_far_0.0001", "recall_at_far_0.01",
+    keys = ["recall_at_far_0.0001", "recall_at_far_0.001", "recall_at_far_0.01",  # FAR ascending
             "recall_at_far_0.001_in_batch_approx", "roc_auc", "precision_at_1", "map_at_r"]
     print(f"{'metric (held-out identities)':40s} {'initial':>9s} {'final':>9s}")
     for k in keys:

@@ -59,6 +59,14 @@ ACCOUNTANTS = ("rdp", "pld")
 RDP_ORDERS = tuple(rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
 
 
+@functools.lru_cache(maxsize=64)
+def rdp_floor_epsilon(delta: float) -> float:
+    """The RDP accountant's floor at ``delta``: the epsilon of its conversion when every
+    Renyi divergence is 0 (about log(1/(delta a)) / (a - 1) at the largest order a)."""
+    return max(0.0, min(math.log1p(-1.0 / a) - (math.log(delta) + math.log(a)) / (a - 1.0)
+                        for a in RDP_ORDERS if a > 1))
+
+
 class UnsupportedAccountantError(ValueError):
     """The chosen accountant cannot account for this mechanism."""
 

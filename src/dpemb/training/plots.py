@@ -32,14 +32,18 @@ def plot_training(records: Sequence[dict[str, Any]], path: str | Path, *, x: str
     ax[0].set_ylabel("recall on held-out users and identities")
     ax[0].legend(fontsize=8)
     ax[0].grid(alpha=0.3)
-    curves = {
-        key: [(r[x], r[key]) for r in records if r.get(key) is not None]
+    curves = {  # a log axis: epsilon 0 (round 0) is left out
+        key: [(r[x], r[key]) for r in records if r.get(key) is not None and r[key] > 0]
         for key in ("epsilon_rdp", "epsilon_pld")
     }
     if any(curves.values()):
+        every = max(len(pts) for pts in curves.values())
         for key, pts in curves.items():
-            if pts:
-                ax[1].plot(*zip(*pts), label=key.removeprefix("epsilon_").upper())
+            if pts:  # PLD may be computed at evaluations only: drawn as its points, not a spike
+                sparse = len(pts) < every
+                ax[1].plot(*zip(*pts), marker="o" if sparse else None, ms=4,
+                           linestyle=":" if sparse else "-",
+                           label=key.removeprefix("epsilon_").upper() + (" (at evaluations)" if sparse else ""))
         ax[1].set_ylabel("epsilon spent (user level)")
         ax[1].set_yscale("log")
         ax[1].legend(fontsize=8)
