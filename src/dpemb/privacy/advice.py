@@ -7,7 +7,7 @@ Rules (stated in docs/PRIVACY.md "Warnings"):
   of the clip norm C, against thresholds measured on this project's glyph benchmark
   (docs/PRIVACY.md, "Warnings", gives the runs):
   above ``TRAINS_UP_TO`` (0.015; goal 3's winning recipe trained at 0.0133) training loses
-  accuracy or stalls, depending on K, M and the rounds; from ``DIVERGES_FROM`` (0.3)
+  accuracy or stalls, depending on K, M and the rounds; from ``DIVERGES_FROM`` (0.1)
   the clients' local training diverges within a few rounds (non-finite losses) and the
   model moves by noise alone. The warning names the population at which the same
   sampling rate and z (so about the same epsilon) put the noise at ``TRAINS_UP_TO``,
@@ -30,7 +30,7 @@ PLD_MAX_RDP_EPSILON = 1000.0
 #: noise on the average (per coordinate, in units of C) up to which measured runs trained
 TRAINS_UP_TO = 0.015
 #: from here the clients' local training diverged within a few rounds (measured)
-DIVERGES_FROM = 0.3
+DIVERGES_FROM = 0.1
 
 
 def cohort_warnings(spec: PrivacySpec, epsilon: float | None = None) -> list[str]:
@@ -61,7 +61,7 @@ def noise_warning(spec: PrivacySpec, relative: float) -> str:
     """The small-cohort warning: what the noise on the average does at this level
     (measured), and the population at which this epsilon would train."""
     what = (f"training diverges: from {DIVERGES_FROM:g} x C the clients' local training went non-finite within "
-            "a few rounds in measured runs, and the model then moves by noise alone"
+            "ten rounds in measured runs, and the model then moves by noise alone"
             if relative >= DIVERGES_FROM else
             f"training loses accuracy or stalls: measured runs trained up to {TRAINS_UP_TO:g} x C and lost "
             "accuracy or stalled above it, depending on the users per client, clients per round and rounds")
