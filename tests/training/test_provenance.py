@@ -33,7 +33,7 @@ def test_checkpoint_and_card_record_the_split_and_privacy(tmp_path):
     from dpemb.training.checkpoint import load_checkpoint
 
     for prov in (card["provenance"], load_checkpoint(d)["provenance"]):
-        assert prov["dataset"] == "data/x" and prov["train_split"] == "private"
+        assert prov["dataset"] == "x" and prov["train_split"] == "private"  # named, never a path
         assert prov["private_training"] is False and prov["privacy"] == "not private"
         assert prov["init"] == "random"
     assert rep["provenance"]["train_split"] == "private"
@@ -68,7 +68,7 @@ def test_allowed_nonprivate_init_qualifies_every_statement(tmp_path):
                      provenance=Provenance("data/x", "private", allow_nonprivate_init=True))
     card = json.loads((d / "model_card.json").read_text())
     for priv in (rep["privacy"], json.loads((d / "report.json").read_text())["privacy"], card["privacy"]):
-        assert all(NOT_COVERED in s and "data/x" in s for s in statements(priv))
+        assert all(NOT_COVERED in s and "of x" in s for s in statements(priv))
     assert all(NOT_COVERED in s for k, s in card["provenance"]["privacy"].items() if k.startswith("statement_"))
 
 
