@@ -146,12 +146,16 @@ def run_pairs(args: argparse.Namespace) -> int:
           f"threshold chosen on the other {k - 1} to maximise their accuracy)")
     print("  per fold: " + " ".join(f"{a:.4f}" for a in acc.accuracies))
     print()
+    _print_far_rows_auc(rows, n_imp, res.auc, args.roc)
+    return 0
+
+
+def _print_far_rows_auc(rows, n_imp: int, auc: float, roc: str | None) -> None:
     _print_far_rows(rows, n_imp)
     print()
-    print(f"  {'roc_auc':40s} {fmt(res.auc)}")
-    if args.roc:
-        print(f"ROC curve: {args.roc}")
-    return 0
+    print(f"  {'roc_auc':40s} {fmt(auc)}")
+    if roc:
+        print(f"ROC curve: {roc}")
 
 
 def run_templates(args: argparse.Namespace) -> int:
@@ -185,9 +189,5 @@ def run_templates(args: argparse.Namespace) -> int:
           f"(feature: mean of L2-normalised embeddings per {pooling}, re-normalised; score: cosine)")
     print(f"{args.template_pairs}: {n_gen} genuine / {n_imp} impostor template pairs")
     print()
-    _print_far_rows(rows, n_imp)
-    print()
-    print(f"  {'roc_auc':40s} {fmt(res.auc)}")
-    if args.roc:
-        print(f"ROC curve: {args.roc}")
+    _print_far_rows_auc(rows, n_imp, res.auc, args.roc)
     return 0
