@@ -241,6 +241,7 @@ def test_errors_name_the_file_and_line_and_the_advice_works(work, tmp_path, caps
     assert rc == 2 and "--flip goes with --pairs or --templates, not --data" in err
 
 
+@pytest.mark.slow  # 12 s: the sharded embedding is eval's (test_distributed_commands); the protocol is tested in one process
 def test_pairs_under_torchrun_equal_one_process(work, tmp_path, capsys):
     from tests.cli.test_distributed_commands import torchrun
 
