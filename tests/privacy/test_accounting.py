@@ -54,7 +54,7 @@ def test_measured_reference_values():
     """MEASURED.md: sigma 1, q 0.01, 1000 steps, delta 1e-5: RDP 2.1014, PLD 1.8289."""
     spec = spec_q(100, 10_000, 1.0, 1000, delta=1e-5)
     assert epsilon_for(spec, "rdp") == pytest.approx(2.1014, abs=1e-4)
-    assert epsilon_for(spec, "pld") == pytest.approx(1.8287, abs=1e-3)
+    assert 1.8287 <= epsilon_for(spec, "pld") <= 1.01 * 1.8287  # an upper bound within the promised 1%
 
 
 @pytest.mark.parametrize("n, m, k, z, t", [(10_000, 100, 1, 1.0, 1000), (100_000, 64, 4, 0.6, 3000)])

@@ -200,7 +200,7 @@ PLD_TOLERANCE = 0.008  # accepted: estimated distance to the fine-grid limit <= 
 PLD_BASE_INTERVAL = 1e-4
 PLD_LADDER = (-6, 7)  # exponents j: intervals 1.5625e-6 .. 1.28e-2
 PLD_START = 0.2  # intervals tried: about PLD_START x epsilon / sqrt(compositions) or finer
-PLD_COARSE_RUNG = 3  # the scale of epsilon is first read at interval 8e-4
+PLD_COARSE_RUNG = PLD_LADDER[1]  # the scale of epsilon is first read at the coarsest interval, 1.28e-2
 # one fixed interval, for a whole (epsilon, delta) profile rather than one epsilon (the
 # audit's trade-off curve) and for an accountant built without a question to refine on
 PLD_DISCRETIZATION = 1e-3
