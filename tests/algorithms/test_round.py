@@ -11,7 +11,7 @@ from torch.nn.utils import parameters_to_vector
 
 from dpemb.algorithms.client import ClientTrainer
 from dpemb.algorithms.config import FederatedConfig
-from dpemb.algorithms.round import ClientData, map_clients, reduce_clients, server_step
+from dpemb.algorithms.round import ClientData, accumulate_clients, map_clients, round_stats, server_step
 from dpemb.models import build_backbone
 from dpemb.privacy.client_keys import ClientRandomness, client_keys
 from dpemb.privacy.clipping import ClipAndSum
@@ -37,7 +37,9 @@ def test_reduce_bounds_each_client_contribution():
             self.delta, self.loss, self.examples = d, 0.0, 1
 
     huge = [(R(torch.full((5,), 1e6)), 1), (R(torch.full((5,), -3.0)), 1)]
-    clipped, stats = reduce_clients(huge, acc)
+    tally = accumulate_clients(huge, acc)
+    clipped = acc.result()
+    stats = round_stats(clipped, tally)
     assert stats.clients == 2 and stats.fraction_clipped == 1.0
     assert float(clipped.value[0].norm()) <= 2.0 + 1e-5
 
@@ -78,7 +80,8 @@ def test_zero_noise_nonprivate_round_equals_plain_fedavg():
     start = parameters_to_vector(server_params).detach()
     results = map_clients(trainer, start, slots, client_keys(slots, 2), ClientData.of(ds), ClientRandomness(seed=0), 0)
     acc = ClipAndSum([torch.zeros_like(start)], 1e9, 1e9, Relation.ADD_REMOVE)
-    clipped, _ = reduce_clients(results, acc)
+    accumulate_clients(results, acc)
+    clipped = acc.result()
     noised = GaussianNoise(0.0, allow_nonprivate=True).add(clipped)[0]
     server_step(server_params, opt, noised, m)
     for got, want in zip(server_params, expected):

@@ -15,7 +15,7 @@ from sklearn.metrics import roc_auc_score, roc_curve
 
 import dpemb.metrics.verification as V
 from dpemb.data.dataset import DataError
-from dpemb.metrics import VerificationResult, verification_metrics
+from dpemb.metrics import verification_metrics
 
 FARS = (1e-3, 1e-2, 0.05, 0.2, 0.5, 1.0)
 
@@ -310,10 +310,12 @@ def test_to_dict_is_json_ready_and_round_trips():
         res = verification_metrics(x, y, fars=(1e-5, 0.1))
     d = res.to_dict(include_roc=True)
     text = json.dumps(d, allow_nan=False)
-    back = VerificationResult.from_dict(json.loads(text))
-    assert back.recall_at_far == res.recall_at_far
-    assert back.thresholds == res.thresholds
-    assert np.array_equal(back.roc_fpr, res.roc_fpr)
+    back = json.loads(text)  # every value comes back exactly (FAR keys are their repr)
+    assert {float(f): v for f, v in back["recall_at_far"].items()} == res.recall_at_far
+    assert {float(f): (math.inf if t is None else t) for f, t in back["thresholds"].items()} == res.thresholds
+    assert np.array_equal(back["roc_fpr"], res.roc_fpr) and np.array_equal(back["roc_tpr"], res.roc_tpr)
+    assert (back["auc"], back["num_positive_pairs"], back["num_negative_pairs"], back["exact"]) == (
+        res.auc, res.num_positive_pairs, res.num_negative_pairs, res.exact)
     assert "roc_fpr" not in res.to_dict()
     if math.isinf(res.thresholds[1e-5]):
         assert d["thresholds"]["1e-05"] is None

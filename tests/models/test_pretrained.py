@@ -10,12 +10,23 @@ from dpemb.models import (
     WeightsNotInstalledError,
     batchnorm_stats_frozen,
     build_backbone,
-    imagenet_classifier,
     imagenet_weights_available,
     imagenet_weights_path,
     load_imagenet_mobilenet_v2,
 )
 from dpemb.models import pretrained
+
+def imagenet_classifier(model):
+    """The pretrained 1000-way ImageNet classifier ``Linear(1280, 1000)`` that sits on
+    ``model.forward_features`` in torchvision (its Dropout is the identity in eval mode):
+    to check that a loaded backbone predicts what torchvision's does."""
+    sd = pretrained._load_imagenet_state_dict()
+    clf = torch.nn.Linear(1280, 1000, device=next(model.parameters()).device)
+    with torch.no_grad():
+        clf.weight.copy_(sd["classifier.1.weight"])
+        clf.bias.copy_(sd["classifier.1.bias"])
+    return clf
+
 
 needs_weights = pytest.mark.skipif(
     not imagenet_weights_available(),

@@ -10,7 +10,6 @@ import pytest
 from scipy import stats
 
 from dpemb.privacy.audit import (
-    clopper_pearson_epsilon_lower,
     estimate_epsilon_gaussian,
     gaussian_delta,
     gaussian_epsilon,
@@ -281,13 +280,22 @@ def test_grid_union_bound():
 # ------------------------------------------------------------- Clopper-Pearson
 
 
+def _clopper_pearson(correct, guesses, conf):
+    """Independent: eps from the one-sided Clopper-Pearson lower bound on the accuracy."""
+    p_lo = stats.beta.ppf(1 - conf, correct, guesses - correct + 1) if correct else 0.0
+    return math.log(p_lo / (1 - p_lo)) if p_lo > 0.5 else 0.0
+
+
 @pytest.mark.parametrize("correct,guesses", [(0, 10), (5, 10), (9, 10), (10, 10), (180, 200), (950, 1000)])
 @pytest.mark.parametrize("conf", [0.9, 0.95, 0.99])
-def test_clopper_pearson_against_beta_ppf(correct, guesses, conf):
-    got = clopper_pearson_epsilon_lower(correct, guesses, conf)
-    p_lo = stats.beta.ppf(1 - conf, correct, guesses - correct + 1) if correct else 0.0
-    expected = math.log(p_lo / (1 - p_lo)) if p_lo > 0.5 else 0.0
-    assert got == pytest.approx(expected, rel=1e-10, abs=1e-12)
+def test_pure_dp_one_run_bound_is_clopper_pearson(correct, guesses, conf):
+    """delta = 0: the one-run bound on ``correct`` right guesses out of ``guesses`` is the
+    Clopper-Pearson bound (Steinke et al. Theorem 5.1)."""
+    scores = np.arange(guesses, 0, -1, dtype=float)  # every canary guessed "in", the first `correct` are in
+    inc = np.arange(guesses) < correct
+    res = one_run_lower_bound(scores, inc, guesses, 0, 0.0, conf)
+    assert (res.guesses, res.correct) == (guesses, correct)
+    assert res.epsilon_lower == pytest.approx(_clopper_pearson(correct, guesses, conf), rel=1e-7, abs=1e-9)
 
 
 def test_clopper_pearson_equals_pure_dp_one_run_bound():
@@ -295,7 +303,5 @@ def test_clopper_pearson_equals_pure_dp_one_run_bound():
     scores, inc = _randomized_response(rng, 5, 800, 1.5)
     for s, i in zip(scores, inc):
         res = one_run_lower_bound(s, i, 80, 120, 0.0, 0.95)
-        cp = clopper_pearson_epsilon_lower(res.correct, res.guesses, 0.95)
+        cp = _clopper_pearson(res.correct, res.guesses, 0.95)
         assert res.epsilon_lower == pytest.approx(cp, rel=1e-7, abs=1e-9)
-    with pytest.raises(ValueError):
-        clopper_pearson_epsilon_lower(11, 10)

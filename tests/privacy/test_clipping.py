@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from dpemb.privacy.clipping import ClipAndSum, ClippedSum, clip_by_global_norm
+from dpemb.privacy.clipping import ClipAndSum, ClippedSum
 from dpemb.privacy.relations import Relation
 
 
@@ -13,11 +13,19 @@ def global_norm(ts):
     return math.sqrt(sum(float(t.double().pow(2).sum()) for t in ts))
 
 
+def clip_one(ts, clip_norm):
+    """One contribution through the real path: a fresh ``ClipAndSum``'s ``add`` (which
+    returns the pre-clip norm) and its ``result`` (the clipped copy)."""
+    acc = ClipAndSum([torch.zeros_like(t) for t in ts], clip_norm, clip_norm, Relation.ADD_REMOVE)
+    norm = acc.add(ts)
+    return acc.result().value, norm
+
+
 def test_clipped_norm_never_exceeds_bound_and_keeps_direction():
     g = torch.Generator().manual_seed(0)
     for scale in [1e-3, 0.5, 1.0, 3.0, 1e6, 1e30]:
         ts = [torch.randn(50, generator=g) * scale, torch.randn(3, 4, generator=g) * scale]
-        out, norm = clip_by_global_norm(ts, 1.0)
+        out, norm = clip_one(ts, 1.0)
         assert norm == pytest.approx(global_norm(ts), rel=1e-6)
         assert global_norm(out) <= 1.0
         if norm <= 1.0:
@@ -31,7 +39,7 @@ def test_clipped_norm_never_exceeds_bound_and_keeps_direction():
 
 def test_float64_overflowing_squares_are_clipped():
     ts = [torch.full((10,), 1e200, dtype=torch.float64)]
-    out, norm = clip_by_global_norm(ts, 2.0)
+    out, norm = clip_one(ts, 2.0)
     assert norm == pytest.approx(1e200 * math.sqrt(10), rel=1e-9)
     assert global_norm(out) <= 2.0 and global_norm(out) == pytest.approx(2.0, rel=1e-9)
 
@@ -40,14 +48,14 @@ def test_float64_overflowing_squares_are_clipped():
 def test_nonfinite_becomes_zeros(bad, expected):
     t = torch.ones(5)
     t[2] = bad
-    out, norm = clip_by_global_norm([t, torch.ones(2)], 1.0)
+    out, norm = clip_one([t, torch.ones(2)], 1.0)
     assert all(bool((o == 0).all()) for o in out)
     assert (math.isnan(norm) if expected == "nan" else math.isinf(norm))
 
 
 def test_inputs_are_not_modified():
     t = torch.full((4,), 10.0)
-    clip_by_global_norm([t], 1.0)
+    clip_one([t], 1.0)
     assert torch.equal(t, torch.full((4,), 10.0))
 
 
@@ -67,7 +75,9 @@ def test_clip_and_sum_counts_and_bounds():
     assert res.preclip_norms[:2] == pytest.approx((5.0, 0.1))
 
 
-def test_merge_equals_single_accumulator():
+def test_distributed_reduce_equals_single_accumulator():
+    """Partial sums combined as the distributed executor does (a SUM of the parts'
+    values, ``counts`` of the others, ``absorb``) equal one accumulator over everything."""
     g = torch.Generator().manual_seed(1)
     deltas = [[torch.randn(7, generator=g) * s] for s in (0.1, 1, 10, 100, 0.5, 3)]
     whole = ClipAndSum.for_users([torch.zeros(7)], 1.0, 4, Relation.ADD_REMOVE)
@@ -76,14 +86,17 @@ def test_merge_equals_single_accumulator():
     for i, d in enumerate(deltas):
         whole.add(d)
         (a if i % 2 else b).add(d)
-    a.merge(b)
+    total = a.result().value[0] + b.result().value[0]
+    a.absorb([total], [b.counts()])
     r1, r2 = whole.result(), a.result()
     assert torch.allclose(r1.value[0], r2.value[0], atol=1e-6)
     expected_clipped = sum(global_norm(d) > 1.0 for d in deltas)
     assert (r1.count, r1.num_clipped, r1.sensitivity) == (r2.count, r2.num_clipped, r2.sensitivity) == (
         6, expected_clipped, 2.0)
-    with pytest.raises(ValueError, match="merge"):
-        a.merge(ClipAndSum([torch.zeros(7)], 1.0, 1.0, Relation.ADD_REMOVE))
+    assert sorted(r1.preclip_norms) == sorted(r2.preclip_norms)
+    other = ClipAndSum([torch.zeros(7)], 1.0, 1.0, Relation.ADD_REMOVE)
+    with pytest.raises(ValueError, match="a part was clipped with"):
+        a.absorb([total], [other.counts()])
 
 
 def test_result_is_a_copy():

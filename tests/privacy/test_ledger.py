@@ -12,6 +12,7 @@ from dpemb.privacy.accounting import (
     UnsupportedAccountantError,
     epsilon_for,
 )
+from dpemb.training.privacy_report import privacy_report
 
 
 @pytest.fixture
@@ -44,7 +45,7 @@ def test_entries_and_description(spec):
     entries = ledger.entries()
     assert len(entries) == 1 and (entries[0]["from_round"], entries[0]["to_round"]) == (1, 5)
     assert "Poisson" in entries[0]["mechanism"] and "2C" in entries[0]["mechanism"]
-    text = ledger.describe("rdp")
+    text = privacy_report(spec, ledger, seeded=False)["statement_rdp"]  # what a run's report states
     assert "RDP accountant" in text and "delta = 5e-06" in text and "user-level" in text
     assert "add/remove-one-user" in text
 
@@ -67,7 +68,8 @@ def test_nonprivate_and_unsupported():
     nonpriv = PrivacyLedger(PrivacySpec(population=100, clients_per_round=5, noise_multiplier=0.0,
                                         nonprivate=True))
     nonpriv.step()
-    assert math.isinf(nonpriv.epsilon("rdp")) and nonpriv.describe() == "not private (epsilon = inf)"
+    assert math.isinf(nonpriv.epsilon("rdp"))
+    assert privacy_report(nonpriv.spec, nonpriv, seeded=False)["statement"].startswith("not private")
     fixed = PrivacyLedger(PrivacySpec(population=100, clients_per_round=5, sampling="fixed"))
     fixed.step()
     assert fixed.epsilon("rdp") > 0

@@ -10,6 +10,8 @@ from scipy import stats
 from dpemb.privacy.clipping import ClipAndSum, ClippedSum
 from dpemb.privacy.noise import GaussianNoise
 from dpemb.privacy.relations import Relation
+from dpemb.privacy.spec import PrivacySpec
+from dpemb.privacy.statements import describe_mechanism
 
 P_FALSE = 1e-7  # per two-sided check, so several checks per test stay below 1e-6
 
@@ -98,7 +100,8 @@ def test_invalid_multiplier_is_refused(z):
 
 def test_nonprivate_only_when_asked_and_only_with_zero():
     mech = GaussianNoise(0.0, allow_nonprivate=True)
-    assert not mech.private and "not private" in mech.describe()
+    spec = PrivacySpec(population=100, clients_per_round=5, noise_multiplier=0.0, nonprivate=True)
+    assert not mech.private and describe_mechanism(spec).startswith("not private")
     value = torch.randn(10)
     clipped = ClippedSum(value=[value], sensitivity=1.0, relation=Relation.ADD_REMOVE)
     assert torch.equal(mech.add(clipped)[0], value)

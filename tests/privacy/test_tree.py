@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from dpemb.privacy.clipping import ClippedSum
+from dpemb.privacy.noise import describe_sampler
 from dpemb.privacy.relations import Relation
 from dpemb.privacy.tree import TreeAggregationNoise, node_variances, prefix_noise_variance
 from tests.conftest import spy_standard_normal
@@ -107,7 +108,7 @@ def test_secure_tree_draws_with_the_hardened_sampler_at_the_right_scale(monkeypa
     calls = spy_standard_normal(monkeypatch, tree_mod)
     z, sens = 0.9, 2.0
     tree = TreeAggregationNoise(z, efficient=True, secure=True)
-    assert tree.secure and "secure" in tree.describe()
+    assert tree.secure and "secure" in describe_sampler(tree.secure, tree.seeded)  # what the report prints
     for t in range(1, 5):
         noise = tree.noisy_prefix_sum(clipped(torch.zeros(N, dtype=torch.float64), sens))[0].numpy()
         std = z * sens * math.sqrt(prefix_noise_variance(t, True))

@@ -11,7 +11,7 @@
 ``accumulate_clients`` (clipping into a ``ClipAndSum``) are separate from
 ``round_stats`` so that a distributed executor (``dpemb.training.executor``) can run
 them on many processes and merge the partial accumulators and tallies before the
-statistics are taken; ``reduce_clients`` is the one-process composition.
+statistics are taken.
 """
 
 from __future__ import annotations
@@ -170,15 +170,6 @@ def round_stats(clipped: ClippedSum, tally: ClientTally) -> RoundStats:
     stats.nonfinite = clipped.num_nonfinite
     stats.unclipped = clipped.num_unclipped
     return stats
-
-
-def reduce_clients(
-    results: Iterable[tuple[ClientResult, int]], accumulator: ClipAndSum
-) -> tuple[ClippedSum, RoundStats]:
-    """Clip every delta and sum them (privacy.clipping); collect round statistics."""
-    tally = accumulate_clients(results, accumulator)
-    clipped = accumulator.result()
-    return clipped, round_stats(clipped, tally)
 
 
 def server_step(

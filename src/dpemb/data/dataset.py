@@ -177,16 +177,6 @@ class UserDataset:
     def image_shape(self) -> tuple[int, int, int]:
         return tuple(self.images.shape[1:])  # type: ignore[return-value]
 
-    @property
-    def test_labels(self) -> list[int]:
-        """Alias of ``eval_labels``: the test identities."""
-        return self.eval_labels
-
-    @property
-    def test_users(self) -> list[int] | None:
-        """Alias of ``eval_users``: the test users (None: not recorded)."""
-        return self.eval_users
-
     def user_sizes(self) -> np.ndarray:
         return np.diff(self.offsets)
 
@@ -421,10 +411,6 @@ class Splits:
     @property
     def public(self) -> UserDataset:
         return self._get("public")
-
-    @property
-    def train_and_public(self) -> UserDataset:
-        return self._get("train_and_public")
 
     @property
     def validation(self) -> UserDataset:

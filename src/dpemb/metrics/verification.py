@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -278,24 +278,6 @@ class VerificationResult:
             d["roc_fpr"] = [float(v) for v in self.roc_fpr]
             d["roc_tpr"] = [float(v) for v in self.roc_tpr]
         return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "VerificationResult":
-        """Inverse of :meth:`to_dict` (ROC arrays empty when they were left out)."""
-        thresholds = {
-            float(f): (float(t) if t is not None else math.inf)
-            for f, t in d["thresholds"].items()
-        }
-        return cls(
-            recall_at_far={float(f): float(v) for f, v in d["recall_at_far"].items()},
-            thresholds=thresholds,
-            auc=float(d["auc"]),
-            num_positive_pairs=int(d["num_positive_pairs"]),
-            num_negative_pairs=int(d["num_negative_pairs"]),
-            exact=bool(d["exact"]),
-            roc_fpr=np.asarray(d.get("roc_fpr", []), dtype=np.float64),
-            roc_tpr=np.asarray(d.get("roc_tpr", []), dtype=np.float64),
-        )
 
 
 # ------------------------------------------------------------------ positive values

@@ -17,7 +17,7 @@ from typing import Any
 _WHERE = {
     "Backbone": "base", "count_parameters": "base", "embed": "embed", "make_head": "head",
     "LeNet": "lenet", "MobileNetV2": "mobilenetv2", "ResNetGN": "resnet_gn",
-    "WeightsNotInstalledError": "pretrained", "imagenet_classifier": "pretrained",
+    "WeightsNotInstalledError": "pretrained",
     "imagenet_weights_available": "pretrained", "imagenet_weights_path": "pretrained",
     "load_imagenet_mobilenet_v2": "pretrained", "BACKBONES": "names", "build_backbone": "registry",
     "input_normalisation": "registry",

@@ -98,11 +98,6 @@ class LossConfig:
         """Whether the logits are cosines (a margin loss): the head's norm is ignored."""
         return self.kind != "softmax"
 
-    def describe(self) -> str:
-        if not self.cosine:
-            return "softmax cross-entropy"
-        return f"{self.kind} (s={self.scale:g}, m={self.margin:g})"
-
 
 def as_loss_config(value: LossConfig | str) -> LossConfig:
     """A ``LossConfig`` from itself or a kind name (with the kind's defaults)."""

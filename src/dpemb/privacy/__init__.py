@@ -19,7 +19,7 @@ from typing import Any
 
 _WHERE = {
     "relations": ("Relation", "user_sensitivity", "describe_relation"),
-    "clipping": ("ClipAndSum", "ClippedSum", "clip_by_global_norm"),
+    "clipping": ("ClipAndSum", "ClippedSum"),
     "adaptive_clipping": ("AdaptiveClipState", "AdaptiveClipping", "AdaptiveClippingError"),
     "noise": ("GaussianNoise", "describe_sampler"),
     "delta": ("LargeDeltaError", "check_delta", "default_delta", "delta_warning", "resolve_delta"),

@@ -16,8 +16,8 @@ answer, not to be confused:
   (1) Training Run", arXiv 2305.08846) is a high-confidence LOWER bound: if the
   mechanism is (eps, delta)-DP, the reported ``epsilon_lower`` exceeds eps with
   probability at most ``1 - confidence`` (over the canaries' random inclusion and the
-  mechanism's randomness). ``clopper_pearson_epsilon_lower`` is the same bound for
-  delta = 0 written through the Clopper-Pearson interval.
+  mechanism's randomness); for delta = 0 it is the Clopper-Pearson bound on the
+  guesses' accuracy.
 - ``fdp_one_run_audit`` (Mahloujifar, Melis, Chaudhuri 2024, "Auditing f-Differential
   Privacy in One Run", arXiv 2410.22235) tests a whole trade-off curve instead of one
   (eps, delta) pair: a high-confidence LOWER bound on the Gaussian-DP parameter mu
@@ -48,9 +48,6 @@ __all__ = [
     "OneRunBound",
     "ProfileTradeOff",
     "TradeOff",
-    "approx_dp_tradeoff",
-    "clopper_pearson_epsilon_lower",
-    "fdp_epsilon_lower_bound",
     "fdp_one_run_audit",
     "fdp_one_run_mass",
     "fdp_one_run_rejects",
@@ -411,7 +408,8 @@ def one_run_lower_bound(
     ``epsilon_lower > eps`` happens with probability at most ``1 - confidence``.
 
     delta = 0: Theorem 5.1 (W is dominated by Binomial(r, e^eps / (1 + e^eps))); the
-    answer equals ``clopper_pearson_epsilon_lower(v, r, confidence)``. delta > 0: the
+    answer is the one-sided Clopper-Pearson bound p_lo on the accuracy v / r, as
+    eps = log(p_lo / (1 - p_lo)) (0 when p_lo <= 1/2). delta > 0: the
     exact p-value bound of Theorem 5.2, with its 2 m delta term (m = len(scores)).
     k_pos and k_neg must be fixed before looking at the scores; to pick them from the
     data use ``one_run_lower_bound_grid`` (union bound).
@@ -466,28 +464,6 @@ def one_run_lower_bound_grid(
         method=best.method + f", best of {len(grid)} (k_pos, k_neg) by union bound",
         grid_size=len(grid),
     )
-
-
-def clopper_pearson_epsilon_lower(correct: int, guesses: int, confidence: float = 0.95) -> float:
-    """eps from the one-sided Clopper-Pearson lower bound on the guess accuracy.
-
-    p_lo = Beta^{-1}(1 - confidence; correct, guesses - correct + 1) (0 when correct
-    = 0), the smallest accuracy p with P[Binomial(guesses, p) >= correct] >= 1 -
-    confidence; eps = log(p_lo / (1 - p_lo)), 0 when p_lo <= 1/2. As a DP lower bound
-    this is valid for delta = 0 (Steinke et al. Theorem 5.1), where it coincides with
-    ``one_run_lower_bound``; it ignores delta.
-    """
-    n = positive_int("guesses", guesses)
-    k = _nonneg_int("correct", correct)
-    if k > n:
-        raise ValueError(f"need correct <= guesses, got {k} > {n}")
-    c = _confidence(confidence)
-    if k == 0:
-        return 0.0
-    p_lo = float(stats.beta.ppf(1 - c, k, n - k + 1))
-    if p_lo <= 0.5:
-        return 0.0
-    return float(math.log(p_lo) - math.log1p(-p_lo))
 
 
 # ------------------------------- f-DP one-run analysis (Mahloujifar, Melis, Chaudhuri)
@@ -554,7 +530,7 @@ class ProfileTradeOff(TradeOff):
         inverse_blow_up(y) = max_k max((y - delta_k) e^{-eps_k}, 1 - delta_k - e^{eps_k} (1 - y)), clipped to [0, 1].
 
     ``epsilons`` / ``deltas``: 1-d arrays of the pairs; 2-d arrays (family, pairs) give a
-    family with one profile per row (used for the (eps, delta) family of one pair each).
+    family with one profile per row (e.g. an (eps, delta) family of one pair each).
     """
 
     def __init__(self, epsilons: Sequence[float] | np.ndarray, deltas: Sequence[float] | np.ndarray,
@@ -579,13 +555,6 @@ class ProfileTradeOff(TradeOff):
         b = np.where(np.isnan(b), -np.inf, b)  # inf * 0 when y = 1 and eps = inf: no constraint
         out = np.max(np.maximum(a, b), axis=-1)
         return np.clip(out, 0.0, 1.0)
-
-
-def approx_dp_tradeoff(epsilon: float | np.ndarray, delta: float) -> ProfileTradeOff:
-    """(eps, delta)-DP as a trade-off function; an array of epsilons gives a family."""
-    e = np.atleast_1d(np.asarray(epsilon, dtype=float))
-    d = _delta(delta)
-    return ProfileTradeOff(e[:, None], np.full((e.size, 1), d), description=f"(eps, {d:g})-DP family")
 
 
 def fdp_one_run_mass(m: int, r: int, v: int, tradeoff: TradeOff, alpha: float, *,
@@ -776,27 +745,3 @@ def fdp_one_run_audit(
         claimed_rejected=None if claimed is None else rejected_at is not None,
         claimed_guesses=rejected_at,
     )
-
-
-def fdp_epsilon_lower_bound(m: int, r: int, v: int, delta: float, alpha: float,
-                            eps_max: float = 50.0) -> float:
-    """An (eps, delta) lower bound from the f-DP analysis with f = f_{eps, delta}: the
-    largest eps on a refining grid that, with every grid eps below it, is rejected at
-    level ``alpha`` (0 if eps = 0 is not). If the mechanism is (eps*, delta)-DP the
-    result exceeds eps* with probability <= alpha (same argument as ``_gdp_lower_one``).
-    For one (k_pos, k_neg); apply a union bound over several yourself."""
-    d = _delta(delta)
-    if v == 0:
-        return 0.0
-    if not fdp_one_run_rejects(m, r, v, approx_dp_tradeoff(0.0, d), alpha)[0]:
-        return 0.0
-    lo, hi = 0.0, float(eps_max)
-    for _ in range(3):
-        grid = np.linspace(lo, hi, 65)[1:]
-        rej = fdp_one_run_rejects(m, r, v, approx_dp_tradeoff(grid, d), alpha)
-        ok = np.nonzero(~rej)[0]
-        if ok.size == 0:
-            return float(hi)
-        k = int(ok[0])
-        lo, hi = (float(grid[k - 1]) if k else lo), float(grid[k])
-    return float(lo)

@@ -77,18 +77,6 @@ def _margin(tensors: Sequence[torch.Tensor]) -> float:
     return 8.0 * eps
 
 
-def clip_by_global_norm(
-    tensors: Sequence[torch.Tensor], clip_norm: float
-) -> tuple[list[torch.Tensor], float]:
-    """Clipped copies of ``tensors`` (global L2 norm <= ``clip_norm``) and the pre-clip norm.
-
-    A set of tensors with any NaN or infinite entry is returned as zeros (norm 0 <=
-    ``clip_norm``); its pre-clip norm is then reported as NaN or inf.
-    """
-    out, norm, _ = _clip(tensors, clip_norm)
-    return out, norm
-
-
 def _clip(tensors: Sequence[torch.Tensor], clip_norm: float) -> tuple[list[torch.Tensor], float, bool]:
     """(clipped copies, pre-clip norm, whether a non-finite entry forced zeros)."""
     clip_norm = positive_finite("clip norm", clip_norm)
@@ -119,8 +107,8 @@ def _clip(tensors: Sequence[torch.Tensor], clip_norm: float) -> tuple[list[torch
 class ClipAndSum:
     """Streaming clip-and-sum of per-virtual-client deltas.
 
-    ``add`` clips one contribution and adds it; ``merge`` adds another accumulator's
-    partial sum (a distributed reduce); ``result`` returns the ``ClippedSum`` with the
+    ``add`` clips one contribution and adds it; ``counts`` and ``absorb`` take part in
+    a distributed reduce of partial sums; ``result`` returns the ``ClippedSum`` with the
     sensitivity given at construction. The sensitivity must be at least ``clip_norm``
     (the sum of clipped vectors can never have less); use ``for_users`` to derive it
     from K and the relation.
@@ -183,22 +171,6 @@ class ClipAndSum:
             for s, c in zip(self._sum, clipped):
                 s.add_(c.to(device=s.device, dtype=s.dtype))
         return norm
-
-    def merge(self, other: "ClipAndSum") -> None:
-        """Add another accumulator's partial sum (same clip norm, sensitivity, relation, shapes)."""
-        if (other.clip_norm, other.sensitivity, other.relation, other._shapes) != (
-            self.clip_norm, self.sensitivity, self.relation, self._shapes
-        ):
-            raise ValueError(
-                "cannot merge accumulators with different clip norm, sensitivity, relation or shapes"
-            )
-        with torch.no_grad():
-            for s, o in zip(self._sum, other._sum):
-                s.add_(o.to(device=s.device, dtype=s.dtype))
-        self._count += other._count
-        self._norms.extend(other._norms)
-        self._num_clipped += other._num_clipped
-        self._num_nonfinite += other._num_nonfinite
 
     def counts(self) -> "SumCounts":
         """This accumulator's counts and settings, without its sum (for a distributed reduce)."""

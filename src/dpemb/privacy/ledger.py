@@ -15,7 +15,7 @@ from typing import Any
 
 from dpemb.privacy.events import UnsupportedAccountantError, epsilon_curve, supported_accountants
 from dpemb.privacy.spec import PrivacySpec
-from dpemb.privacy.statements import describe_epsilon, describe_mechanism
+from dpemb.privacy.statements import describe_mechanism
 
 
 class PrivacyStateError(ValueError):
@@ -68,14 +68,6 @@ class PrivacyLedger:
                 f"{' or '.join(a.upper() for a in supported_accountants(self.spec))}"
             )
         return epsilon_curve(self.spec, accountant)(rounds)
-
-    def describe(self, accountant: str = "rdp") -> str:
-        """The current guarantee as a sentence naming accountant, delta, unit and relation."""
-        eps = None if self.spec.nonprivate else self.epsilon(accountant)
-        return describe_epsilon(
-            eps, accountant=accountant, delta=self.spec.resolved_delta, unit=self.spec.unit,
-            relation=self.spec.relation,
-        )
 
     def entries(self) -> list[dict[str, Any]]:
         """What has been composed: runs of consecutive rounds under this spec."""

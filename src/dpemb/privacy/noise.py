@@ -135,12 +135,6 @@ class GaussianNoise:
         """Noise standard deviation for a sum of the given L2 sensitivity."""
         return self.noise_multiplier * float(sensitivity)
 
-    def describe(self) -> str:
-        if not self.private:
-            return "not private: no noise (explicitly requested)"
-        how = "secure sampler" if self.secure else ("SEEDED" if self.seeded else "OS-seeded")
-        return f"Gaussian noise, std = {self.noise_multiplier:g} x sensitivity ({how})"
-
     def add(self, clipped: ClippedSum) -> list[torch.Tensor]:
         """``clipped.value`` + N(0, (z * clipped.sensitivity)^2) on every entry (new tensors)."""
         if not isinstance(clipped, ClippedSum):

@@ -40,8 +40,6 @@ class Privatizer(Protocol):
 
     def add_to_count(self, count: float, std: float) -> float: ...
 
-    def describe(self) -> str: ...
-
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
@@ -62,9 +60,6 @@ class GaussianPrivatizer:
 
     def add_to_count(self, count: float, std: float) -> float:
         return self.noise.add_to_count(count, std)
-
-    def describe(self) -> str:
-        return self.noise.describe()
 
     def state_dict(self) -> dict[str, Any]:
         return {"kind": "gaussian", "noise": self.noise.state_dict()}
@@ -94,9 +89,6 @@ class TreePrivatizer:
 
     def add_to_count(self, count: float, std: float) -> float:
         raise ValueError("adaptive clipping is not supported with tree aggregation noise")
-
-    def describe(self) -> str:
-        return self.noise.describe()
 
     def state_dict(self) -> dict[str, Any]:
         prev = None if self._prev is None else [p.detach().cpu() for p in self._prev]

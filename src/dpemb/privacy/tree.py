@@ -110,17 +110,6 @@ class TreeAggregationNoise:
     def rounds(self) -> int:
         return self._rounds
 
-    def describe(self) -> str:
-        if not self.private:
-            return "not private: no noise (explicitly requested)"
-        kind = "efficient (Honaker)" if self.efficient else "plain"
-        restart = f", restarted every {self.restart_every} rounds" if self.restart_every else ""
-        seeded = "secure sampler" if self.secure else ("SEEDED" if self.seeded else "OS-seeded")
-        return (
-            f"tree aggregation noise, node std = {self.noise_multiplier:g} x sensitivity, {kind} "
-            f"estimator{restart} ({seeded})"
-        )
-
     def _draw(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
         return standard_normal(like, self._generator, secure=self.secure)
 

@@ -145,14 +145,6 @@ class RunDir:
         return self.private_dir / DIAGNOSTICS
 
     @property
-    def artifact_weights(self) -> Path:
-        return self.path / ARTIFACT_WEIGHTS
-
-    @property
-    def model_card(self) -> Path:
-        return self.path / MODEL_CARD
-
-    @property
     def report(self) -> Path:
         return self.path / "report.json"
 
