@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from dpemb.cli.main import UsageError
 from dpemb.privacy.delta import DEFAULT_DELTA_RULE
+from dpemb.privacy.statements import ACCOUNTANTS
 
 MAX_PLOT_ROWS = 8
 
@@ -84,7 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tree-restarts", action="store_true",
                    help="tree: restart the tree every epoch (one tree per epoch)")
     p.add_argument("--unit", choices=("user", "example"), default="user", help="unit of privacy")
-    p.add_argument("--accountant", choices=("rdp", "pld", "both"), default="both")
+    p.add_argument("--accountant", choices=(*ACCOUNTANTS, "both"), default="both")
     p.add_argument("--epsilon-budget", type=_list_of(float, "--epsilon-budget"), default=None,
                    help="also print the most rounds whose epsilon stays within this budget")
     p.add_argument("--extrapolate-to", type=_list_of(_int, "--extrapolate-to"), default=None,
@@ -96,7 +97,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 # ---------------------------------------------------------------------------- computing
 def _accountants(choice: str) -> tuple[str, ...]:
-    return ("rdp", "pld") if choice == "both" else (choice,)
+    return ACCOUNTANTS if choice == "both" else (choice,)
 
 
 def _spec_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -128,7 +129,7 @@ def _epsilons(spec: Any, accountants: tuple[str, ...]) -> dict[str, Any]:
     from dpemb.privacy.advice import PLD_MAX_RDP_EPSILON
 
     out: dict[str, Any] = {}
-    for acc in ("rdp", "pld"):
+    for acc in ACCOUNTANTS:
         out[f"epsilon_{acc}"] = None
         if acc not in accountants:
             continue
@@ -244,7 +245,7 @@ def _print_single(row: dict[str, Any]) -> None:
               f"{row['target_epsilon']:g} ({row['calibrated_with'].upper()} accountant)")
     print(f"delta = {row['delta']:.3g}" + (f" (default: {DEFAULT_DELTA_RULE}, N = population)"
                                            if row["delta_is_default"] else ""))
-    for acc in ("rdp", "pld"):
+    for acc in ACCOUNTANTS:
         if row.get(f"statement_{acc}"):
             print(row[f"statement_{acc}"])
         elif row.get(f"note_{acc}"):
@@ -258,7 +259,7 @@ def _print_single(row: dict[str, Any]) -> None:
               f"multiplier {row['noise_multiplier']:g} x {ex['factor']:.6g} = {ex['noise_multiplier']:.6g}, "
               f"{ex['clients_per_round']:,} clients per round (same noise on the average), "
               f"delta = {ex['delta']:.3g} ({ex['delta_note']})")
-        for acc in ("rdp", "pld"):
+        for acc in ACCOUNTANTS:
             if ex.get(f"statement_{acc}"):
                 print(f"  {ex[f'statement_{acc}']}")
 
@@ -275,7 +276,7 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     ]
     if any(r["target_epsilon"] is not None for r in rows):
         cols.append(("target eps", lambda r: f"{r['target_epsilon']:g}"))
-    for acc in ("rdp", "pld"):
+    for acc in ACCOUNTANTS:
         if any(f"statement_{acc}" in r or f"note_{acc}" in r for r in rows):
             cols.append((f"eps {acc.upper()}", lambda r, a=acc: _eps_text(r.get(f"epsilon_{a}"))))
     if any("max_rounds" in r for r in rows):
@@ -288,7 +289,7 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
             ("z'", lambda r: _z_text(r["extrapolation"]["noise_multiplier"])),
             ("M'", lambda r: f"{r['extrapolation']['clients_per_round']:,}"),
         ]
-        for acc in ("rdp", "pld"):
+        for acc in ACCOUNTANTS:
             if any(f"statement_{acc}" in r["extrapolation"] for r in rows):
                 cols.append((f"eps' {acc.upper()}",
                              lambda r, a=acc: _eps_text(r["extrapolation"].get(f"epsilon_{a}"))))

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from dpemb.cli.main import main as dpemb
+from dpemb.privacy.statements import ACCOUNTANTS
 
 #: the demo benchmark: --users people, 8 images each; 20% public, 15% test, 5% validation
 DATA_ARGS = ["--regime", "owned", "--identities-per-user", "1", "--images-per-identity", "8", "--image-size", "28",
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"   centralized on private users:            {c:.4f}   ({central_r['privacy']})")
     print(f"   DP-FedEmb, user-level DP:                {p:.4f}   ({p / c:.2f} x centralized)")
     print(f"   privacy at the simulated population of {private_r['train_users']} users:")
-    for a in ("rdp", "pld"):
+    for a in ACCOUNTANTS:
         if priv.get(f"statement_{a}"):
             print(f"     {priv[f'statement_{a}']}")
     for ex in priv.get("extrapolated", []):

@@ -8,6 +8,7 @@ import sys
 from dpemb.cli.common import DefaultsHelpFormatter, add_device_flag, add_secure_noise_flag, device_from, fmt, guarded, load_dataset
 from dpemb.cli.main import UsageError
 from dpemb.models import BACKBONES, TRAINABLE_CHOICES
+from dpemb.privacy.statements import ACCOUNTANTS
 from dpemb.training.config import ModelConfig, OptimConfig, RunConfig
 
 #: --resume value -> the training loops' ``resume`` argument
@@ -533,7 +534,7 @@ def print_summary(report: dict) -> None:
     elif "statement" in priv:
         print(f"privacy: {priv['statement']}")
     else:
-        for a in ("rdp", "pld"):
+        for a in ACCOUNTANTS:
             print(f"privacy: {priv[f'statement_{a}']}")
         for ex in priv.get("extrapolated", []):
             print(f"extrapolated: {ex['statement']}")

@@ -8,6 +8,7 @@ import math
 
 from dpemb.cli.common import add_device_flag, add_secure_noise_flag, device_from, guarded
 from dpemb.data.dataset import DataError
+from dpemb.privacy.statements import ACCOUNTANTS
 
 METHOD_HELP = "dp-ls, dp-sgd, dp-newton, dp-fc, non-private (comma-separated for several)"
 
@@ -149,7 +150,7 @@ def _register_transfer(sub: argparse._SubParsersAction) -> None:
                    help="accept features of a backbone (or a model it started from) trained WITHOUT DP on users "
                         "that may be these features' users (refused otherwise, as `dpemb train --init` refuses "
                         "such an initialisation); every epsilon then says it does not cover the backbone")
-    g.add_argument("--accountant", choices=["pld", "rdp"], default="pld", help="default: %(default)s")
+    g.add_argument("--accountant", choices=ACCOUNTANTS, default="pld", help="default: %(default)s")
     g.add_argument("--unit", choices=["example", "user"], default="example",
                    help="unit of privacy (default: %(default)s); 'user' bounds each user's total contribution")
     g.add_argument("--clip-norm", type=float, default=1.0, help="per-example feature norm bound C (default: %(default)s)")

@@ -27,11 +27,11 @@ _WHERE = {
     "sampling": ("VirtualClientSampler",),
     "spec": ("PrivacySpec", "PrivacySpecError"),
     "events": (
-        "ACCOUNTANTS", "PLD_DISCRETIZATION", "EpsilonCurve", "UnsupportedAccountantError",
+        "PLD_DISCRETIZATION", "EpsilonCurve", "UnsupportedAccountantError",
         "compute_epsilon", "epsilon_for", "gaussian_releases_event", "round_event",
         "supported_accountants", "training_event",
     ),
-    "statements": ("describe_epsilon", "describe_mechanism"),
+    "statements": ("ACCOUNTANTS", "describe_epsilon", "describe_mechanism"),
     "ledger": ("PrivacyLedger", "PrivacyStateError"),
     "calibration": (
         "CalibrationError", "Extrapolation", "calibrate_gaussian_releases",

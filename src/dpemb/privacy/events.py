@@ -43,6 +43,7 @@ except ImportError as e:  # one line naming the fix (dependency.py), not a trace
 from dpemb.privacy._checks import check_noise_multiplier, positive_int
 from dpemb.privacy.relations import Relation, to_dp_accounting
 from dpemb.privacy.spec import PrivacySpec
+from dpemb.privacy.statements import ACCOUNTANTS
 from dpemb.privacy.tree_accounting import TreeParticipation
 
 # dp_accounting's RDP logs a warning for every fractional order whose series does not
@@ -55,7 +56,6 @@ try:
 except ImportError:  # pragma: no cover - absl comes with dp_accounting
     pass
 
-ACCOUNTANTS = ("rdp", "pld")
 RDP_ORDERS = tuple(rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
 
 

@@ -19,12 +19,11 @@ from dpemb.metrics import plot_roc
 from dpemb.privacy import advice
 from dpemb.privacy.accounting import PrivacyLedger, PrivacySpec, epsilon_for, supported_accountants
 from dpemb.privacy.clipping import ClippedSum
+from dpemb.privacy.statements import ACCOUNTANTS
 from dpemb.progress import progress
 from dpemb.training.config import RunConfig, to_dict
 from dpemb.training.plots import plot_training
 from dpemb.training.rundir import RunDir
-
-ACCOUNTANTS = ("rdp", "pld")
 
 # PLD is tight but its cost grows with epsilon: beyond these RDP epsilons it is computed
 # only at evaluation rounds, then not at all (the guarantee is vacuous by then anyway).
