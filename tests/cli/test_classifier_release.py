@@ -177,7 +177,7 @@ def test_non_private_and_several_runs(files, tmp_path, capsys):
     for n in names:
         together = json.loads((out / n / CLASSIFIER_CARD).read_text())["privacy"]["released_with"]
         assert together["classifiers"] == names
-        assert together["statement"].startswith(note) and "non-private is NOT private" in together["statement"]
+        assert together["statement"].startswith(note) and "non-private is not private" in together["statement"]
     assert main(["predict", str(out), files["test"]]) == 1  # several: name one
     assert "dp-ls-eps1, dp-ls-eps2, non-private" in capsys.readouterr().err
     assert main(["predict", str(out / "dp-ls-eps2"), files["test"]]) == 0

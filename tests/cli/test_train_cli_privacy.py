@@ -56,7 +56,7 @@ def test_privacy_flags_with_centralized_are_an_error(tiny_data_dir, tmp_path, ca
     argv = ["train", "--data", tiny_data_dir, "--out", str(tmp_path / "c"), "--algorithm", "centralized", *flags]
     assert exit_code(argv) == 2
     err = capsys.readouterr().err
-    assert flags[0] in err and "NOT private" in err and "dp-fedemb" in err
+    assert flags[0] in err and "not private" in err and "dp-fedemb" in err
     assert not (tmp_path / "c").exists()  # refused before anything was written
 
 
@@ -70,7 +70,7 @@ def test_centralized_without_privacy_flags_says_not_private_before_training(tiny
     monkeypatch.setattr(central, "train_centralized", stub)
     with pytest.raises(Stop):
         main(["train", "--data", tiny_data_dir, "--out", str(tmp_path / "c"), "--steps", "1"])
-    assert "centralized training is NOT private" in capsys.readouterr().out
+    assert "centralized training is not private" in capsys.readouterr().out
 
 
 def test_default_delta_is_one_over_ten_n_users(tiny_data_dir, tmp_path, captured):
@@ -100,9 +100,9 @@ def test_secure_noise_default_seeded_and_opt_out(tiny_data_dir, tmp_path, capsys
     assert run_stubbed([*base, "--secure-noise"], captured)["spec"].secure_noise
     assert exit_code([*base, "--secure-noise", "--noise-seed", "3"]) == 2
     assert "--secure-noise cannot be combined with --noise-seed" in capsys.readouterr().err
-    non_private = ["train", "--data", tiny_data_dir, "--out", str(tmp_path / "r"), *FED, "--non-private"]
-    assert not run_stubbed(non_private, captured)["spec"].secure_noise
-    assert exit_code([*non_private, "--secure-noise"]) == 2
+    nonprivate = ["train", "--data", tiny_data_dir, "--out", str(tmp_path / "r"), *FED, "--non-private"]
+    assert not run_stubbed(nonprivate, captured)["spec"].secure_noise
+    assert exit_code([*nonprivate, "--secure-noise"]) == 2
 
 
 def test_small_cohort_advice_is_printed_before_training(tiny_data_dir, tmp_path, capsys, captured):

@@ -71,7 +71,7 @@ def test_transfer_refuses_missing_or_zero_noise(feature_files, capsys):
         assert e.value.code == 2, extra
     capsys.readouterr()
     assert main(base + ["--non-private"]) == 0
-    assert "NON-PRIVATE" in capsys.readouterr().out
+    assert "not private: no noise (explicitly requested)" in capsys.readouterr().out
 
 
 def test_transfer_holdout_and_bad_flags(feature_files, capsys):

@@ -105,6 +105,6 @@ def test_noise_off_is_caught(fs, method):
 
 def test_refuses_a_run_without_noise(fs):
     with pytest.raises(TransferAuditError, match="DP method"):
-        transfer_audit(fs, TransferConfig(method="dp-ls", non_private=True), 100)
+        transfer_audit(fs, TransferConfig(method="dp-ls", nonprivate=True), 100)
     with pytest.raises(TransferAuditError, match="DP method"):
         transfer_audit(fs, TransferConfig(method="non-private"), 100)

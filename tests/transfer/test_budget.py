@@ -84,7 +84,7 @@ def test_given_noise_multiplier_reports_the_accountants_epsilon():
 @pytest.mark.parametrize("kw", [
     dict(noise_multiplier=0.0), dict(noise_multiplier=math.inf), dict(noise_multiplier=math.nan),
     dict(epsilon=0.0), dict(epsilon=math.inf), dict(epsilon=math.nan), dict(),
-    dict(epsilon=1.0, noise_multiplier=2.0), dict(non_private=True, epsilon=1.0),
+    dict(epsilon=1.0, noise_multiplier=2.0), dict(nonprivate=True, epsilon=1.0),
 ])
 def test_no_noise_without_the_explicit_flag_is_an_error(kw):
     with pytest.raises(PrivacyConfigError):
@@ -97,7 +97,7 @@ def test_config_refuses_a_dp_method_without_noise(method):
         TransferConfig(method=method)
     with pytest.raises(ValueError):
         TransferConfig(method=method, noise_multiplier=0.0)
-    assert not TransferConfig(method=method, non_private=True).is_private
+    assert not TransferConfig(method=method, nonprivate=True).is_private
 
 
 def test_non_private_method_takes_no_epsilon():
@@ -116,9 +116,9 @@ def test_sentence_names_accountant_delta_unit_relation():
     text = plan.sentence().lower()
     for word in ("rdp", "1e-05", "user", "add"):
         assert word in text, (word, text)
-    np_plan = plan_noise(PrivacyRequest(non_private=True), 3, num_units=1000)
+    np_plan = plan_noise(PrivacyRequest(nonprivate=True), 3, num_units=1000)
     assert math.isinf(np_plan.epsilon) and np_plan.noise_multiplier == 0.0
-    assert "non-private" in np_plan.sentence().lower() and "not private" in np_plan.sentence()
+    assert np_plan.sentence().startswith("not private: no noise (explicitly requested)")
 
 
 def test_mechanism_refuses_more_releases_than_planned_and_checks_completion():
@@ -158,7 +158,7 @@ def test_ledger_and_split_sentence_record_every_release():
 
 
 def test_non_private_mechanism_adds_nothing_and_says_so():
-    plan = plan_noise(PrivacyRequest(non_private=True), 1, num_units=1000)
+    plan = plan_noise(PrivacyRequest(nonprivate=True), 1, num_units=1000)
     mech = ReleaseMechanism(plan)
     out = mech.release("a", _stat(5))
     assert torch.equal(out, torch.zeros(5, dtype=torch.float64))

@@ -37,20 +37,20 @@ def _sig(z):
 def test_dp_ls_non_private_is_the_ridge_solution():
     fs = _features()
     c, reg, alpha = 1.3, 0.7, 2.0
-    run = train_transfer(fs, TransferConfig(method="dp-ls", non_private=True, clip_norm=c, reg=reg, alpha=alpha))
+    run = train_transfer(fs, TransferConfig(method="dp-ls", nonprivate=True, clip_norm=c, reg=reg, alpha=alpha))
     x, y = _clipped(fs, c), _onehot(fs.labels)
     g = x.T @ x
     for l in range(K):
         xl = x[fs.labels == l]
         theta = np.linalg.solve(xl.T @ xl + alpha * g + reg * np.eye(D), y[:, l] @ x)
         np.testing.assert_allclose(run.model.weights[l].numpy(), theta, rtol=1e-8, atol=1e-10)
-    assert run.plan.non_private and not run.releases[0].noise_std
+    assert run.plan.nonprivate and not run.releases[0].noise_std
 
 
 def test_dp_ls_user_unit_weights_each_users_rows():
     fs = _features()
     c, reg = 1.0, 0.5
-    run = train_transfer(fs, TransferConfig(method="dp-ls", non_private=True, clip_norm=c, reg=reg, alpha=1.0,
+    run = train_transfer(fs, TransferConfig(method="dp-ls", nonprivate=True, clip_norm=c, reg=reg, alpha=1.0,
                                             unit="user"))
     x = _clipped(fs, c)
     w = 1.0 / np.bincount(fs.users)[fs.users]
@@ -86,7 +86,7 @@ def _numpy_dp_sgd(fs, c, gclip, bias, lr, steps, optimizer):
 def test_dp_sgd_non_private_is_clipped_gradient_descent(optimizer):
     fs = _features(n=80)
     c, gclip, bias, lr, steps = 1.0, 0.4, -2.0, 0.5, 5
-    run = train_transfer(fs, TransferConfig(method="dp-sgd", non_private=True, clip_norm=c, grad_clip_norm=gclip,
+    run = train_transfer(fs, TransferConfig(method="dp-sgd", nonprivate=True, clip_norm=c, grad_clip_norm=gclip,
                                             bias=bias, lr=lr, steps=steps, optimizer=optimizer))
     np.testing.assert_allclose(run.model.weights.numpy(), _numpy_dp_sgd(fs, c, gclip, bias, lr, steps, optimizer),
                                rtol=1e-8, atol=1e-10)
@@ -96,7 +96,7 @@ def test_dp_sgd_non_private_is_clipped_gradient_descent(optimizer):
 def test_dp_newton_non_private_is_one_newton_step_of_the_regularised_loss():
     fs = _features()
     c, reg, alpha, bias = 1.0, 0.3, 0.5, 0.0
-    run = train_transfer(fs, TransferConfig(method="dp-newton", non_private=True, clip_norm=c, reg=reg, alpha=alpha,
+    run = train_transfer(fs, TransferConfig(method="dp-newton", nonprivate=True, clip_norm=c, reg=reg, alpha=alpha,
                                             bias=bias))
     x = torch.from_numpy(_clipped(fs, c))
     y = torch.from_numpy(_onehot(fs.labels))
@@ -119,8 +119,8 @@ def test_dp_newton_two_steps_decrease_the_loss():
         return float(torch.nn.functional.binary_cross_entropy_with_logits(
             x @ w.T, y, weight=y + 0.3 * (1 - y), reduction="sum"))
 
-    cfg1 = TransferConfig(method="dp-newton", non_private=True, reg=0.1, steps=1)
-    cfg3 = TransferConfig(method="dp-newton", non_private=True, reg=0.1, steps=3)
+    cfg1 = TransferConfig(method="dp-newton", nonprivate=True, reg=0.1, steps=1)
+    cfg3 = TransferConfig(method="dp-newton", nonprivate=True, reg=0.1, steps=3)
     l0 = ova_loss(torch.zeros(K, D, dtype=torch.float64))
     l1 = ova_loss(train_transfer(fs, cfg1).model.weights)
     l3 = ova_loss(train_transfer(fs, cfg3).model.weights)
@@ -130,7 +130,7 @@ def test_dp_newton_two_steps_decrease_the_loss():
 def test_dp_fc_non_private_is_preconditioned_clipped_gradient_descent():
     fs = _features(n=80)
     c, gclip, bias, lr, reg, steps = 1.0, 0.5, -3.0, 2.0, 0.4, 3
-    run = train_transfer(fs, TransferConfig(method="dp-fc", non_private=True, clip_norm=c, grad_clip_norm=gclip,
+    run = train_transfer(fs, TransferConfig(method="dp-fc", nonprivate=True, clip_norm=c, grad_clip_norm=gclip,
                                             bias=bias, lr=lr, reg=reg, steps=steps))
     x, y = _clipped(fs, c), _onehot(fs.labels)
     p = np.linalg.inv(x.T @ x + reg * np.eye(D))
@@ -149,7 +149,7 @@ def test_tiny_noise_converges_to_the_non_private_solution(method):
     fs = _features()
     extra = {"steps": 5} if method in ("dp-sgd", "dp-fc") else {}
     base = dict(method=method, reg=0.5, seed=0, **extra) if method != "dp-sgd" else dict(method=method, seed=0, **extra)
-    ref = train_transfer(fs, TransferConfig(non_private=True, **base)).model.weights
+    ref = train_transfer(fs, TransferConfig(nonprivate=True, **base)).model.weights
     errs = []
     for z in (1e-2, 1e-4, 1e-6):
         w = train_transfer(fs, TransferConfig(noise_multiplier=z, accountant="rdp", **base)).model.weights
@@ -174,4 +174,4 @@ def test_non_private_baseline_matches_scikit_learn():
     clf = sklearn.LogisticRegression(C=1.0 / (len(x) * reg), tol=1e-10, max_iter=5000).fit(x, fs.labels)
     np.testing.assert_allclose(run.model.weights.numpy(), clf.coef_, atol=1e-4)
     np.testing.assert_allclose(run.model.bias.numpy(), clf.intercept_, atol=1e-4)
-    assert run.plan.non_private and "non-private" in run.epsilon_sentence.lower()
+    assert run.plan.nonprivate and "not private" in run.epsilon_sentence

@@ -60,7 +60,7 @@ def test_secure_noise_refuses_a_seed_and_a_run_without_noise():
     with pytest.raises(ValueError, match="cannot be combined with a seed"):
         TransferConfig(method="dp-ls", epsilon=1.0, seed=3, secure_noise=True)
     with pytest.raises(ValueError, match="non-private"):
-        TransferConfig(method="dp-ls", non_private=True, secure_noise=True)
+        TransferConfig(method="dp-ls", nonprivate=True, secure_noise=True)
     with pytest.raises(ValueError, match="non-private"):
         TransferConfig(method="non-private", secure_noise=True)
 

@@ -281,7 +281,7 @@ def check_privacy_flags(args: argparse.Namespace) -> None:
     if args.algorithm == "centralized":
         if given:
             raise UsageError(
-                f"{', '.join(given)} given with --algorithm centralized, which is NOT private: it neither "
+                f"{', '.join(given)} given with --algorithm centralized, which is not private: it neither "
                 "clips nor adds noise and ignores every privacy flag. For user-level DP choose --algorithm "
                 "dp-fedemb (or dp-fedavg, dp-ftrl-fedemb); for a non-private baseline drop the privacy flags"
             )
@@ -346,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
     if args.algorithm == "centralized":
         from dpemb.training.centralized import train_centralized
 
-        print("note: centralized training is NOT private (no clipping, no noise, no epsilon); for "
+        print("note: centralized training is not private (no clipping, no noise, no epsilon); for "
               "user-level DP use --algorithm dp-fedemb")
         report = train_centralized(train, held_out, model_cfg, optim_cfg, run_cfg, resume=RESUME[args.resume],
                                    provenance=provenance(args))

@@ -302,7 +302,7 @@ def run_transfer(args: argparse.Namespace) -> int:
                 runs = sweep_epsilon(train, test, cfg, sweep, progress=args.progress, device=device)
             else:
                 cfg = TransferConfig(method=method, epsilon=args.epsilon, noise_multiplier=args.noise_multiplier,
-                                     non_private=args.non_private, secure_noise=secure, **common)
+                                     nonprivate=args.non_private, secure_noise=secure, **common)
                 runs = [train_transfer(train, cfg, test, progress=args.progress, device=device)]
             for run in runs:
                 print(run.report())

@@ -22,6 +22,7 @@ import math
 
 from dpemb.privacy.delta import delta_warning
 from dpemb.privacy.spec import PrivacySpec
+from dpemb.privacy.statements import NONPRIVATE_STATEMENT
 
 WEAK_EPSILON = 10.0
 #: beyond this RDP epsilon the PLD epsilon is not computed (training reports, `dpemb account`):
@@ -36,7 +37,7 @@ DIVERGES_FROM = 0.1
 def cohort_warnings(spec: PrivacySpec, epsilon: float | None = None) -> list[str]:
     """Plain-language warnings for ``spec`` (and its epsilon, when known)."""
     if spec.nonprivate:
-        return ["not private: the run adds no noise (explicitly requested)"]
+        return [NONPRIVATE_STATEMENT]
     out = []
     relative = spec.noise_on_average / spec.clip_norm
     if relative > TRAINS_UP_TO:

@@ -11,6 +11,9 @@ from dpemb.privacy.spec import PrivacySpec
 #: reports list them: the one definition (no torch, no dp_accounting to import it)
 ACCOUNTANTS = ("rdp", "pld")
 ACCOUNTANT_NAMES = {"rdp": "RDP accountant", "pld": "PLD accountant"}
+#: what the privacy statement of an explicitly requested run without noise says (every
+#: output of such a run says "not private")
+NONPRIVATE_STATEMENT = "not private: no noise (explicitly requested)"
 
 
 def format_epsilon(epsilon: float) -> str:
@@ -53,7 +56,7 @@ def rdp_floor(delta: float) -> float:
 def describe_mechanism(spec: PrivacySpec) -> str:
     """One line: mechanism, sampling, sensitivity, noise, K, relation."""
     if spec.nonprivate:
-        return "not private: no noise (explicitly requested)"
+        return NONPRIVATE_STATEMENT
     if spec.mechanism == "tree":
         noise = (f"tree aggregation (DP-FTRL), node noise std = {spec.noise_multiplier:g} x sensitivity"
                  + (", restarted every epoch" if spec.tree_restarts else ""))

@@ -412,9 +412,9 @@ def _legacy_privacy(state: dict[str, Any], path: str | os.PathLike) -> Any:
     """The privacy statements of an older checkpoint, from its own ledger (the rounds it
     holds), else from a report.json beside it."""
     if state.get("kind") == "centralized":
-        from dpemb.training.centralized import NOT_PRIVATE
+        from dpemb.training.centralized import CENTRALIZED_STATEMENT
 
-        return NOT_PRIVATE
+        return CENTRALIZED_STATEMENT
     try:
         from dpemb.privacy.accounting import PrivacyLedger, PrivacySpec
         from dpemb.training.privacy_report import privacy_report

@@ -5,7 +5,7 @@ all training examples with a head over the training identities (Glorot-initialis
 softmax cross-entropy, or CosFace / ArcFace with ``optim_cfg.loss``); evaluate on
 held-out identities every ``eval_every`` steps; checkpoint atomically; write a report.
 
-This run is NOT private. Its report says so wherever epsilon would be.
+This run is not private. Its report says so wherever epsilon would be.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from dpemb.training.plots import plot_training
 from dpemb.training.rundir import RunDir
 from dpemb.metrics import plot_roc
 
-NOT_PRIVATE = "not private (centralized non-private training; epsilon = inf)"
+#: the privacy statement of every output of centralized training (no clipping, no noise)
+CENTRALIZED_STATEMENT = "not private (centralized non-private training; epsilon = inf)"
 
 
 class BatchOrder:
@@ -86,7 +87,7 @@ def train_centralized(
         torch.set_num_threads(run_cfg.threads)
     device = resolve_device(run_cfg.device)
     run = RunDir.open(run_cfg.out, resume=resume, overwrite=run_cfg.overwrite)
-    config = config_json(algorithm="centralized", privacy=NOT_PRIVATE, model=model_cfg, optim=optim_cfg, run=run_cfg)
+    config = config_json(algorithm="centralized", privacy=CENTRALIZED_STATEMENT, model=model_cfg, optim=optim_cfg, run=run_cfg)
 
     # --- model, head, optimizer
     torch.manual_seed(run_cfg.seed)
@@ -137,12 +138,12 @@ def train_centralized(
             model, eval_ds, batch_size=run_cfg.eval_batch_size, max_pairs=run_cfg.eval_max_pairs, device=device
         )
         model.train()
-        rec = {"step": step, "train_loss": loss, "epsilon": NOT_PRIVATE, **metrics}
+        rec = {"step": step, "train_loss": loss, "epsilon": CENTRALIZED_STATEMENT, **metrics}
         run.append_metrics(rec)
         return rec | {"_roc": ver}
 
     def checkpoint(step: int, loss_ema: float | None) -> None:
-        card = release.write(model, NOT_PRIVATE, steps=step, planned_steps=optim_cfg.steps)  # released
+        card = release.write(model, CENTRALIZED_STATEMENT, steps=step, planned_steps=optim_cfg.steps)  # released
         save_checkpoint(
             run.checkpoint,  # private (0600)
             {
@@ -208,12 +209,12 @@ def train_centralized(
         )
         last_eval = {"step": step, **metrics, "_roc": ver}
     roc = last_eval.pop("_roc")
-    plot_roc({"trained": roc}, run.path / "roc.png", title=f"ROC on the {run_cfg.eval_split} split (centralized, NOT private)")
+    plot_roc({"trained": roc}, run.path / "roc.png", title=f"ROC on the {run_cfg.eval_split} split (centralized, not private)")
     plot_training(records, run.path / "training.png", x="step")
     report = {
         "algorithm": "centralized",
         "loss": to_dict(optim_cfg.loss),
-        "privacy": NOT_PRIVATE,
+        "privacy": CENTRALIZED_STATEMENT,
         "provenance": release.provenance,
         "steps": step,
         "train_examples": train.num_examples,
@@ -228,6 +229,6 @@ def train_centralized(
         "run_dir": str(run.path),
     }
     run.write_report(report)
-    release.write(model, NOT_PRIVATE, held_out_evaluation(report), steps=step,
+    release.write(model, CENTRALIZED_STATEMENT, held_out_evaluation(report), steps=step,
                   planned_steps=optim_cfg.steps)  # the final release artifact
     return report

@@ -18,7 +18,7 @@ from dpemb.privacy.accounting import (
 )
 from dpemb.privacy.adaptive_clipping import AdaptiveClipState
 from dpemb.privacy.noise import describe_sampler
-from dpemb.privacy.statements import describe_adaptive_clipping
+from dpemb.privacy.statements import NONPRIVATE_STATEMENT, describe_adaptive_clipping
 from dpemb.training.config import to_dict
 from dpemb.training.round_log import PLD_MAX_RDP_EPSILON, epsilons
 
@@ -52,7 +52,7 @@ def privacy_report(spec: PrivacySpec, ledger: PrivacyLedger, seeded: bool,
     if spec.adaptive_clipping is not None:
         out["adaptive_clipping"] = adaptive_clipping_report(spec, clip_state)
     if spec.nonprivate:
-        out["statement"] = "not private (noise multiplier 0, explicitly requested)"
+        out["statement"] = NONPRIVATE_STATEMENT
         return out
     out["noise_sampler"] = describe_sampler(spec.secure_noise, seeded)
     kw = dict(delta=spec.resolved_delta, unit=spec.unit, relation=spec.relation)

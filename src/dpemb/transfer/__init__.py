@@ -12,7 +12,7 @@ Privacy guarantee of a DP method's model: (epsilon, delta)-DP with respect to ad
 or removing one unit (an example, or with ``unit="user"`` all of one user's
 examples) of the training features, from the composition of the method's fixed
 number of Gaussian releases at an equal noise multiplier. The non-private baseline
-and ``non_private=True`` runs carry no guarantee and say so.
+and ``nonprivate=True`` runs carry no guarantee and say so.
 """
 
 from dpemb.transfer.budget import NoisePlan, PrivacyConfigError, PrivacyRequest, ReleaseMechanism, plan_noise

@@ -112,7 +112,7 @@ def transfer_audit(train: FeatureSet, config: TransferConfig, canaries: int, *, 
     classifier (module docstring). ``canary_seed`` None keys the canaries from the OS."""
     if not config.is_private:
         raise TransferAuditError("an audit compares with the reported epsilon; give a DP method with noise "
-                                 f"(got {config.method}{' --non-private' if config.non_private else ''})")
+                                 f"(got {config.method}{' --non-private' if config.nonprivate else ''})")
     crafted = make_canary_examples(canaries, train.dim, train.num_classes, config.clip_norm, seed=canary_seed)
     n_real = train.num_examples
     users = None

@@ -67,7 +67,7 @@ class BackboneAccount:
     def total(self, plan: NoisePlan) -> dict[str, Any] | None:
         """The total epsilon of the backbone's DP training and this run together (None when
         no DP model of the chain saw these users, or the run is not private)."""
-        if not self.dp_models or plan.non_private:
+        if not self.dp_models or plan.nonprivate:
             return None
         backbone = [_statement(p) for p in self.dp_models]
         if plan.unit != UNIT:

@@ -41,7 +41,7 @@ from dpemb.privacy.clipping import ClippedSum
 from dpemb.privacy.delta import delta_warning, resolve_delta
 from dpemb.privacy.noise import GaussianNoise, describe_sampler
 from dpemb.privacy.relations import Relation
-from dpemb.privacy.statements import ACCOUNTANTS
+from dpemb.privacy.statements import ACCOUNTANTS, NONPRIVATE_STATEMENT
 
 RELATION = Relation.ADD_REMOVE
 #: below this noise multiplier the PLD accountant is slow (epsilon > 200 anyway); use RDP
@@ -57,9 +57,9 @@ class PrivacyRequest:
     """What the caller asks for: a target epsilon, a noise multiplier, or explicitly no privacy.
 
     Exactly one of ``epsilon`` / ``noise_multiplier`` must be given unless
-    ``non_private`` is set (then neither may be given). A zero, infinite or NaN noise
+    ``nonprivate`` is set (then neither may be given). A zero, infinite or NaN noise
     multiplier or epsilon is an error: a run without noise must say so with
-    ``non_private=True``. ``delta`` None means the default 1 / (10 N), resolved by
+    ``nonprivate=True``. ``delta`` None means the default 1 / (10 N), resolved by
     ``plan_noise`` once N (the number of units) is known; ``allow_large_delta`` accepts a
     given delta >= 1/N.
     """
@@ -67,7 +67,7 @@ class PrivacyRequest:
     epsilon: float | None = None
     delta: float | None = None
     noise_multiplier: float | None = None
-    non_private: bool = False
+    nonprivate: bool = False
     accountant: str = "pld"
     unit: str = "example"
     allow_large_delta: bool = False
@@ -79,7 +79,7 @@ class PrivacyRequest:
             raise PrivacyConfigError(f"unit must be 'example' or 'user', got {self.unit!r}")
         if self.delta is not None and not (0 < self.delta < 1):
             raise PrivacyConfigError(f"delta must lie in (0, 1), got {self.delta}")
-        if self.non_private:
+        if self.nonprivate:
             if self.epsilon is not None or self.noise_multiplier is not None:
                 raise PrivacyConfigError("a non-private run takes neither an epsilon nor a noise multiplier")
             return
@@ -114,12 +114,12 @@ class NoisePlan:
     delta: float
     accountant: str
     unit: str
-    non_private: bool
+    nonprivate: bool
     relation: str = RELATION.value
     warnings: tuple[str, ...] = ()  # e.g. a delta above the default (``delta.delta_warning``)
 
     def __post_init__(self) -> None:
-        if self.non_private:
+        if self.nonprivate:
             if self.noise_multiplier != 0.0 or not math.isinf(self.epsilon):
                 raise PrivacyConfigError("a non-private plan has noise multiplier 0 and epsilon inf")
         elif not (0 < self.noise_multiplier < math.inf and 0 < self.epsilon < math.inf):
@@ -130,18 +130,15 @@ class NoisePlan:
 
     def sentence(self) -> str:
         """The epsilon statement (accountant, delta, unit, relation), via the privacy layer."""
-        if self.non_private:
-            return (
-                "NON-PRIVATE run (explicitly requested): not private, no noise, no privacy "
-                "guarantee (epsilon = inf)"
-            )
+        if self.nonprivate:
+            return f"{NONPRIVATE_STATEMENT}; no privacy guarantee (epsilon = inf)"
         return describe_epsilon(
             self.epsilon, accountant=self.accountant, delta=self.delta, unit=self.unit, relation=RELATION
         )
 
     def split_sentence(self, releases: Sequence["ReleaseRecord"] = ()) -> str:
         """How the budget is divided between the releases."""
-        if self.non_private:
+        if self.nonprivate:
             return f"budget split: none (non-private run, {self.num_releases} noiseless releases)"
         groups: dict[str, list[ReleaseRecord]] = {}
         for r in releases:
@@ -175,7 +172,7 @@ def plan_noise(spec: PrivacyRequest, num_releases: int, num_units: int | None = 
         spec = replace(spec, delta=delta)
     elif spec.delta is None:
         raise PrivacyConfigError("the default delta 1/(10 N) needs N: pass num_units (the training units)")
-    if spec.non_private:
+    if spec.nonprivate:
         return NoisePlan(num_releases, 0.0, math.inf, spec.delta, spec.accountant, spec.unit, True)
     if spec.noise_multiplier is not None:
         z = float(spec.noise_multiplier)
@@ -233,7 +230,7 @@ class ReleaseMechanism:
 
     def __post_init__(self) -> None:
         self._noise = GaussianNoise(
-            self.plan.noise_multiplier, seed=self.seed, allow_nonprivate=self.plan.non_private,
+            self.plan.noise_multiplier, seed=self.seed, allow_nonprivate=self.plan.nonprivate,
             secure=self.secure,
         )
 

@@ -80,7 +80,7 @@ def classifier_card(run: TransferRun, train: FeatureSet, *, train_file: str, eva
     the other classifiers written with it and what releasing them all costs;
     ``audit``: the run's released audit record."""
     plan = run.plan
-    private = not plan.non_private
+    private = not plan.nonprivate
     total = run.backbone_total
     privacy: dict[str, Any] = {
         "private": private,
@@ -128,9 +128,9 @@ def joint_release(names: Sequence[str], runs: Sequence[TransferRun]) -> dict[str
     costs: the sum of the private ones' epsilons (``runner.combined_cost``), and that a
     non-private one among them gives no guarantee at all."""
     parts = [c] if (c := combined_cost(runs)) else []
-    plain = [n for n, r in zip(names, runs) if r.plan.non_private]
+    plain = [n for n, r in zip(names, runs) if r.plan.nonprivate]
     if plain:
-        parts.append(f"{', '.join(plain)} {'is' if len(plain) == 1 else 'are'} NOT private: releasing "
+        parts.append(f"{', '.join(plain)} {'is' if len(plain) == 1 else 'are'} not private: releasing "
                      f"{'it' if len(plain) == 1 else 'them'} gives the training data no privacy guarantee, "
                      "whatever the others' epsilon")
     return {"classifiers": list(names), "statement": " ".join(parts) or None}

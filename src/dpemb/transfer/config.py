@@ -18,7 +18,7 @@ class TransferConfig:
     (``dpemb.transfer.runner.resolve_params`` states which, and the run records them).
 
     Privacy: exactly one of ``epsilon`` / ``noise_multiplier`` for a DP method, or
-    ``non_private=True`` explicitly (then no noise and no guarantee). The
+    ``nonprivate=True`` explicitly (then no noise and no guarantee). The
     ``non-private`` method (softmax regression baseline) takes none of them.
 
     ``delta`` None (default) is 1 / (10 N) for the N privacy units of the training set;
@@ -33,7 +33,7 @@ class TransferConfig:
     epsilon: float | None = None
     delta: float | None = None
     noise_multiplier: float | None = None
-    non_private: bool = False
+    nonprivate: bool = False
     accountant: str = "pld"
     unit: str = "example"
     clip_norm: float = 1.0
@@ -71,15 +71,15 @@ class TransferConfig:
 
     @property
     def is_private(self) -> bool:
-        """False for the baseline and for a DP method run with ``non_private=True``."""
-        return self.method != "non-private" and not self.non_private
+        """False for the baseline and for a DP method run with ``nonprivate=True``."""
+        return self.method != "non-private" and not self.nonprivate
 
     def privacy_spec(self) -> PrivacyRequest:
         """The privacy request: explicitly non-private for the baseline method."""
-        nonpriv = self.non_private or self.method == "non-private"
+        nonprivate = self.nonprivate or self.method == "non-private"
         return PrivacyRequest(
             epsilon=self.epsilon, delta=self.delta, noise_multiplier=self.noise_multiplier,
-            non_private=nonpriv, accountant=self.accountant, unit=self.unit,
+            nonprivate=nonprivate, accountant=self.accountant, unit=self.unit,
             allow_large_delta=self.allow_large_delta,
         )
 

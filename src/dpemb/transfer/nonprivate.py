@@ -19,7 +19,7 @@ from .result import LinearModel
 
 
 @dataclass(frozen=True)
-class NonPrivateParams:
+class NonprivateParams:
     reg: float = 1e-6
     max_iter: int = 500
     tol: float = 1e-7
@@ -31,7 +31,7 @@ class NonPrivateParams:
             raise ValueError(f"non-private: max_iter must be a positive integer, got {self.max_iter!r}")
 
 
-def fit_nonprivate(prep: PreparedFeatures, params: NonPrivateParams, progress: bool = False) -> LinearModel:
+def fit_nonprivate(prep: PreparedFeatures, params: NonprivateParams, progress: bool = False) -> LinearModel:
     """Fit softmax regression by L-BFGS (module docstring). Unit weights are ignored."""
     x, y = prep.x, prep.labels
     k, d = prep.num_classes, prep.dim

@@ -99,7 +99,7 @@ def resolve_params(config: TransferConfig, plan: NoisePlan, dim: int) -> Any:
             steps=int(_pick(config.steps, d["steps"])), lr=_pick(config.lr, d["lr"]),
             reg=_pick(config.reg, default_reg(m, plan, c, dim)), grad_clip=gclip, bias=_pick(config.bias, d["bias"]),
         )
-    return nonprivate.NonPrivateParams(reg=_pick(config.reg, d["reg"]))
+    return nonprivate.NonprivateParams(reg=_pick(config.reg, d["reg"]))
 
 
 #: the label of ``TransferRun.private_diagnostics`` (and of the file the CLI writes it to)
@@ -137,7 +137,7 @@ class TransferRun:
     def epsilon_sentence(self) -> str:
         """The epsilon statement, with what it does not cover (a backbone) appended."""
         s = self.plan.sentence()
-        return self.backbone.qualify(s) if self.backbone is not None and not self.plan.non_private else s
+        return self.backbone.qualify(s) if self.backbone is not None and not self.plan.nonprivate else s
 
     @property
     def statement_line(self) -> str:
@@ -165,7 +165,7 @@ class TransferRun:
             "top1": self.top1,
             "target_epsilon": self.config.epsilon,
             "epsilon": eps if math.isfinite(eps) else None,
-            "non_private": self.plan.non_private,
+            "nonprivate": self.plan.nonprivate,
             "delta": self.plan.delta,
             "accountant": self.plan.accountant,
             "unit": self.plan.unit,
@@ -209,7 +209,7 @@ class TransferRun:
         lines.extend(f"warning: {w}" for w in self.plan.warnings)
         if self.config.method != "non-private":
             lines.append(self.split_sentence)
-            if not self.plan.non_private:
+            if not self.plan.nonprivate:
                 lines.append(self.sampler)
         return "\n".join(lines)
 
@@ -218,7 +218,7 @@ def combined_cost(runs: Sequence[TransferRun]) -> str | None:
     """What releasing the models of all ``runs`` (trained on the same data) costs: the sum
     of the epsilons of the private ones (basic composition), with what every epsilon
     leaves out (a backbone) appended; None for fewer than two private runs."""
-    private = [r for r in runs if not r.plan.non_private]
+    private = [r for r in runs if not r.plan.nonprivate]
     if len(private) < 2:
         return None
     total = sum(r.plan.epsilon for r in private)
@@ -313,7 +313,7 @@ def sweep_epsilon(train: FeatureSet, test: FeatureSet, config: TransferConfig, e
                   progress: bool = False, device: torch.device | str | None = None) -> list[TransferRun]:
     """One run per target epsilon (each its own fresh noise and its own accounting)."""
     check_compatible(train, test)
-    cfgs = [dataclasses.replace(config, epsilon=float(eps), noise_multiplier=None, non_private=False)
+    cfgs = [dataclasses.replace(config, epsilon=float(eps), noise_multiplier=None, nonprivate=False)
             for eps in epsilons]
     account = check_backbone(train, cfgs[0]) if cfgs else None
     prep = prepare_train(train, config, device)
