@@ -409,12 +409,30 @@ def test_make_glyphs(tmp_path):
     assert e.value.code == 2
 
 
-def test_glyph_defaults_match_the_config():
+def _subparser(parser: argparse.ArgumentParser, *names: str) -> argparse.ArgumentParser:
+    for name in names:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = action.choices[name]
+    return parser
+
+
+def test_glyph_help_shows_the_configs_defaults():
     from dpemb.data.glyphs import GlyphConfig
 
-    cfg = GlyphConfig().to_dict()
-    for k, v in data_cli.GLYPH_DEFAULTS.items():
-        assert cfg[k] == (list(v) if isinstance(v, tuple) else v), k
+    parser = argparse.ArgumentParser(prog="dpemb")
+    data_cli.register(parser.add_subparsers(dest="command"))
+    glyphs = _subparser(parser, "data", "make", "glyphs")
+    cfg = GlyphConfig()
+    shown = [a for a in glyphs._actions if a.dest in data_cli.GLYPH_DEFAULTS and "(default:" in (a.help or "")
+             and getattr(cfg, a.dest) is not None]  # None: "the identity share", the config's rule
+    assert {a.dest for a in shown} >= {"regime", "num_users", "identities_per_user", "users_per_identity",
+                                       "images_per_identity", "image_size", "jitter", "occlusion", "seed",
+                                       "eval_identity_fraction", "validation_identity_fraction",
+                                       "public_user_fraction"}
+    for a in shown:
+        assert f"(default: {getattr(cfg, a.dest)}" in a.help, a.dest
+    args = parser.parse_args(["data", "make", "glyphs", "--out", "o"])  # nothing given: the config decides
+    assert all(getattr(args, name, None) is None for name in data_cli.GLYPH_DEFAULTS)
 
 
 def test_registered_in_main_parser(tmp_path):

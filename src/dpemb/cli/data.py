@@ -10,6 +10,7 @@ it (atomically) for `dpemb train`. `dpemb data split DIR` chooses those roles ag
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -18,33 +19,18 @@ from typing import Any
 
 from dpemb.cli.main import UsageError
 from dpemb.data.dataset import DataError, UserDataset
+from dpemb.data.glyphs.config import GlyphConfig
 from dpemb.data.images import DEFAULT_IMAGE_SIZE
+from dpemb.data.splits import DEFAULT_EVAL_IDENTITY_FRACTION, DEFAULT_VALIDATION_IDENTITY_FRACTION
 
 PROG = "dpemb data"
 #: one default side for generated glyphs and the generic (manifest, folder) importers,
 #: the input size of the default LeNet backbone; photo datasets (GLDv2, iNat, DigiFace)
 #: default to 64 px RGB
 
-# Defaults of dpemb.data.glyphs.GlyphConfig, shown in --help; None is passed through
+# The defaults of GlyphConfig's fields, shown in --help; a flag not given is passed
 # as "not given", so GlyphConfig's own defaults always apply.
-GLYPH_DEFAULTS = {
-    "regime": "shared",
-    "num_users": 300,
-    "identities_per_user": 40,
-    "users_per_identity": 1,
-    "images_per_identity": 2,
-    "image_size": DEFAULT_IMAGE_SIZE,
-    "eval_identity_fraction": 0.2,
-    "validation_identity_fraction": 0.1,
-    "eval_user_fraction": None,
-    "validation_user_fraction": None,
-    "public_user_fraction": 0.1,
-    "seed": 0,
-    "max_identities": None,
-    "jitter": 1.0,
-    "occlusion": 0.0,
-    "extra_font_paths": (),
-}
+GLYPH_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GlyphConfig)}
 
 
 # --------------------------------------------------------------------------- types
@@ -123,7 +109,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     split.add_argument(
         "--out", metavar="DIR", help="write the re-split dataset here (default: replace DIR)"
     )
-    _add_splits(split, eval_default=DEFAULT_EVAL, importer=True)
+    _add_splits(split, defaults=IMPORT_SPLIT_DEFAULTS, importer=True)
     split.set_defaults(func=_run_split)
 
     inspect = actions.add_parser(
@@ -158,21 +144,26 @@ def _add_out(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
-DEFAULT_EVAL, DEFAULT_VALIDATION = 0.1, 0.1  # = dpemb.data.splits.DEFAULT_*_FRACTION
+#: the split defaults of the importers and `dpemb data split` (assign_splits')
+IMPORT_SPLIT_DEFAULTS = {
+    "eval_identity_fraction": DEFAULT_EVAL_IDENTITY_FRACTION,
+    "validation_identity_fraction": DEFAULT_VALIDATION_IDENTITY_FRACTION,
+    "public_user_fraction": 0.0, "seed": 0,
+}
 
 
-def _add_splits(p: argparse.ArgumentParser, *, eval_default: float, importer: bool) -> None:
-    """Split flags. Defaults are passed as None (shown in the help) so that the library
-    (assign_splits, GlyphConfig) applies its own."""
+def _add_splits(p: argparse.ArgumentParser, *, defaults: dict[str, Any], importer: bool) -> None:
+    """Split flags. The identity fractions are passed as None when not given (their
+    ``defaults`` shown in the help) so that the library (assign_splits, GlyphConfig)
+    applies its own; so are the glyphs' public share and seed."""
     g = p.add_argument_group(
         "splits (test and validation identities are held out with their own users)"
     )
-    val_default = DEFAULT_VALIDATION
     ev = g.add_mutually_exclusive_group()
     ev.add_argument(
         "--eval-identity-fraction", type=_fraction, metavar="F",
         help="share of identities held out for the TEST split (reported numbers), chosen "
-        f"at random (default: {eval_default}; 0: none)",
+        f"at random (default: {defaults['eval_identity_fraction']}; 0: none)",
     )
     if importer:
         ev.add_argument(
@@ -184,7 +175,8 @@ def _add_splits(p: argparse.ArgumentParser, *, eval_default: float, importer: bo
     va.add_argument(
         "--validation-identity-fraction", type=_fraction, metavar="F",
         help="share of identities held out for the VALIDATION split (choosing "
-        f"hyperparameters), chosen at random among the others (default: {val_default}; 0: none)",
+        f"hyperparameters), chosen at random among the others "
+        f"(default: {defaults['validation_identity_fraction']}; 0: none)",
     )
     if importer:
         va.add_argument(
@@ -207,13 +199,13 @@ def _add_splits(p: argparse.ArgumentParser, *, eval_default: float, importer: bo
     )
     g.add_argument(
         "--public-user-fraction", type=_fraction,
-        default=0.0 if importer else None, metavar="P",
+        default=defaults["public_user_fraction"] if importer else None, metavar="P",
         help="share of the training users marked public (for non-private pretraining; "
-        f"excluded from private training) (default: {'0.0' if importer else '0.1'})",
+        f"excluded from private training) (default: {defaults['public_user_fraction']})",
     )
     g.add_argument(
-        "--seed", type=int, default=0 if importer else None,
-        help="seed of every random choice (default: 0)",
+        "--seed", type=int, default=defaults["seed"] if importer else None,
+        help=f"seed of every random choice (default: {defaults['seed']})",
     )
 
 
@@ -262,7 +254,7 @@ def _add_glyphs(sources: argparse._SubParsersAction) -> None:
                         f"within-identity variation harder (default: {d['occlusion']})")
     p.add_argument("--font", dest="extra_font_paths", action="append", metavar="PATH",
                    help="an extra font file to use (repeatable)")
-    _add_splits(p, eval_default=GLYPH_DEFAULTS["eval_identity_fraction"], importer=False)
+    _add_splits(p, defaults=GLYPH_DEFAULTS, importer=False)
     _add_out(p)
     p.set_defaults(func=_run_glyphs)
 
@@ -379,7 +371,7 @@ def _add_file_sources(sources: argparse._SubParsersAction) -> None:
 
 
 def _finish(p: argparse.ArgumentParser, source: str) -> None:
-    _add_splits(p, eval_default=DEFAULT_EVAL, importer=True)
+    _add_splits(p, defaults=IMPORT_SPLIT_DEFAULTS, importer=True)
     _add_out(p)
     p.set_defaults(func=_run_import, source=source)
 
@@ -475,7 +467,7 @@ def _run_split(args: argparse.Namespace) -> int:
 
 def _run_glyphs(args: argparse.Namespace) -> int:
     try:
-        from dpemb.data.glyphs import GlyphConfig, make_glyphs
+        from dpemb.data.glyphs import make_glyphs
     except ImportError as e:
         return _fail(f"the glyph benchmark is not available ({e})")
     given = {

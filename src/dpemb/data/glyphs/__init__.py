@@ -4,10 +4,31 @@ fonts installed on the machine and those shipped with Python packages.
 
 See docs/GLYPHS.md. Entry points: :class:`GlyphConfig`, :func:`make_glyphs`,
 :func:`available_fonts`.
+
+Imports are lazy (PEP 562): ``dpemb.data.glyphs.config`` (what ``dpemb data`` reads
+its defaults from) does not load torch; the renderer loads on first use.
 """
 
-from dpemb.data.glyphs.config import GlyphConfig, GlyphConfigError
-from dpemb.data.glyphs.fonts import FontInfo
-from dpemb.data.glyphs.make import available_fonts, make_glyphs
+from __future__ import annotations
 
-__all__ = ["GlyphConfig", "GlyphConfigError", "FontInfo", "available_fonts", "make_glyphs"]
+import importlib
+from typing import Any
+
+# public name -> submodule that defines it
+_WHERE = {
+    "GlyphConfig": "config", "GlyphConfigError": "config", "FontInfo": "fonts",
+    "available_fonts": "make", "make_glyphs": "make",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'dpemb.data.glyphs' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
