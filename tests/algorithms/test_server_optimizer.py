@@ -14,7 +14,7 @@ import torch
 from dpemb.algorithms.config import FederatedConfig
 from dpemb.algorithms.round import server_step
 from dpemb.algorithms.server import check_server_schedule, make_server_optimizer, server_lr_at
-from dpemb.training.config import config_differences, config_json
+from dpemb.training.config import config_differences, config_json, unset_settings
 
 
 def _params(seed=0):
@@ -132,16 +132,23 @@ def test_warmup_must_end_before_the_last_round():
         server_lr_at(cfg, 5, 5)
 
 
-def test_a_config_from_before_the_server_knobs_still_resumes():
+def test_a_config_from_before_the_server_knobs_is_refused_as_pre_release(tmp_path):
+    from dpemb.training.errors import PreReleaseError
+    from dpemb.training.resume import check_same_config
+    from dpemb.training.rundir import RunDir
+
     current = config_json(federated=FederatedConfig())
     saved = json.loads(current)
-    for k in ("server_optimizer", "server_adam_beta1", "server_adam_beta2", "server_adam_eps",
-              "server_lr_schedule", "server_lr_warmup"):
+    knobs = ("server_optimizer", "server_adam_beta1", "server_adam_beta2", "server_adam_eps",
+             "server_lr_schedule", "server_lr_warmup")
+    for k in knobs:
         del saved["federated"][k]
     saved = json.dumps(saved)
-    assert config_differences(saved, current) == []
+    assert unset_settings(saved, current) == sorted(f"federated.{k}" for k in knobs)
+    with pytest.raises(PreReleaseError, match="written by a pre-release dpemb.*train the model again"):
+        check_same_config(RunDir(tmp_path / "run"), saved, current)
     adam = config_json(federated=FederatedConfig(server_optimizer="adam", server_lr_schedule="cosine"))
-    assert config_differences(saved, adam) == ["federated.server_lr_schedule", "federated.server_optimizer"]
+    assert config_differences(current, adam) == ["federated.server_lr_schedule", "federated.server_optimizer"]
 
 
 # --- the CLI flags -----------------------------------------------------------------------------

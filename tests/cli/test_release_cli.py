@@ -1,5 +1,6 @@
 """The CLI side of the release artifact: downstream commands read the artifact and refuse
-private checkpoints, `dpemb export` writes one for an existing (older) run, and
+private checkpoints, `dpemb export` writes one for an existing run (and refuses a
+pre-release one), and
 `dpemb train --init` refuses a non-private init unless --allow-nonprivate-init."""
 
 from __future__ import annotations
@@ -80,15 +81,10 @@ def test_downstream_reads_the_run_directory_and_the_artifact(work, tmp_path, cap
                   "--out", str(tmp_path / "f.npz"), "--quiet"]) == 0  # the old flag name still works
 
 
-def test_export_of_an_old_run(work, tmp_path, capsys):
-    """A run written before the artifact existed: checkpoint.pt at the top, no
-    provenance. `dpemb export` writes the artifact; its embeddings equal the
-    checkpoint's bit for bit; downstream commands then accept it."""
-    from dpemb.training.checkpoint import backbone_from_checkpoint
-    from dpemb.training.evaluate import compute_embeddings
-    from dpemb.training.artifact import load_artifact
-    from dpemb.data.dataset import UserDataset
-
+def test_a_pre_release_run_is_refused_by_export_and_downstream(work, tmp_path, capsys):
+    """A run written by a pre-release dpemb (checkpoint.pt at the top, no provenance, no
+    artifact): `dpemb export`, `embed` and `train --init` refuse it with one line saying
+    so and what to do (train again); nothing is written."""
     assert dp_train(work, "old", "--init", str(work / "public")) == 0
     old = work / "old"
     state = torch.load(old / "private" / "checkpoint.pt", weights_only=False)
@@ -97,27 +93,18 @@ def test_export_of_an_old_run(work, tmp_path, capsys):
     torch.save(state, old / "checkpoint.pt")
     for f in ("private/checkpoint.pt", "model.safetensors", "model_card.json"):
         os.remove(old / f)
-    try:  # before the export, downstream says how to get an artifact
-        rc = dpemb(["embed", str(old), str(work / "data"), "--out", str(tmp_path / "x.npy")])
-    except SystemExit as e:
-        rc = e.code
-    assert rc != 0 and "dpemb export" in capsys.readouterr().err
-
-    assert dpemb(["export", str(old), "--out", str(tmp_path / "art")]) == 0
-    out = capsys.readouterr().out
-    assert "privacy: epsilon = " in out and "model.safetensors" in out
-    card = json.loads((tmp_path / "art" / "model_card.json").read_text())
-    assert card["algorithm"] == "dp-fedemb" and card["rounds"] == 2
-    assert card["provenance"]["train_split"] == "unknown"
-    assert card["privacy"]["epsilon_rdp"] > 0
-    # the init was a path: not recorded by an older run, so the epsilon says so
-    assert all("does NOT cover the initialisation" in card["privacy"][k] for k in ("statement_rdp", "statement_pld"))
-
-    ds = UserDataset.load(work / "data")
-    a = compute_embeddings(backbone_from_checkpoint(old / "checkpoint.pt"), ds)
-    b = compute_embeddings(load_artifact(tmp_path / "art")[0], ds)
-    assert torch.equal(a, b)
-    assert np.array_equal(embed(tmp_path / "art", work, tmp_path / "e.npy"), a.numpy())
+    capsys.readouterr()
+    for argv in (["export", str(old), "--out", str(tmp_path / "art")],
+                 ["embed", str(old), str(work / "data"), "--out", str(tmp_path / "x.npy")]):
+        try:
+            rc = dpemb(argv)
+        except SystemExit as e:
+            rc = e.code
+        err = capsys.readouterr().err
+        assert rc == 1, argv
+        assert f"{old} was written by a pre-release dpemb" in err and "train the model again" in err, argv
+        assert err.count("\n") == 1, err
+    assert not (tmp_path / "art").exists() and not (tmp_path / "x.npy").exists()
 
 
 def test_export_of_a_new_run_reproduces_its_card(work, tmp_path):

@@ -1,6 +1,6 @@
 """The release artifact (model.safetensors + model_card.json) apart from the private
 training state (private/checkpoint.pt): contents, bit-identical embeddings, file modes,
-old run layouts."""
+the refusal of a pre-release run layout."""
 
 from __future__ import annotations
 
@@ -142,13 +142,13 @@ def test_file_modes_private_state_0600_released_files_follow_umask(tmp_path, uma
     assert mode(run.report) == 0o640
 
 
-def test_resume_from_an_old_run_layout(tmp_path, monkeypatch):
-    """A run written before private/ existed (checkpoint.pt at the top) still resumes;
-    the checkpoint moves into private/."""
+def test_a_pre_release_run_layout_is_refused_on_resume(tmp_path, monkeypatch):
+    """A run written by a pre-release dpemb (checkpoint.pt at the top, before private/
+    existed) is refused on resume with the one pre-release error; nothing is moved."""
+    from dpemb.training.errors import PreReleaseError
+
     train, ev = splits()
     opt = OptimConfig(steps=8, batch_size=16)
-    ref = RunConfig(out=str(tmp_path / "ref"), eval_every=4, progress=False)
-    central.train_centralized(train, ev, MODEL, opt, ref)
     run = RunConfig(out=str(tmp_path / "old"), eval_every=4, progress=False)
     real, calls = central.evaluate_backbone, {"n": 0}
 
@@ -163,13 +163,13 @@ def test_resume_from_an_old_run_layout(tmp_path, monkeypatch):
         central.train_centralized(train, ev, MODEL, opt, run)
     monkeypatch.setattr(central, "evaluate_backbone", real)
     old = tmp_path / "old"
-    os.replace(old / "private" / "checkpoint.pt", old / "checkpoint.pt")  # the old layout
+    os.replace(old / "private" / "checkpoint.pt", old / "checkpoint.pt")  # the pre-release layout
     os.rmdir(old / "private")
-    central.train_centralized(train, ev, MODEL, opt, run, resume=True)
-    assert not (old / "checkpoint.pt").exists() and (old / "private" / "checkpoint.pt").is_file()
-    a, b = load_checkpoint(tmp_path / "ref"), load_checkpoint(old)
-    for k in a["backbone"]:
-        assert torch.equal(a["backbone"][k], b["backbone"][k]), k
+    with pytest.raises(PreReleaseError, match="was written by a pre-release dpemb.*train the model again"):
+        central.train_centralized(train, ev, MODEL, opt, run, resume=True)
+    assert (old / "checkpoint.pt").is_file() and not (old / "private").exists()
+    with pytest.raises(PreReleaseError):
+        load_checkpoint(old)
 
 
 def test_the_weights_file_is_byte_identical_for_the_same_weights(tmp_path):

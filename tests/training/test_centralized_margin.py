@@ -1,5 +1,5 @@
 """Centralized training with a margin loss: the loss is part of the config a resume
-checks, and runs written before the loss setting existed still resume."""
+checks, and a run written before the loss setting existed is refused as pre-release."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ import pytest
 import dpemb.training.centralized as central
 from dpemb.models.margin import LossConfig
 from dpemb.training.checkpoint import CheckpointError
-from dpemb.training.config import OptimConfig, RunConfig, config_differences, config_json
+from dpemb.training.config import OptimConfig, RunConfig, config_differences, config_json, unset_settings
+from dpemb.training.errors import PreReleaseError
+from dpemb.training.resume import check_same_config
+from dpemb.training.rundir import RunDir
 from tests.training.test_centralized import MODEL, data
 
 
@@ -27,13 +30,14 @@ def test_arcface_run_then_resume_with_another_loss_is_refused(tmp_path):
         central.train_centralized(train, ev, MODEL, longer, run, resume=True)
 
 
-def test_a_config_written_before_the_loss_setting_existed_still_matches_softmax():
+def test_a_config_written_before_the_loss_setting_existed_is_refused_as_pre_release(tmp_path):
     now = config_json(algorithm="centralized", optim=OptimConfig())
     old = json.loads(now)
     del old["optim"]["loss"]
-    assert config_differences(json.dumps(old), now) == []
-    arc = config_json(algorithm="centralized", optim=OptimConfig(loss="arcface"))
-    assert config_differences(json.dumps(old), arc) == ["optim.loss.kind", "optim.loss.margin", "optim.loss.scale"]
+    assert unset_settings(json.dumps(old), now) == ["optim.loss.kind", "optim.loss.margin", "optim.loss.scale"]
+    assert unset_settings(now, now) == [] and config_differences(now, now) == []
+    with pytest.raises(PreReleaseError, match="written by a pre-release dpemb.*train the model again"):
+        check_same_config(RunDir(tmp_path / "run"), json.dumps(old), now)
 
 
 def test_optim_config_validates_the_loss():

@@ -107,25 +107,30 @@ def test_dp_init_epsilon_is_stated_as_composing_on_top(tmp_path):
     assert card["provenance"]["init"]["private_training"] is True
 
 
-def test_old_checkpoint_without_provenance_is_treated_as_unknown(tmp_path):
-    """An init from a run written before provenance was recorded (its checkpoint is
-    all there is): refused as a checkpoint; exported as the message says, its split is
-    unknown, so a DP run from it is refused."""
+def test_a_pre_release_checkpoint_is_refused_as_an_init_and_by_export(tmp_path):
+    """A checkpoint written by a pre-release dpemb (no provenance, no card, no data
+    records), in its own layout (checkpoint.pt at the top) or in private/: refused as an
+    init and by export, with the one error that says to train again."""
     import os
 
     import torch
 
+    from dpemb.training.artifact import export_run
+    from dpemb.training.errors import PreReleaseError
+
     init, _ = central_run(tmp_path, provenance=Provenance("data/x", "public"))
     state = torch.load(init / "private" / "checkpoint.pt", weights_only=False)
-    for k in ("provenance", "model_card", "init_provenance", "init_caveats"):
+    for k in ("provenance", "model_card", "init_provenance", "init_caveats", "data_fingerprint",
+              "user_fingerprints"):
         state.pop(k, None)
-    torch.save(state, init / "checkpoint.pt")
-    for f in ("private/checkpoint.pt", "model.safetensors", "model_card.json"):
+    torch.save(state, init / "private" / "checkpoint.pt")
+    with pytest.raises(PreReleaseError, match="written by a pre-release dpemb.*train the model again"):
+        export_run(init, tmp_path / "exported")
+    os.replace(init / "private" / "checkpoint.pt", init / "checkpoint.pt")  # the pre-release layout
+    for f in ("model.safetensors", "model_card.json"):
         os.remove(init / f)
-    from dpemb.training.artifact import ArtifactError, export_run
-
-    with pytest.raises(ArtifactError, match="dpemb export") as e:  # a checkpoint is not an init
+    with pytest.raises(PreReleaseError, match="written by a pre-release dpemb.*train the model again"):
         fed_run(tmp_path, algorithm="dp-fedemb", model=ModelConfig("lenet", 16, init=str(init)))
-    export_run(init, tmp_path / "exported")  # the advice; its card records the split as unknown
-    with pytest.raises(InitProvenanceError, match="does not record which users"):
-        fed_run(tmp_path, algorithm="dp-fedemb", model=ModelConfig("lenet", 16, init=str(tmp_path / "exported")))
+    with pytest.raises(PreReleaseError, match="written by a pre-release dpemb"):
+        export_run(init, tmp_path / "exported")
+    assert not (tmp_path / "exported").exists()

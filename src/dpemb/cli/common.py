@@ -27,12 +27,12 @@ def guarded(fn: Callable[[argparse.Namespace], int], name: str) -> Callable[[arg
 
     def run(args: argparse.Namespace) -> int:
         from dpemb.training.checkpoint import CheckpointError
-        from dpemb.training.errors import TrainingDiverged
+        from dpemb.training.errors import PreReleaseError, TrainingDiverged
         from dpemb.training.interrupt import TrainingInterrupted
 
         try:
             return fn(args)
-        except (DataError, CheckpointError, FileNotFoundError, TrainingDiverged) as e:
+        except (DataError, CheckpointError, PreReleaseError, FileNotFoundError, TrainingDiverged) as e:
             print(f"dpemb {name}: error: {e}", file=sys.stderr)
             return 1
         except TrainingInterrupted as e:

@@ -16,8 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "weights only) and model_card.json (backbone, provenance, every privacy "
             "statement). It is what `dpemb embed`, `eval`, `features --backbone-model` and "
             "`train --init` read. The run's checkpoint is private training state (noise "
-            "generator, sampler, optimizer, tree state) and stays where it is. Works for runs "
-            "written by older versions (checkpoint.pt at the top of the run directory). "
+            "generator, sampler, optimizer, tree state) and stays where it is. "
             "--format onnx or torchscript writes, instead of model.safetensors, model.onnx "
             "(onnxruntime; opset 17) or model.torchscript.pt (torch.jit.load), each beside a "
             "copy of the model card: input float32 (N, C, H, W) pixels in [0, 1] as the card's "
@@ -36,11 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from dpemb.training.artifact import export_run
     from dpemb.models.export import MAX_ABS_DIFFERENCE
-    from dpemb.training.rundir import CHECKPOINT, MODEL_CARD
+    from dpemb.training.rundir import MODEL_CARD
 
     out, card, ckpt, written = export_run(args.run, args.out, fmt=args.format)
     done = f"{card['rounds']} rounds" if "rounds" in card else f"{card.get('steps', '?')} steps"
@@ -57,9 +54,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"extrapolated: {ex['statement']}")
     if priv.get("note"):
         print(f"note: {priv['note']}")
-    legacy = Path(args.run) / CHECKPOINT
-    if Path(args.run).is_dir() and legacy.is_file():
-        print(f"warning: {legacy} is private training state at the top of the run directory; move it "
-              f"out of anything you share (`mkdir -m 700 {Path(args.run) / 'private'} && mv {legacy} "
-              f"{Path(args.run) / 'private'}/`)")
     return 0

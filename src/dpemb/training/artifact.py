@@ -32,9 +32,9 @@ import torch
 from dpemb.models import Backbone, build_backbone
 from dpemb.atomic import atomic_write, atomic_write_json
 from dpemb.training.checkpoint import CheckpointError, backbone_from_checkpoint, load_checkpoint
+from dpemb.training.errors import RETRAIN, pre_release
 from dpemb.training.provenance import (
     Provenance,
-    check_init,
     compact_privacy,
     dataset_name,
     qualify_privacy,
@@ -344,6 +344,8 @@ def read_card(directory: str | os.PathLike) -> dict[str, Any]:
         raise ArtifactError(f"{path} is not a dpemb model card")
     if card.get("format_version") != CARD_VERSION:
         raise ArtifactError(f"{path}: unsupported model-card version {card.get('format_version')!r}")
+    if not isinstance(card.get("provenance"), dict):
+        raise pre_release(path, RETRAIN)
     return card
 
 
@@ -366,7 +368,7 @@ def load_artifact(path: str | os.PathLike, device: torch.device | str = "cpu") -
 def init_provenance(card: dict[str, Any], where: str | os.PathLike) -> dict[str, Any]:
     """The provenance a run started from this card records under ``init``."""
     # a release names the init by its directory's name, never the path to it
-    return {"model": dataset_name(where), "algorithm": card.get("algorithm"), **card.get("provenance", {})}
+    return {"model": dataset_name(where), "algorithm": card.get("algorithm"), **card["provenance"]}
 
 
 # ------------------------------------------------------------------------------ export
@@ -377,81 +379,13 @@ def _run_of(path: str | os.PathLike) -> Path:
     return p.parent.parent if p.parent.name == "private" else p.parent
 
 
-def _config(state: dict[str, Any]) -> dict[str, Any]:
-    try:
-        cfg = json.loads(state.get("config") or "{}")
-        return cfg if isinstance(cfg, dict) else {}
-    except (TypeError, ValueError):
-        return {}
-
-
-def legacy_provenance(state: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
-    """What a checkpoint written before provenance was recorded tells: the algorithm,
-    whether noise was on, the privacy of a report.json beside it and the --init it
-    named. The split trained on is unknown (``dpemb train`` defaulted to the private
-    users), and so is an init given as a path."""
-    spec = state.get("privacy_spec")
-    private = state.get("kind") != "centralized" and isinstance(spec, dict) and not spec.get("nonprivate", False)
-    privacy: Any = "not private"
-    if private:
-        privacy = {}
-        try:
-            report = json.loads((_run_of(path) / "report.json").read_text())
-            privacy = compact_privacy(privacy_section(report.get("privacy")))
-        except (OSError, ValueError, TypeError, AttributeError):
-            pass
-    init: Any = (_config(state).get("model") or {}).get("init", "random")
-    if init not in ("random", "imagenet"):
-        init = {"model": str(init), "dataset": None, "source": {}, "train_split": "unknown",
-                "private_training": None, "privacy": {}, "init": "unknown"}
-    return {"dataset": None, "source": {}, "train_split": "unknown", "private_training": private,
-            "privacy": privacy, "init": init}
-
-
-def _legacy_privacy(state: dict[str, Any], path: str | os.PathLike) -> Any:
-    """The privacy statements of an older checkpoint, from its own ledger (the rounds it
-    holds), else from a report.json beside it."""
-    if state.get("kind") == "centralized":
-        from dpemb.training.centralized import CENTRALIZED_STATEMENT
-
-        return CENTRALIZED_STATEMENT
-    try:
-        from dpemb.privacy.accounting import PrivacyLedger, PrivacySpec
-        from dpemb.training.privacy_report import privacy_report
-
-        spec = PrivacySpec(**state["privacy_spec"])
-        ledger = PrivacyLedger(spec)
-        ledger.load_state_dict(state["ledger"])
-        return privacy_report(spec, ledger, bool(_config(state).get("noise_seeded", False)))
-    except Exception as e:  # noqa: BLE001 - any mismatch: fall back to the run's report
-        try:
-            return json.loads((_run_of(path) / "report.json").read_text())["privacy"]
-        except (OSError, ValueError, KeyError):
-            raise ArtifactError(f"{path}: cannot recover the privacy statements of this checkpoint ({e})") from e
-
-
 def card_from_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
-    """The model card of a checkpoint: the one saved with it, or (older checkpoints)
-    one rebuilt from its config, ledger and kind."""
-    card = state.get("model_card")
-    if isinstance(card, dict) and card.get("format") == CARD_FORMAT:
-        return card
-    provenance = state.get("provenance")
-    if not isinstance(provenance, dict):
-        provenance = legacy_provenance(state, path)
-    init = provenance.get("init")
-    caveats = check_init(init, private_run=bool(provenance.get("private_training")), allow_nonprivate_init=True,
-                         init_name=str(init.get("model")) if isinstance(init, dict) else str(init))
-    kind = state.get("kind", "?")
-    progress = {"steps": int(state["step"])} if "step" in state else {"rounds": int(state.get("round", 0))}
-    kwargs = dict(state["backbone_kwargs"])
-    return make_card(
-        backbone_name=state["backbone_name"], backbone_kwargs=kwargs,
-        embedding_dim=int(kwargs.get("embedding_dim", 0)) or int(backbone_from_checkpoint(state).embedding_dim),
-        trainable=str((state.get("model_config") or {}).get("trainable", "all")), algorithm=kind,
-        progress=progress, provenance={k: v for k, v in provenance.items() if k != "privacy"},
-        privacy=qualify_privacy(_legacy_privacy(state, path), caveats),
-    )
+    """The model card saved with a checkpoint (``load_checkpoint``'s): the card of the
+    artifact written with it. ``PreReleaseError`` for a card of a pre-release dpemb."""
+    card = state["model_card"]
+    if not isinstance(card, dict) or card.get("format") != CARD_FORMAT or card.get("format_version") != CARD_VERSION:
+        raise pre_release(path, RETRAIN)
+    return card
 
 
 def with_report_evaluation(card: dict[str, Any], run: Path) -> dict[str, Any]:
@@ -529,12 +463,11 @@ def write_export(directory: str | os.PathLike, backbone: Backbone, card: dict[st
 
 def export_run(run: str | os.PathLike, out: str | os.PathLike,
                fmt: str = "safetensors") -> tuple[Path, dict[str, Any], Path, Exported]:
-    """Write a run's checkpoint (a run directory, old layout included, or the checkpoint
-    file) into ``out`` in format ``fmt`` (:func:`write_export`) with its model card;
+    """Write a run's checkpoint (a run directory or the checkpoint file) into ``out`` in format ``fmt`` (:func:`write_export`) with its model card;
     returns (out, card, checkpoint path, what was written)."""
     path = checkpoint_in(run) if Path(run).is_dir() else Path(run)
     if path is None:
-        raise CheckpointError(f"{run} holds no checkpoint (looked for private/checkpoint.pt and checkpoint.pt)")
+        raise CheckpointError(f"{run} holds no checkpoint (looked for private/checkpoint.pt)")
     state = load_checkpoint(path)
     card = with_report_evaluation(card_from_checkpoint(state, path), _run_of(path))
     model = backbone_from_checkpoint(state)

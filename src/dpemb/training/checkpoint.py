@@ -18,7 +18,10 @@ A checkpoint is a dict saved with ``torch.save``. Every checkpoint has::
     provenance      training data, split, privacy and the initialisation's provenance
     model_card      the card of the release artifact written with this checkpoint
 
-plus the optimizer, RNG, sampler, noise and privacy-ledger states that the kind needs.
+plus ``config``, ``model_config``, the training data's fingerprints
+(``dpemb.training.lineage``) and the optimizer, RNG, sampler, noise and privacy-ledger
+states that the kind needs. A checkpoint without one of ``REQUIRED`` was written by a
+pre-release dpemb and is refused (``dpemb.training.errors.pre_release``).
 """
 
 from __future__ import annotations
@@ -31,9 +34,13 @@ import torch
 
 from dpemb.models import Backbone, build_backbone
 from dpemb.atomic import atomic_write, make_private_dir
+from dpemb.training.errors import RETRAIN, pre_release
 from dpemb.training.rundir import checkpoint_in
 
 FORMAT_VERSION = 1
+#: what every checkpoint holds (a pre-release dpemb wrote checkpoints without some)
+REQUIRED = ("kind", "backbone_name", "backbone_kwargs", "backbone", "config", "model_config", "provenance",
+            "model_card", "data_fingerprint", "user_fingerprints")
 
 
 class CheckpointError(ValueError):
@@ -51,14 +58,13 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
 
 def read_state(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> tuple[Path, Any]:
     """The object ``torch.save`` wrote to ``path`` (a run directory means its
-    ``private/checkpoint.pt``, or an old run's ``checkpoint.pt``) and the resolved file
-    path; ``CheckpointError`` naming the file when it is missing or unreadable. Checks
-    nothing about the content."""
+    ``private/checkpoint.pt``) and the resolved file path; ``CheckpointError`` naming the
+    file when it is missing or unreadable. Checks nothing about the content."""
     path = Path(path)
     if path.is_dir():
         found = checkpoint_in(path)
         if found is None:
-            raise CheckpointError(f"no checkpoint in {path} (looked for private/checkpoint.pt and checkpoint.pt)")
+            raise CheckpointError(f"no checkpoint in {path} (looked for private/checkpoint.pt)")
         path = found
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}: give a run directory or its private/checkpoint.pt")
@@ -69,9 +75,14 @@ def read_state(path: str | os.PathLike, map_location: str | torch.device = "cpu"
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """The checkpoint at ``path`` (a run directory or the file), every ``REQUIRED``
+    entry present: ``CheckpointError`` for anything else, ``PreReleaseError`` for a
+    checkpoint of a pre-release dpemb."""
     path, state = read_state(path, map_location)
     if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
         raise CheckpointError(f"{path} is not a dpemb checkpoint (format {FORMAT_VERSION})")
+    if any(k not in state for k in REQUIRED):
+        raise pre_release(path, RETRAIN)
     return state
 
 

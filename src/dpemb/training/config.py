@@ -104,40 +104,30 @@ class RunConfig:
 PERFORMANCE_ONLY = ("checkpoint_every", "checkpoint_interval_s", "threads", "eval_batch_size", "progress", "device",
                     "client_batch", "bf16", "overwrite")
 
-#: settings added after runs were written (dotted path -> the value a run without the
-#: key had): a saved config lacking one equals a current config holding this value, so
-#: such runs still resume
-ADDED_SETTINGS: dict[str, Any] = {
-    f"{section}.loss.{k}": v for section in ("optim", "federated")
-    for k, v in (("kind", "softmax"), ("scale", None), ("margin", None))
-} | {"privacy.adaptive_clipping": None} | {
-    # the server optimizer and lr schedule (dpemb.algorithms.server): SGD at a constant lr before
-    "federated.server_optimizer": "sgd", "federated.server_adam_beta1": 0.9,
-    "federated.server_adam_beta2": 0.99, "federated.server_adam_eps": 1e-3,
-    "federated.server_lr_schedule": "constant", "federated.server_lr_warmup": 0,
-    "federated.server_ema": 0.0,  # the last server model released
-    "federated.public_negatives": False,  # fresh heads over the client's own identities only
-}
+
+def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: obj}
 
 
 def config_differences(saved: str, current: str) -> list[str]:
     """The settings (dotted paths such as ``federated.client_lr``) whose values differ
     between two ``config_json`` texts, ignoring ``run.<PERFORMANCE_ONLY>``."""
     ignore = {f"run.{k}" for k in PERFORMANCE_ONLY}
-
-    def flat(obj: Any, prefix: str = "") -> dict[str, Any]:
-        if isinstance(obj, dict):
-            out: dict[str, Any] = {}
-            for k, v in obj.items():
-                out.update(flat(v, f"{prefix}{k}."))
-            return out
-        return {prefix[:-1]: obj}
-
-    a, b = flat(json.loads(saved)), flat(json.loads(current))
-    for k, v in ADDED_SETTINGS.items():  # a run written before the setting existed
-        if k not in a and k in b and b[k] == v:
-            a[k] = v
+    a, b = _flat(json.loads(saved)), _flat(json.loads(current))
     return sorted(k for k in a.keys() | b.keys() if k not in ignore and a.get(k, "<unset>") != b.get(k, "<unset>"))
+
+
+def unset_settings(saved: str, current: str) -> list[str]:
+    """The settings ``current`` holds and the ``saved`` config lacks (it was written by a
+    pre-release dpemb, before they existed), ignoring ``run.<PERFORMANCE_ONLY>``."""
+    ignore = {f"run.{k}" for k in PERFORMANCE_ONLY}
+    a, b = _flat(json.loads(saved)), _flat(json.loads(current))
+    return sorted(k for k in b.keys() - a.keys() if k not in ignore)
 
 
 def describe_differences(saved: str, current: str) -> str:
@@ -169,5 +159,5 @@ def config_json(**parts: Any) -> str:
     return json.dumps({k: to_dict(v) for k, v in parts.items()}, indent=2, sort_keys=True)
 
 
-__all__ = ["ModelConfig", "OptimConfig", "RunConfig", "LossConfig", "PERFORMANCE_ONLY", "ADDED_SETTINGS",
-           "config_differences", "describe_differences", "to_dict", "config_json"]
+__all__ = ["ModelConfig", "OptimConfig", "RunConfig", "LossConfig", "PERFORMANCE_ONLY",
+           "config_differences", "describe_differences", "unset_settings", "to_dict", "config_json"]

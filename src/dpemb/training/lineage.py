@@ -25,6 +25,7 @@ import numpy as np
 from dpemb.data.dataset import UserDataset
 from dpemb.data.fingerprint import dataset_fingerprint, shared_users, user_fingerprints
 from dpemb.training.checkpoint import CheckpointError, read_state
+from dpemb.training.errors import RETRAIN, pre_release
 from dpemb.training.rundir import checkpoint_in
 
 Lineage = list[np.ndarray | None]
@@ -39,8 +40,8 @@ def training_record(train: UserDataset, init_lineage: Lineage | None) -> dict[st
 
 def read_lineage(model: str | os.PathLike) -> Lineage | None:
     """``user_fingerprints`` of the run at ``model`` (a run directory whose private
-    checkpoint this process can read), else None (a bare release artifact, or a
-    checkpoint written before fingerprints were recorded)."""
+    checkpoint this process can read), else None (a bare release artifact).
+    ``PreReleaseError`` for a checkpoint of a pre-release dpemb (none recorded)."""
     path = checkpoint_in(model) if Path(model).is_dir() else None
     if path is None:
         return None
@@ -48,8 +49,11 @@ def read_lineage(model: str | os.PathLike) -> Lineage | None:
         _, state = read_state(path)
     except (CheckpointError, OSError):  # not readable by this user: the split rule decides
         return None
-    fps = state.get("user_fingerprints") if isinstance(state, dict) else None
-    return list(fps) if isinstance(fps, list) else None
+    if not isinstance(state, dict):
+        return None
+    if not isinstance(state.get("user_fingerprints"), list):
+        raise pre_release(path, RETRAIN)
+    return list(state["user_fingerprints"])
 
 
 def shared_with(lineage: Lineage | None, users: np.ndarray) -> list[int | None] | None:

@@ -189,7 +189,7 @@ def check_init(init: Any, *, private_run: bool, allow_nonprivate_init: bool, ini
             if not allow_nonprivate_init:
                 if _unknown(p):
                     why = (f"{who} does not record which users it was trained on or whether privately "
-                           "(written by an older dpemb, or by a library call without a Provenance); it "
+                           "(a library call without a Provenance); it "
                            f"was {_nonprivate_text(p)} on {users}")
                 else:
                     why = f"{who} was trained without differential privacy on {users}"

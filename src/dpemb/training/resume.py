@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dpemb.training.checkpoint import CheckpointError
-from dpemb.training.config import PERFORMANCE_ONLY, describe_differences
+from dpemb.training.config import PERFORMANCE_ONLY, describe_differences, unset_settings
+from dpemb.training.errors import RETRAIN, pre_release
 
 if TYPE_CHECKING:
     from dpemb.training.rundir import RunDir
@@ -34,11 +35,14 @@ def resume_from_checkpoint(run: "RunDir", resume: bool | str) -> bool:
     )
 
 
-def check_same_config(run: "RunDir", saved: str | None, current: str) -> None:
+def check_same_config(run: "RunDir", saved: str, current: str) -> None:
     """Refuse to resume when a setting other than a performance-only one changed,
-    naming each one."""
-    if saved is None or saved == current:
+    naming each one; ``PreReleaseError`` when the saved config lacks a setting (a
+    pre-release dpemb wrote it)."""
+    if saved == current:
         return
+    if unset_settings(saved, current):
+        raise pre_release(run.checkpoint, RETRAIN)
     diff = describe_differences(saved, current)
     if diff:
         raise CheckpointError(
@@ -47,15 +51,14 @@ def check_same_config(run: "RunDir", saved: str | None, current: str) -> None:
         )
 
 
-def check_same_data(run: "RunDir", saved: str | None, current: str) -> None:
-    """Refuse to resume a checkpoint written on other training data, or one that does
-    not record which (``dpemb.training.lineage``): the epsilon and the model card would
-    name the wrong data."""
+def check_same_data(run: "RunDir", saved: str, current: str) -> None:
+    """Refuse to resume a checkpoint written on other training data
+    (``dpemb.training.lineage``): the epsilon and the model card would name the wrong
+    data."""
     if saved == current:
         return
-    what = ("does not record which data it was trained on (written by an older dpemb)" if saved is None
-            else "was trained on other data (other examples, users or labels)")
     raise CheckpointError(
-        f"{run.checkpoint} {what}; resuming would mix two datasets under one epsilon and model card. "
+        f"{run.checkpoint} was trained on other data (other examples, users or labels); resuming would mix "
+        "two datasets under one epsilon and model card. "
         "Resume with the original --data and --train-split, or start a new run with another --out."
     )

@@ -14,9 +14,8 @@
         diagnostics.jsonl      mode 0600: un-noised per-round statistics
 
 Released files follow the user's umask; private ones are 0600 in a 0700 directory.
-Runs written before this layout kept ``checkpoint.pt`` at the top; ``checkpoint_in``
-still finds it (``dpemb export``), and opening such a run for training moves it into
-``private/`` (so ``--resume`` finds it and the top level holds released files only).
+A run directory with ``checkpoint.pt`` at the top was written by a pre-release dpemb:
+it is refused (``dpemb.training.errors.pre_release``).
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from dpemb.atomic import (
     atomic_write_text,
     make_private_dir,
 )
+from dpemb.training.errors import RETRAIN, pre_release
 
 PRIVATE_DIR = "private"
 CHECKPOINT = "checkpoint.pt"
@@ -43,13 +43,19 @@ MODEL_CARD = "model_card.json"
 
 
 def checkpoint_in(run_dir: str | os.PathLike) -> Path | None:
-    """The checkpoint of a run directory: ``private/checkpoint.pt``, or an old run's
-    top-level ``checkpoint.pt``; None when there is neither."""
+    """The checkpoint of a run directory, ``private/checkpoint.pt``; None when there is
+    none. ``PreReleaseError`` for a pre-release run (``checkpoint.pt`` at the top)."""
     run_dir = Path(run_dir)
-    for p in (run_dir / PRIVATE_DIR / CHECKPOINT, run_dir / CHECKPOINT):
-        if p.is_file():
-            return p
-    return None
+    refuse_pre_release_layout(run_dir)
+    p = run_dir / PRIVATE_DIR / CHECKPOINT
+    return p if p.is_file() else None
+
+
+def refuse_pre_release_layout(run_dir: Path) -> None:
+    """``PreReleaseError`` when ``run_dir`` keeps its checkpoint at the top (the layout
+    of a pre-release dpemb, before ``private/``)."""
+    if (run_dir / CHECKPOINT).is_file():
+        raise pre_release(run_dir, RETRAIN)
 
 
 #: files whose presence makes a directory a dpemb run (``--overwrite`` replaces only such a directory)
@@ -116,12 +122,8 @@ class RunDir:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        refuse_pre_release_layout(self.path)
         self.path.mkdir(parents=True, exist_ok=True)
-        legacy = self.path / CHECKPOINT
-        if legacy.is_file() and not self.checkpoint.exists():
-            self.make_private_dir()
-            os.chmod(legacy, PRIVATE_FILE_MODE)
-            os.replace(legacy, self.checkpoint)
 
     @property
     def config(self) -> Path:

@@ -38,6 +38,7 @@ from dpemb.privacy.accounting import PrivacySpec, compute_epsilon, describe_epsi
 from dpemb.privacy.events import supported_accountants, training_event
 from dpemb.privacy.relations import Relation
 from dpemb.privacy.statements import format_epsilon
+from dpemb.training.errors import pre_release
 from dpemb.training.provenance import ancestors, check_init, included_ancestors
 
 from .budget import NoisePlan
@@ -169,8 +170,9 @@ def backbone_account(meta: dict[str, Any], *, private_run: bool, allow_nonprivat
         return None
     name = str(meta.get("model") or "of these features")
     prov = meta.get("backbone_provenance")
-    if not isinstance(prov, dict):  # features written before provenance was recorded: unknown
-        prov = {"model": meta.get("model"), "train_split": "unknown", "private_training": None}
+    if not isinstance(prov, dict):
+        raise pre_release(f"this feature file (backbone {name})",
+                          "extract the features again with this dpemb (`dpemb features`)")
     counts = meta.get("backbone_shared_users")
     counts = tuple(counts) if isinstance(counts, list) else None
     shared = None if counts is None else [None if c is None else c > 0 for c in counts]
