@@ -41,7 +41,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 fg = importlib.import_module("fedemb_glyphs")
 sc = importlib.import_module("fedemb_scale")
-fl = importlib.import_module("fedemb_long")
+fl = importlib.import_module("fedemb_long_plan")
 pub = importlib.import_module("public_results")
 scope_note = importlib.import_module("epsilon_scope").scope_note
 

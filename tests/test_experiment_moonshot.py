@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 
-import fedemb_long as fl  # noqa: E402
+import fedemb_long_plan as fl  # noqa: E402
 import fedemb_moonshot as ms  # noqa: E402
 import fedemb_scale as sc  # noqa: E402
 

@@ -39,18 +39,14 @@ than a Gaussian-mechanism round) breaks that telescoping, so ``FederatedConfig``
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import torch
 
-if TYPE_CHECKING:
-    from dpemb.algorithms.config import FederatedConfig
-
-SERVER_OPTIMIZERS = ("sgd", "adam")
-SERVER_LR_SCHEDULES = ("constant", "cosine")
+from dpemb.algorithms.config import SERVER_LR_SCHEDULES, SERVER_OPTIMIZERS, FederatedConfig
 
 
-def make_server_optimizer(params: Sequence[torch.nn.Parameter], cfg: "FederatedConfig") -> torch.optim.Optimizer:
+def make_server_optimizer(params: Sequence[torch.nn.Parameter], cfg: FederatedConfig) -> torch.optim.Optimizer:
     """The server optimizer of ``cfg`` (post-processing: see the module docstring)."""
     if cfg.server_optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.server_lr, momentum=cfg.server_momentum)
@@ -60,7 +56,7 @@ def make_server_optimizer(params: Sequence[torch.nn.Parameter], cfg: "FederatedC
     raise ValueError(f"server_optimizer must be one of {SERVER_OPTIMIZERS}, got {cfg.server_optimizer!r}")
 
 
-def check_server_schedule(cfg: "FederatedConfig", rounds: int) -> None:
+def check_server_schedule(cfg: FederatedConfig, rounds: int) -> None:
     """Refuse a warmup that does not end before the planned last round (ValueError)."""
     if cfg.server_lr_warmup and cfg.server_lr_warmup >= rounds:
         raise ValueError(
@@ -68,7 +64,7 @@ def check_server_schedule(cfg: "FederatedConfig", rounds: int) -> None:
         )
 
 
-def server_lr_at(cfg: "FederatedConfig", rnd: int, rounds: int) -> float:
+def server_lr_at(cfg: FederatedConfig, rnd: int, rounds: int) -> float:
     """The server learning rate of round ``rnd`` (0-based) of ``rounds`` planned rounds.
 
     A function of public quantities only (round number, planned rounds, the knobs)."""

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from dpemb.cli.main import UsageError
 from dpemb.privacy.delta import DEFAULT_DELTA_RULE
-from dpemb.privacy.statements import ACCOUNTANTS
+from dpemb.privacy.spec import ACCOUNTANTS
 
 MAX_PLOT_ROWS = 8
 

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from dpemb.cli.main import main as dpemb
-from dpemb.privacy.statements import ACCOUNTANTS
+from dpemb.privacy.spec import ACCOUNTANTS
 
 #: the demo benchmark: --users people, 8 images each; 20% public, 15% test, 5% validation
 DATA_ARGS = ["--regime", "owned", "--identities-per-user", "1", "--images-per-identity", "8", "--image-size", "28",

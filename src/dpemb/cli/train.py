@@ -8,7 +8,7 @@ import sys
 from dpemb.cli.common import DefaultsHelpFormatter, add_device_flag, add_secure_noise_flag, device_from, fmt, guarded, load_dataset
 from dpemb.cli.main import UsageError
 from dpemb.models import BACKBONES, TRAINABLE_CHOICES
-from dpemb.privacy.statements import ACCOUNTANTS
+from dpemb.privacy.spec import ACCOUNTANTS
 from dpemb.training.config import ModelConfig, OptimConfig, RunConfig
 
 #: --resume value -> the training loops' ``resume`` argument

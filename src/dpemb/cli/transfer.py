@@ -8,7 +8,7 @@ import math
 
 from dpemb.cli.common import add_device_flag, add_secure_noise_flag, device_from, guarded
 from dpemb.data.dataset import DataError
-from dpemb.privacy.statements import ACCOUNTANTS
+from dpemb.privacy.spec import ACCOUNTANTS
 
 METHOD_HELP = "dp-ls, dp-sgd, dp-newton, dp-fc, non-private (comma-separated for several)"
 

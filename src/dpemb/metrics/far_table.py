@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from dpemb.metrics import bootstrap as _boot
+import dpemb.metrics.bootstrap as _boot
 from dpemb.metrics.verification import (
     VerificationResult,
     _exact,

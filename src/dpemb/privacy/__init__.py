@@ -25,13 +25,13 @@ _WHERE = {
     "delta": ("LargeDeltaError", "check_delta", "default_delta", "delta_warning", "resolve_delta"),
     "tree": ("TreeAggregationNoise",),
     "sampling": ("VirtualClientSampler",),
-    "spec": ("PrivacySpec", "PrivacySpecError"),
+    "spec": ("ACCOUNTANTS", "PrivacySpec", "PrivacySpecError"),
     "events": (
         "PLD_DISCRETIZATION", "EpsilonCurve", "UnsupportedAccountantError",
         "compute_epsilon", "epsilon_for", "gaussian_releases_event", "round_event",
         "supported_accountants", "training_event",
     ),
-    "statements": ("ACCOUNTANTS", "describe_epsilon", "describe_mechanism"),
+    "statements": ("describe_epsilon", "describe_mechanism"),
     "ledger": ("PrivacyLedger", "PrivacyStateError"),
     "calibration": (
         "CalibrationError", "Extrapolation", "calibrate_gaussian_releases",

@@ -32,8 +32,8 @@ from dpemb.privacy.events import (
 )
 from dpemb.privacy.ledger import PrivacyLedger, PrivacyStateError
 from dpemb.privacy.relations import Relation
-from dpemb.privacy.spec import PrivacySpec, PrivacySpecError
-from dpemb.privacy.statements import ACCOUNTANTS, describe_epsilon, describe_mechanism
+from dpemb.privacy.spec import ACCOUNTANTS, PrivacySpec, PrivacySpecError
+from dpemb.privacy.statements import describe_epsilon, describe_mechanism
 
 __all__ = [
     "ACCOUNTANTS", "PLD_DISCRETIZATION", "CalibrationError", "EpsilonCurve", "Extrapolation",

@@ -42,8 +42,7 @@ except ImportError as e:  # one line naming the fix (dependency.py), not a trace
 
 from dpemb.privacy._checks import check_noise_multiplier, positive_int
 from dpemb.privacy.relations import Relation, to_dp_accounting
-from dpemb.privacy.spec import PrivacySpec
-from dpemb.privacy.statements import ACCOUNTANTS
+from dpemb.privacy.spec import ACCOUNTANTS, PrivacySpec
 from dpemb.privacy.tree_accounting import TreeParticipation
 
 # dp_accounting's RDP logs a warning for every fractional order whose series does not

@@ -56,6 +56,9 @@ from dpemb.privacy.relations import Relation, parse_relation, user_sensitivity
 MECHANISMS = ("gaussian", "tree")
 SAMPLINGS = ("poisson", "fixed", "epoch")
 UNITS = ("user", "example")
+#: the accountants epsilon is computed with (dp_accounting's RDP and PLD), in the order
+#: reports list them: the one definition (importing it loads neither torch nor dp_accounting)
+ACCOUNTANTS = ("rdp", "pld")
 
 _ALLOWED: dict[tuple[str, str], tuple[Relation, ...]] = {
     ("gaussian", "poisson"): (Relation.ADD_REMOVE, Relation.REPLACE_SPECIAL),

@@ -7,9 +7,6 @@ import math
 from dpemb.privacy.relations import Relation, describe_relation, parse_relation
 from dpemb.privacy.spec import PrivacySpec
 
-#: the accountants epsilon is computed with (dp_accounting's RDP and PLD), in the order
-#: reports list them: the one definition (no torch, no dp_accounting to import it)
-ACCOUNTANTS = ("rdp", "pld")
 ACCOUNTANT_NAMES = {"rdp": "RDP accountant", "pld": "PLD accountant"}
 #: what the privacy statement of an explicitly requested run without noise says (every
 #: output of such a run says "not private")

@@ -19,7 +19,7 @@ from dpemb.metrics import plot_roc
 from dpemb.privacy import advice
 from dpemb.privacy.accounting import PrivacyLedger, PrivacySpec, epsilon_for, supported_accountants
 from dpemb.privacy.clipping import ClippedSum
-from dpemb.privacy.statements import ACCOUNTANTS
+from dpemb.privacy.spec import ACCOUNTANTS
 from dpemb.progress import progress
 from dpemb.training.config import RunConfig, to_dict
 from dpemb.training.plots import plot_training

@@ -41,7 +41,8 @@ from dpemb.privacy.clipping import ClippedSum
 from dpemb.privacy.delta import delta_warning, resolve_delta
 from dpemb.privacy.noise import GaussianNoise, describe_sampler
 from dpemb.privacy.relations import Relation
-from dpemb.privacy.statements import ACCOUNTANTS, NONPRIVATE_STATEMENT
+from dpemb.privacy.spec import ACCOUNTANTS
+from dpemb.privacy.statements import NONPRIVATE_STATEMENT
 
 RELATION = Relation.ADD_REMOVE
 #: below this noise multiplier the PLD accountant is slow (epsilon > 200 anyway); use RDP

@@ -18,7 +18,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from . import dp_fc, dp_ls, dp_newton, dp_sgd, nonprivate
+import dpemb.transfer.dp_fc as dp_fc
+import dpemb.transfer.dp_ls as dp_ls
+import dpemb.transfer.dp_newton as dp_newton
+import dpemb.transfer.dp_sgd as dp_sgd
+import dpemb.transfer.nonprivate as nonprivate
 from dpemb.data.dataset import DataError
 
 from .backbone import BackboneAccount, backbone_account
