@@ -196,6 +196,10 @@ def test_nonfinite_model_stops_with_round_cause_and_remedy(tmp_path, monkeypatch
     state = load_checkpoint(tmp_path / "run")  # the round-2 checkpoint is intact and finite
     assert state["round"] == 2
     assert all(torch.isfinite(v).all() for v in state["backbone"].values() if v.is_floating_point())
+    # the report says what the run directory's release is: round 2's, of 6; the epsilon counts round 3
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["status"] == "incomplete: stopped at round 2 of 6" and "diverged at round 3" in report["stopped_because"]
+    assert report["privacy"]["rounds_composed"] == 3 and report["last_evaluated"]["round"] == 2
 
 
 # ---------------------------------------------------------------- adaptive clipping

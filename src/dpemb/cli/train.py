@@ -361,6 +361,7 @@ def run(args: argparse.Namespace) -> int:
             print_privacy_advice(args, spec)
         for c in caveats if args.target_epsilon is not None else []:
             print(f"  [the calibrated epsilon {c}]")
+        print_planned_total(args, spec)
         report = train_federated(train, held_out, model_cfg, fed_cfg, spec, run_cfg,
                                  noise_seed=args.noise_seed, epsilon_budget=args.epsilon_budget,
                                  resume=RESUME[args.resume], provenance=provenance(args),
@@ -420,6 +421,25 @@ def provenance(args: argparse.Namespace):
 
     return Provenance(dataset=args.data, train_split=args.train_split,
                       allow_nonprivate_init=args.allow_nonprivate_init)
+
+
+def print_planned_total(args: argparse.Namespace, spec) -> None:
+    """For a DP run from a DP init that trained on these users: the total epsilon (RDP) of
+    both trainings once this run has spent its planned rounds."""
+    if spec.nonprivate or args.init in ("random", "imagenet"):
+        return
+    from dpemb.privacy.accounting import compute_epsilon
+    from dpemb.privacy.events import training_event
+    from dpemb.training.artifact import init_total
+    from dpemb.training.config import to_dict
+    from dpemb.training.modelinit import read_init
+
+    _, _, _, init, init_privacy = read_init(args.init)
+    eps = compute_epsilon(training_event(spec), spec.resolved_delta, "rdp", relation=spec.relation)
+    total = init_total({"spec": to_dict(spec), "rounds_composed": spec.rounds, "epsilon_rdp": float(eps)},
+                       init, init_privacy)
+    if total is not None:
+        print(f"after {spec.rounds} rounds, {total['statement']}")
 
 
 def check_init_model(args: argparse.Namespace) -> None:
@@ -535,6 +555,8 @@ def print_summary(report: dict) -> None:
     else:
         for a in ("rdp", "pld"):
             print(f"privacy: {priv[f'statement_{a}']}")
+        if isinstance(priv.get("total_with_init"), dict):
+            print(f"privacy: {priv['total_with_init']['statement']}")
         for ex in priv.get("extrapolated", []):
             print(f"extrapolated: {ex['statement']}")
         if priv.get("noise_seeded"):

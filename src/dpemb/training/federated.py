@@ -45,7 +45,8 @@ from dpemb.training.audit_run import AuditRun
 from dpemb.training.config import ModelConfig, RunConfig, config_json
 from dpemb.training.evaluate import evaluate_embeddings
 from dpemb.training.executor import DistributedExecutor, LocalExecutor, RankFailure, join_job, leave_distributed
-from dpemb.training.interrupt import CheckpointSchedule, GracefulStop
+from dpemb.training.errors import TrainingDiverged
+from dpemb.training.interrupt import CheckpointSchedule, GracefulStop, TrainingInterrupted
 from dpemb.training.modelinit import build_model
 from dpemb.training.lineage import training_record
 from dpemb.training.provenance import Provenance
@@ -152,11 +153,18 @@ def train_federated(
 
     log = RoundLog(run, spec, plan.ledger, fed_cfg, run_cfg, evaluate, start_round=server.round)  # round 0
     try:
-        stopped_by_budget = run_rounds(server, executor, template, log, audit, run_cfg, epsilon_budget)
-    finally:
-        executor.close()  # the other ranks stop serving (a no-op in one process)
-        if executor.world_size > 1 and not executor.failed:  # the final evaluation, if any, runs here alone
-            leave_distributed(created_group)
+        try:
+            stopped_by_budget = run_rounds(server, executor, template, log, audit, run_cfg, epsilon_budget)
+        finally:
+            executor.close()  # the other ranks stop serving (a no-op in one process)
+            if executor.world_size > 1 and not executor.failed:  # the final evaluation, if any, runs here alone
+                leave_distributed(created_group)
+    except (TrainingInterrupted, TrainingDiverged) as stop:  # the release in the run directory is incomplete
+        log.close()
+        run.write_report(log.incomplete_report(server.released_round, reason=str(stop),
+                                               privacy=release.privacy(server.privacy()),
+                                               provenance=release.provenance))
+        raise
     log.close()
     if log.needs_final_evaluation(stopped_by_budget):
         log.record(server.round, evaluated=True, final=True)
