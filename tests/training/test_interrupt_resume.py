@@ -80,6 +80,10 @@ def test_centralized_signal_checkpoints(tmp_path, monkeypatch):
     with pytest.raises(TrainingInterrupted):
         central.train_centralized(train, ev, MODEL, opt, run)
     assert load_checkpoint(tmp_path / "c")["step"] == 5
+    report = json.loads((tmp_path / "c" / "report.json").read_text())
+    card = json.loads((tmp_path / "c" / "model_card.json").read_text())
+    assert report["status"] == card["status"] == "incomplete: stopped at step 5 of 20"
+    assert "not private" in report["privacy"]
 
 
 def test_time_interval_checkpoints_every_round_when_due(tmp_path, monkeypatch):

@@ -195,8 +195,14 @@ def train_centralized(
             if schedule.due(step, at_eval=is_eval):
                 checkpoint(step, loss_ema)
             bar.update(1)
-            if stop.requested:
+            if stop.requested:  # the release in the run directory is this step's: say it is incomplete
                 bar.close()
+                run.write_report({
+                    "algorithm": "centralized", "status": f"incomplete: stopped at step {step} of {total}",
+                    "stopped_because": f"stopped by {stop.name}", "steps": step, "planned_steps": total,
+                    "privacy": NOT_PRIVATE, "provenance": release.provenance, "eval_split": run_cfg.eval_split,
+                    "last_evaluated": {k: v for k, v in (last_eval or {}).items() if k != "_roc"},
+                    "run_dir": str(run.path)})
             schedule.raise_if_stopped("step", step, run.checkpoint)
     bar.close()
     elapsed = time.perf_counter() - t0
@@ -212,6 +218,7 @@ def train_centralized(
     plot_training(records, run.path / "training.png", x="step")
     report = {
         "algorithm": "centralized",
+        "status": "complete",
         "loss": to_dict(optim_cfg.loss),
         "privacy": NOT_PRIVATE,
         "provenance": release.provenance,
