@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dpemb.algorithms.server import SERVER_LR_SCHEDULES, SERVER_OPTIMIZERS
 from dpemb.models.margin import LossConfig, as_loss_config
 
 FEDERATED_ALGORITHMS = ("dp-fedavg", "dp-fedemb", "dp-ftrl-fedemb")
+#: how the server applies the noised average (dpemb.algorithms.server)
+SERVER_OPTIMIZERS = ("sgd", "adam")
+SERVER_LR_SCHEDULES = ("constant", "cosine")
 
 
 def _check(cond: bool, msg: str) -> None:

@@ -39,15 +39,11 @@ than a Gaussian-mechanism round) breaks that telescoping, so ``FederatedConfig``
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import torch
 
-if TYPE_CHECKING:
-    from dpemb.algorithms.config import FederatedConfig
-
-SERVER_OPTIMIZERS = ("sgd", "adam")
-SERVER_LR_SCHEDULES = ("constant", "cosine")
+from dpemb.algorithms.config import SERVER_LR_SCHEDULES, SERVER_OPTIMIZERS, FederatedConfig
 
 
 def make_server_optimizer(params: Sequence[torch.nn.Parameter], cfg: "FederatedConfig") -> torch.optim.Optimizer:

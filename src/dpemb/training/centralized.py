@@ -10,6 +10,8 @@ This run is NOT private. Its report says so wherever epsilon would be.
 
 from __future__ import annotations
 
+import json
+
 import math
 import time
 from typing import Any
@@ -73,8 +75,10 @@ def train_centralized(
     *,
     resume: bool = False,
     provenance: Provenance | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Train; returns the report (also written to ``<out>/report.json``).
+    """Train; returns the report (also written to ``<out>/report.json``). ``settings``:
+    the run's ``TrainConfig.to_dict()``, written as its config.json (``dpemb.training.runner``).
 
     ``provenance``: the dataset and split trained on, recorded (with "trained without
     DP") in the checkpoint and the release artifact (``model.safetensors`` +
@@ -131,6 +135,8 @@ def train_centralized(
         print(f"resuming {run.path} from its checkpoint at step {step} of {optim_cfg.steps}", flush=True)
     else:
         run.start_fresh(config)
+    if settings is not None:  # the run's TrainConfig (a valid --config), in place of the internal settings
+        run.write_config(json.dumps(settings, indent=2, sort_keys=True))
 
     def evaluate(step: int, loss: float | None) -> dict[str, Any]:
         metrics, ver = evaluate_backbone(

@@ -23,6 +23,7 @@ ledger for the rounds actually run.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -71,8 +72,11 @@ def train_federated(
     audit_release: bool = False,
     audit_score: str = "final",
     public: UserDataset | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train with user-level DP; returns the report (also ``<out>/report.json``).
+    ``settings``: the run's ``TrainConfig.to_dict()``, written as its config.json
+    (``dpemb.training.runner``).
 
     ``public``: a PUBLIC dataset (no private user in it) whose identities become extra
     rows of every DP-FedEmb fresh head; required exactly when ``fed_cfg.public_negatives``
@@ -138,6 +142,8 @@ def train_federated(
     plan = PrivacyPlan.build(spec, seed=noise_seed, efficient_tree=fed_cfg.efficient_tree)
     server = ServerState.open(model, params, global_head, plan, fed_cfg, model_cfg, run, release, config,
                               ckpt_meta, resume, device, data_record)
+    if settings is not None:  # the run's TrainConfig (a valid --config), in place of the internal settings
+        run.write_config(json.dumps(settings, indent=2, sort_keys=True))
     executor = (DistributedExecutor(trainer, data, plan.randomness, env, template) if env is not None
                 else LocalExecutor(trainer, data, plan.randomness))
     # audit run: canary users clipped and noised with the real clients (training.audit_run)
