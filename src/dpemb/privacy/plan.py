@@ -30,7 +30,7 @@ accumulator is one virtual client of the slots ``sample_round`` returned.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import torch
@@ -43,6 +43,9 @@ from dpemb.privacy.noise import GaussianNoise, NoiseMechanism
 from dpemb.privacy.sampling import VirtualClientSampler
 from dpemb.privacy.spec import PrivacySpec
 from dpemb.privacy.tree import TreeAggregationNoise
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 
 def make_noise(
@@ -137,6 +140,12 @@ class PrivacyPlan:
             self.clip_state.update(release_count(clipped, self.mechanism, self.spec.count_stddev),
                                    self.spec.expected_reporting_clients)
         return noised
+
+    @property
+    def dp_event(self) -> "dp_accounting.DpEvent":
+        """The dp_accounting event of the rounds released so far (the ledger's, RDP form):
+        the mechanism this plan has run, as the accountant composes it."""
+        return self.ledger.dp_event()
 
     @property
     def expected_clients(self) -> int:
