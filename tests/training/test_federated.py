@@ -236,7 +236,7 @@ def test_resume_with_adaptive_clipping_equals_uninterrupted(tmp_path, monkeypatc
     assert card["privacy"]["adaptive_clipping"]["final_clip_norm"] == ac["final_clip_norm"]
     assert rep_a["privacy"]["spec"]["adaptive_clipping"]["target_quantile"] == 0.5
     # epsilon: both releases as one Poisson-sampled Gaussian, from what the run used (dp_accounting directly)
-    z_value = a["privatizer"]["noise"]["noise_multiplier"]
+    z_value = a["mechanism"]["noise_multiplier"]
     combined = (z_value**-2 + (1.0 / 2.0) ** 2) ** -0.5  # Delta_b = 1 (K = 2), sigma_b = 2
     acc = RdpAccountant()
     acc.compose(dpa.PoissonSampledDpEvent(3 * 2 / train.num_users, dpa.GaussianDpEvent(combined)), 4)

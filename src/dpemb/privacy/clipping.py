@@ -85,13 +85,14 @@ def clip_by_global_norm(
     A set of tensors with any NaN or infinite entry is returned as zeros (norm 0 <=
     ``clip_norm``); its pre-clip norm is then reported as NaN or inf.
     """
-    out, norm, _ = _clip(tensors, clip_norm)
+    out, norm, _ = _clip(tensors, positive_finite("clip norm", clip_norm))
     return out, norm
 
 
 def _clip(tensors: Sequence[torch.Tensor], clip_norm: float) -> tuple[list[torch.Tensor], float, bool]:
-    """(clipped copies, pre-clip norm, whether a non-finite entry forced zeros)."""
-    clip_norm = positive_finite("clip norm", clip_norm)
+    """(clipped copies, pre-clip norm, whether a non-finite entry forced zeros).
+    ``clip_norm`` must already be validated (finite, > 0): this runs for every client of
+    every round, so the check is the caller's, once (``ClipAndSum``, ``clip_by_global_norm``)."""
     tensors = [t.detach() for t in tensors]
     with torch.no_grad():
         norm = _global_norm(tensors)
@@ -123,7 +124,8 @@ class ClipAndSum:
     partial sum (a distributed reduce); ``result`` returns the ``ClippedSum`` with the
     sensitivity given at construction. The sensitivity must be at least ``clip_norm``
     (the sum of clipped vectors can never have less); use ``for_users`` to derive it
-    from K and the relation.
+    from K and the relation. The clip norm is validated here, once per accumulator
+    (a round); ``add`` clips every client with it and does not check it again.
     """
 
     def __init__(

@@ -8,7 +8,8 @@ An artifact is a directory (a run directory is one) holding two files::
                         or steps, provenance (dataset, split trained
                         on, whether privately, the initialisation's provenance) and
                         every privacy statement (epsilon per accountant with delta,
-                        unit and relation; extrapolations labelled as such; "not
+                        unit and relation, and the dp_accounting event it is of;
+                        extrapolations labelled as such; "not
                         private" for non-private training), the input
                         preprocessing, the held-out evaluation (when the run
                         finished one), intended use and limitations
@@ -54,7 +55,7 @@ SEEDED_NOTE = "noise and sampling were seeded: a reproducible experiment, not a 
 
 # the privacy keys a card may hold (anything else a report adds stays out of the card)
 _PRIVACY_KEYS = ("spec", "noise_seeded", "noise_sampler", "rounds_composed", "statement", "initialisation",
-                 "total_with_init", "adaptive_clipping", "audit")
+                 "total_with_init", "adaptive_clipping", "audit", "dp_event", "dp_event_pld")
 _EXTRAPOLATION_KEYS = ("population", "factor", "noise_multiplier", "clients_per_round", "epsilon_rdp", "delta_note",
                        "delta", "statement")
 
