@@ -27,7 +27,8 @@ def run(argv, capsys):
     return status, out.out, out.err
 
 
-BASE = ["--population", "10000000", "--clients-per-round", "4096", "--rounds", "1000"]
+BASE = ["--population", "10000000", "--clients-per-round", "4096", "--rounds", "1000", "--users-per-client", "1",
+        "--clip-norm", "1.0"]  # K = 1: the paper's setting (the default K is dpemb train's 16)
 
 
 def test_single_configuration_names_accountant_delta_unit_relation(capsys):
@@ -62,8 +63,8 @@ def test_target_epsilon_calibrates(capsys):
 
 
 def test_extrapolation_prints_factor_noise_clients_and_epsilon(capsys):
-    argv = ["--population", "3000", "--clients-per-round", "32", "--rounds", "100", "--noise-multiplier", "0.3",
-            "--extrapolate-to", "3000000", "--json"]
+    argv = ["--population", "3000", "--clients-per-round", "32", "--users-per-client", "1", "--rounds", "100",
+            "--noise-multiplier", "0.3", "--extrapolate-to", "3000000", "--json"]
     status, out, err = run(argv, capsys)
     ex = json.loads(out)["extrapolation"]
     assert status == 0

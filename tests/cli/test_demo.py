@@ -3,7 +3,7 @@
 import json
 
 from dpemb.cli.demo import main as demo
-from dpemb.cli.train import DEFAULT_CLIENTS_PER_ROUND, DEFAULT_USERS_PER_CLIENT
+from dpemb.training.run_config import PrivacyRequest
 
 
 def test_demo_prints_recall_and_a_qualified_epsilon(tmp_path, capsys):
@@ -26,6 +26,6 @@ def test_demo_prints_recall_and_a_qualified_epsilon(tmp_path, capsys):
     assert (run / "report.json").exists()
     # the DP run is the library's defaults (only rounds and noise are set), from the public pretraining
     fed = json.loads((run / "config.json").read_text())
-    assert fed["privacy"]["clients_per_round"] == DEFAULT_CLIENTS_PER_ROUND
-    assert fed["privacy"]["users_per_client"] == DEFAULT_USERS_PER_CLIENT
+    assert fed["resolved"]["privacy"]["clients_per_round"] == PrivacyRequest().clients_per_round
+    assert fed["resolved"]["privacy"]["users_per_client"] == PrivacyRequest().users_per_client
     assert json.loads((run / "model_card.json").read_text())["provenance"]["init"] is not None

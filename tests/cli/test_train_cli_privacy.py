@@ -120,7 +120,7 @@ def test_secure_noise_reaches_the_hardened_sampler_in_a_real_run(tiny_data_dir, 
     out = tmp_path / "run"
     assert main(["train", "--data", tiny_data_dir, "--out", str(out), *FED, "--noise-multiplier", "1"]) == 0
     assert calls == [True]  # one round, one draw, through the secure path
-    assert json.loads((out / "config.json").read_text())["privacy"]["secure_noise"] is True
+    assert json.loads((out / "config.json").read_text())["resolved"]["privacy"]["secure_noise"] is True
     assert "noise sampler: secure" in capsys.readouterr().out
 
 

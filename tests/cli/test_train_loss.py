@@ -28,7 +28,7 @@ def read(out, name):
 def test_a_two_round_dp_fedemb_run_with_a_margin_loss(tiny_data_dir, tmp_path, loss, flags, expected):
     out = tmp_path / loss
     assert main(["train", "--data", tiny_data_dir, "--out", str(out), *FED, "--loss", loss, *flags]) == 0
-    assert read(out, "config.json")["federated"]["loss"] == expected
+    assert read(out, "config.json")["loss"] == expected
     assert read(out, "model_card.json")["algorithm"] == "dp-fedemb"
     diag = [json.loads(line) for line in (out / "private" / "diagnostics.jsonl").read_text().splitlines()]
     losses = [r["train_loss"] for r in diag if not r.get("summary")]
@@ -44,7 +44,7 @@ def test_a_two_round_dp_fedemb_run_with_a_margin_loss(tiny_data_dir, tmp_path, l
 def test_a_short_centralized_run_records_the_loss(tiny_data_dir, tmp_path, loss, flags, expected):
     out = tmp_path / loss
     assert main(["train", "--data", tiny_data_dir, "--out", str(out), *CENTRAL, "--loss", loss, *flags]) == 0
-    assert read(out, "config.json")["optim"]["loss"] == expected
+    assert read(out, "config.json")["loss"] == expected
     assert read(out, "model_card.json")["loss"] == expected
     assert read(out, "report.json")["loss"] == expected
     recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

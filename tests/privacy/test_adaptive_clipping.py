@@ -22,7 +22,7 @@ from dpemb.privacy.adaptive_clipping import (
     split_noise_multiplier,
 )
 from dpemb.privacy.clipping import ClipAndSum
-from dpemb.privacy.factory import make_noise
+from dpemb.privacy.plan import make_noise
 from dpemb.privacy.ledger import PrivacyLedger
 from dpemb.privacy.noise import GaussianNoise
 from dpemb.privacy.relations import Relation, user_sensitivity

@@ -8,7 +8,7 @@ import pytest
 from dpemb.privacy.advice import cohort_warnings
 from dpemb.privacy.delta import LargeDeltaError, check_delta, default_delta, resolve_delta
 from dpemb.privacy.events import epsilon_for
-from dpemb.privacy.factory import make_noise
+from dpemb.privacy.plan import make_noise
 from dpemb.privacy.spec import PrivacySpec, PrivacySpecError
 
 

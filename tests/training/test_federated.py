@@ -196,6 +196,10 @@ def test_nonfinite_model_stops_with_round_cause_and_remedy(tmp_path, monkeypatch
     state = load_checkpoint(tmp_path / "run")  # the round-2 checkpoint is intact and finite
     assert state["round"] == 2
     assert all(torch.isfinite(v).all() for v in state["backbone"].values() if v.is_floating_point())
+    # the report says what the run directory's release is: round 2's, of 6; the epsilon counts round 3
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["status"] == "incomplete: stopped at round 2 of 6" and "diverged at round 3" in report["stopped_because"]
+    assert report["privacy"]["rounds_composed"] == 3 and report["last_evaluated"]["round"] == 2
 
 
 # ---------------------------------------------------------------- adaptive clipping
@@ -232,7 +236,7 @@ def test_resume_with_adaptive_clipping_equals_uninterrupted(tmp_path, monkeypatc
     assert card["privacy"]["adaptive_clipping"]["final_clip_norm"] == ac["final_clip_norm"]
     assert rep_a["privacy"]["spec"]["adaptive_clipping"]["target_quantile"] == 0.5
     # epsilon: both releases as one Poisson-sampled Gaussian, from what the run used (dp_accounting directly)
-    z_value = a["privatizer"]["noise"]["noise_multiplier"]
+    z_value = a["mechanism"]["noise_multiplier"]
     combined = (z_value**-2 + (1.0 / 2.0) ** 2) ** -0.5  # Delta_b = 1 (K = 2), sigma_b = 2
     acc = RdpAccountant()
     acc.compose(dpa.PoissonSampledDpEvent(3 * 2 / train.num_users, dpa.GaussianDpEvent(combined)), 4)

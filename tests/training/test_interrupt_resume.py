@@ -47,6 +47,13 @@ def test_signal_checkpoints_then_resume_equals_uninterrupted(tmp_path, monkeypat
     assert e.value.exit_code == 128 + signum and "--resume" in str(e.value)
     assert load_checkpoint(tmp_path / "b")["round"] == 3  # written on the signal, not at an evaluation
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+    # the half-trained release says so, in its card and in a report (#34.6)
+    report = json.loads((tmp_path / "b" / "report.json").read_text())
+    card = json.loads((tmp_path / "b" / "model_card.json").read_text())
+    assert report["status"] == card["status"] == "incomplete: stopped at round 3 of 6"
+    assert report["rounds"] == card["rounds"] == 3 and report["planned_rounds"] == 6
+    assert report["privacy"]["rounds_composed"] == 3 and "stopped by" in report["stopped_because"]
+    assert report["last_evaluated"]["round"] == 0  # only the initial evaluation ran (eval_every=100)
 
     monkeypatch.setattr(server_state, "server_step", real)
     fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=3, resume=True)
@@ -54,6 +61,7 @@ def test_signal_checkpoints_then_resume_equals_uninterrupted(tmp_path, monkeypat
     for k in a["backbone"]:
         assert torch.equal(a["backbone"][k], b["backbone"][k]), k
     assert (tmp_path / "a" / "metrics.jsonl").read_text() == (tmp_path / "b" / "metrics.jsonl").read_text()
+    assert json.loads((tmp_path / "b" / "report.json").read_text())["status"] == "complete"
 
 
 def test_centralized_signal_checkpoints(tmp_path, monkeypatch):
@@ -72,6 +80,10 @@ def test_centralized_signal_checkpoints(tmp_path, monkeypatch):
     with pytest.raises(TrainingInterrupted):
         central.train_centralized(train, ev, MODEL, opt, run)
     assert load_checkpoint(tmp_path / "c")["step"] == 5
+    report = json.loads((tmp_path / "c" / "report.json").read_text())
+    card = json.loads((tmp_path / "c" / "model_card.json").read_text())
+    assert report["status"] == card["status"] == "incomplete: stopped at step 5 of 20"
+    assert "not private" in report["privacy"]
 
 
 def test_time_interval_checkpoints_every_round_when_due(tmp_path, monkeypatch):
@@ -138,4 +150,28 @@ def test_federated_resume_on_other_data_is_refused(tmp_path):
         fed.train_federated(other, ev, MODEL, cfg, spec, run, noise_seed=3, resume=True)
     state = load_checkpoint(tmp_path / "run")
     assert len(state["data_fingerprint"]) == 32 and len(state["user_fingerprints"][0]) == train.num_users
+    assert fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=3, resume=True)["rounds"] == 2
+
+
+def test_more_rounds_for_a_finished_run_names_init_and_the_composed_total(tmp_path):
+    """#34.6: a finished run is not extended in place; the refusal gives the command that
+    trains it further (a new run from its release) and the total epsilon of both runs,
+    which for the same mechanism equals one run of all the rounds."""
+    import dp_accounting
+
+    from dpemb.privacy.events import training_event
+
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=2)
+    fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=3)
+    longer = dataclasses.replace(spec, rounds=5)
+    with pytest.raises(CheckpointError) as e:
+        fed.train_federated(train, ev, MODEL, cfg, longer, run, noise_seed=3, resume=True)
+    msg = str(e.value)
+    assert "not extended in place" in msg and f"--init {tmp_path / 'run'}" in msg and "--rounds 3" in msg
+    acc = dp_accounting.rdp.RdpAccountant()
+    acc.compose(training_event(longer, 5))
+    expected = acc.get_epsilon(spec.resolved_delta)
+    stated = float(msg.split("total with the initialisation: epsilon = ")[1].split()[0])
+    assert stated == pytest.approx(expected, rel=5e-3)  # printed to 3 significant digits
+    # the same run still resumes (and re-reports) with its own rounds
     assert fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=3, resume=True)["rounds"] == 2

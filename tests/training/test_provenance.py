@@ -105,6 +105,45 @@ def test_dp_init_epsilon_is_stated_as_composing_on_top(tmp_path):
         for s in statements(priv):
             assert "composes on top" in s and init_stmt in s
     assert card["provenance"]["init"]["private_training"] is True
+    # ... and the total of both trainings is stated (#34.6): one ledger, equal to the two
+    # mechanisms composed by dp_accounting's own RDP accountant, tighter than their sum
+    import dp_accounting
+
+    from dpemb.privacy.accounting import PrivacySpec
+    from dpemb.privacy.events import training_event
+
+    first, second = (PrivacySpec(**r["privacy"]["spec"]) for r in (init_rep, rep))
+    acc = dp_accounting.rdp.RdpAccountant()
+    acc.compose(training_event(first, init_rep["rounds"])).compose(training_event(second, rep["rounds"]))
+    expected = acc.get_epsilon(second.resolved_delta)
+    for priv in (rep["privacy"], card["privacy"]):
+        total = priv["total_with_init"]
+        assert total["composition"] == "dp_accounting" and total["accountant"] == "rdp"
+        assert total["epsilon"] == pytest.approx(expected, rel=1e-9)
+        assert rep["privacy"]["epsilon_rdp"] < total["epsilon"] < rep["privacy"]["epsilon_rdp"] \
+            + init_rep["privacy"]["epsilon_rdp"]
+        assert total["statement"].startswith("total with the initialisation: epsilon = ")
+        assert "--init init's training and this run together" in total["statement"]
+
+
+def test_total_with_init_falls_back_to_basic_composition_when_the_mechanism_is_not_recorded():
+    from dpemb.training.artifact import init_total
+
+    init = {"model": "pre", "train_split": "private", "private_training": True,
+            "privacy": {"epsilon_rdp": 1.5, "delta": 1e-5, "unit": "user", "relation": "add-remove"}}
+    from dpemb.privacy.accounting import PrivacySpec
+    from dpemb.training.config import to_dict
+
+    spec = PrivacySpec(population=100, clients_per_round=5, users_per_client=2, noise_multiplier=1.0, rounds=3,
+                       delta=1e-6)
+    run = {"spec": to_dict(spec), "rounds_composed": 3, "epsilon_rdp": 0.25}
+    total = init_total(run, init, None)  # no card privacy: the init's mechanism cannot be rebuilt
+    assert total["composition"] == "basic" and total["epsilon"] == pytest.approx(1.75)
+    assert total["delta"] == pytest.approx(1e-5 + 1e-6)
+    # an init trained on public users only, or without DP: nothing to compose
+    assert init_total(run, {**init, "train_split": "public"}, None) is None
+    assert init_total(run, {**init, "private_training": False}, None) is None
+    assert init_total(run, "random", None) is None
 
 
 def test_a_pre_release_checkpoint_is_refused_as_an_init_and_by_export(tmp_path):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from dpemb.models.margin import LossConfig, as_loss_config
 
 FEDERATED_ALGORITHMS = ("dp-fedavg", "dp-fedemb", "dp-ftrl-fedemb")
-#: the server optimizers and learning-rate schedules (``dpemb.algorithms.server``)
+#: how the server applies the noised average (dpemb.algorithms.server)
 SERVER_OPTIMIZERS = ("sgd", "adam")
 SERVER_LR_SCHEDULES = ("constant", "cosine")
 

@@ -22,7 +22,10 @@ from typing import Any, Callable
 from dpemb.cli.main import UsageError
 from dpemb.privacy.delta import DEFAULT_DELTA_RULE
 from dpemb.privacy.spec import ACCOUNTANTS
+from dpemb.training.run_config import PrivacyRequest
 
+#: the defaults of `dpemb train` (one set: dpemb.training.run_config)
+DEFAULT = PrivacyRequest()
 MAX_PLOT_ROWS = 8
 
 
@@ -58,11 +61,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--population", type=_list_of(_int, "--population"), required=True,
                    help="N: users in the population (comma list sweeps)")
-    p.add_argument("--clients-per-round", type=_list_of(_int, "--clients-per-round"), required=True,
-                   help="M: virtual clients per round")
-    p.add_argument("--users-per-client", type=_list_of(_int, "--users-per-client"), default=[1],
+    p.add_argument("--clients-per-round", type=_list_of(_int, "--clients-per-round"),
+                   default=[DEFAULT.clients_per_round], help="M: virtual clients per round (dpemb train's default)")
+    p.add_argument("--users-per-client", type=_list_of(_int, "--users-per-client"), default=[DEFAULT.users_per_client],
                    help="K: users per virtual client (K > 1 doubles the add/remove sensitivity)")
-    p.add_argument("--rounds", type=_list_of(_int, "--rounds"), required=True, help="T: training rounds")
+    p.add_argument("--rounds", type=_list_of(_int, "--rounds"), default=[DEFAULT.rounds],
+                   help="T: training rounds (dpemb train's default)")
     p.add_argument("--noise-multiplier", type=_list_of(float, "--noise-multiplier"), default=None,
                    help="z: noise std = z x sensitivity of the clipped sum")
     p.add_argument("--target-epsilon", type=_list_of(float, "--target-epsilon"), default=None,
@@ -73,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-large-delta", action="store_true",
                    help="accept a delta >= 1/population (e.g. the DP-FedEmb paper's delta = 1/N); "
                         "the output warns")
-    p.add_argument("--clip-norm", type=float, default=1.0,
+    p.add_argument("--clip-norm", type=float, default=DEFAULT.clip_norm,
                    help="C (does not change epsilon; sets the printed noise std)")
     p.add_argument("--sampling", choices=("poisson", "fixed", "epoch"), default=None,
                    help="poisson (default for gaussian), fixed size without replacement, or epoch "

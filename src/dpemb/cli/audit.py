@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dpemb.cli.common import DefaultsHelpFormatter, guarded
+from dpemb.cli.common import DefaultsHelpFormatter, device_from, guarded
 from dpemb.cli.main import UsageError
 
 DEFAULT_CANARIES = 1000
@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_train_arguments(p)
     a = p.add_argument_group("audit")
-    a.add_argument("--canaries", dest="audit_canaries", type=int, default=None, metavar="N",
+    a.add_argument("--canaries", dest="audit_canaries", type=int, default=argparse.SUPPRESS, metavar="N",
                    help=f"canary users (same as --audit-canaries; default {DEFAULT_CANARIES}; >= 20). The f-DP "
                         "bound catches a factor 2 in the noise from about 10000 white-box canaries")
     a.add_argument("--black-box", action="store_true",
@@ -58,21 +58,31 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "cosines with every round's released update, aggregated (docs/AUDIT.md)")
     a.add_argument("--audit-plot", default=None, metavar="PNG",
                    help="where to write the plot of empirical vs reported epsilon (default: OUT/audit.png)")
-    p.set_defaults(func=guarded(run, "audit"), algorithm="dp-fedemb")
+    # an audit trains a federated algorithm: dp-fedemb unless --algorithm (or --config) says otherwise
+    p.set_defaults(func=guarded(run, "audit"), default_settings={"algorithm": "dp-fedemb"})
+    next(a for a in p._actions if a.dest == "algorithm").config_default = "dp-fedemb"
 
 
 def run(args: argparse.Namespace) -> int:
+    from dpemb.cli.train import config_from_args
     from dpemb.cli.train import run as train_run
 
-    if args.algorithm not in AUDITABLE:
-        raise UsageError(f"dpemb audit runs the federated algorithms with Gaussian noise and Poisson sampling "
-                         f"({', '.join(AUDITABLE)}); got --algorithm {args.algorithm}")
-    if args.audit_canaries is None:
+    def check_algorithm(algorithm: str) -> None:
+        if algorithm not in AUDITABLE:
+            raise UsageError(f"dpemb audit runs the federated algorithms with Gaussian noise and Poisson sampling "
+                             f"({', '.join(AUDITABLE)}); got --algorithm {algorithm}")
+
+    check_algorithm(vars(args).get("algorithm", "dp-fedemb"))  # before the flags are read against it
+    config, _ = config_from_args(args)
+    check_algorithm(config.algorithm)
+    if config.privacy.audit_canaries is None:
         args.audit_canaries = DEFAULT_CANARIES
+        config, _ = config_from_args(args)
     if args.canary_images is not None and not args.black_box:
         raise UsageError("--canary-images applies to --black-box")
-    print(SEPARATE_RUN.format(n=args.audit_canaries,
-                              release=" and is marked not for release" if not args.release_audit_run
+    request = config.privacy
+    print(SEPARATE_RUN.format(n=request.audit_canaries,
+                              release=" and is marked not for release" if not request.release_audit_run
                               else ", released by choice (--release-audit-run)"))
     if args.black_box:
         run_black_box(args)
@@ -87,51 +97,52 @@ def run(args: argparse.Namespace) -> int:
 
     plot = Path(args.audit_plot) if args.audit_plot else Path(args.out) / "audit.png"
     kind = "black-box" if args.black_box else "white-box"
-    plot_audit([AuditPoint.from_record(audit, f"{args.algorithm}, {kind}, {audit['canaries']} canaries")], plot,
-               title=f"Audit of {args.algorithm}: empirical vs reported epsilon (user level)")
+    plot_audit([AuditPoint.from_record(audit, f"{config.algorithm}, {kind}, {audit['canaries']} canaries")], plot,
+               title=f"Audit of {config.algorithm}: empirical vs reported epsilon (user level)")
     print(f"wrote {plot}")
     return 0
 
 
 def run_black_box(args: argparse.Namespace) -> None:
     """Train with crafted canary users and audit the released model (``black_box_audit``)."""
-    from dpemb.cli.common import device_from
-    from dpemb.cli.train import (
-        RESUME,
-        check_init_model,
-        check_out,
-        check_privacy_flags,
-        configs,
-        federated_configs,
-        init_caveats,
-        print_privacy_advice,
-        print_summary,
-        provenance,
-        training_splits,
-    )
+    from dpemb.cli.train import RESUME, config_from_args, print_summary
+    from dpemb.training import runner
     from dpemb.training.audit_run import AuditError, check_audit
     from dpemb.training.blackbox_audit import DEFAULT_IMAGES_PER_USER, black_box_audit
+    from dpemb.training.provenance import Provenance
+    from dpemb.training.run_config import ConfigError
 
-    check_privacy_flags(args)
-    check_init_model(args)
-    model_cfg, _, run_cfg = configs(args)
-    check_out(args)
-    train, held_out = training_splits(args)
-    init_caveats(args)
-    n = args.audit_canaries
-    fed_cfg, spec = federated_configs(args, train.num_users + n)
+    config, perf = config_from_args(args)
+    request = config.privacy
+    try:
+        runner.check_privacy_request(config)
+        runner.check_init_model(config)
+        runner.check_out(args.out, RESUME[args.resume], args.overwrite)
+        dataset = runner.UserDataset.load(config.data.path) if config.data.path else None
+        if dataset is None:
+            raise ConfigError("no data: give --data DIR (a dataset made with `dpemb data make`)")
+        train, held_out = runner.training_splits(dataset, config)
+        runner.init_caveats(config)
+        n = request.audit_canaries
+        spec = runner.resolve_privacy(config, train.num_users + n)
+        run_cfg = runner.run_config(config, args.out, perf, args.overwrite)
+    except ConfigError as e:
+        raise UsageError(str(e)) from e
     try:
         check_audit(n, spec, resume=RESUME[args.resume])
     except AuditError as e:
         raise UsageError(str(e)) from e
     print(f"black-box audit run: {n} canary users with crafted images join the {train.num_users} real users; the "
           f"accountant counts {spec.population} users (sampling rate q = {spec.sampling_rate:.4g})")
-    print_privacy_advice(args, spec)
+    runner.print_privacy_advice(request, spec)
     k = args.canary_images if args.canary_images is not None else DEFAULT_IMAGES_PER_USER
+    prov = Provenance(dataset=config.data.path, train_split=config.data.train_split,
+                      allow_nonprivate_init=request.allow_nonprivate_init)
     try:
-        report = black_box_audit(train, held_out, model_cfg, fed_cfg, spec, run_cfg, canaries=n,
-                                 images_per_user=k, noise_seed=args.noise_seed, provenance=provenance(args),
-                                 release=args.release_audit_run, device=device_from(args))
+        report = black_box_audit(train, held_out, config.model, config.federated, spec, run_cfg, canaries=n,
+                                 images_per_user=k, noise_seed=request.noise_seed, provenance=prov,
+                                 release=request.release_audit_run,
+                                 device=device_from(argparse.Namespace(device=perf.device)))
     except AuditError as e:
         raise UsageError(str(e)) from e
     print_summary(report)

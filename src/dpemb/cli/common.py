@@ -29,12 +29,15 @@ def guarded(fn: Callable[[argparse.Namespace], int], name: str) -> Callable[[arg
         from dpemb.training.checkpoint import CheckpointError
         from dpemb.training.errors import PreReleaseError, TrainingDiverged
         from dpemb.training.interrupt import TrainingInterrupted
+        from dpemb.training.run_config import ConfigError
 
         try:
             return fn(args)
         except (DataError, CheckpointError, PreReleaseError, FileNotFoundError, TrainingDiverged) as e:
             print(f"dpemb {name}: error: {e}", file=sys.stderr)
             return 1
+        except ConfigError as e:  # a setting that cannot run: reported like a flag error (exit 2)
+            raise UsageError(str(e)) from e
         except TrainingInterrupted as e:
             print(f"dpemb {name}: {e}", file=sys.stderr)
             return e.exit_code
@@ -77,18 +80,30 @@ def fmt(x: Any) -> str:
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
     """Help that shows every option's default: " (default: X)" is appended where the
-    help text does not already state one (and the default is a value, not None/False)."""
+    help text does not already state one (and the default is a value, not None/False).
+    An option whose default lives in a configuration type (``action.config_default``,
+    set by ``dpemb.cli.train.bind_defaults``) shows that one."""
 
     @staticmethod
-    def _shows_default(action: argparse.Action) -> bool:
+    def _default(action: argparse.Action) -> Any:
+        return getattr(action, "config_default", action.default)
+
+    @classmethod
+    def _shows_default(cls, action: argparse.Action) -> bool:
         return bool(action.option_strings) and action.nargs != 0 and \
-            action.default not in (None, False, argparse.SUPPRESS) and action.help != argparse.SUPPRESS
+            cls._default(action) not in (None, False, argparse.SUPPRESS) and action.help != argparse.SUPPRESS
 
     def _format_action(self, action: argparse.Action) -> str:
         if not action.help and self._shows_default(action):  # an option without help still shows it
             action = copy.copy(action)
             action.help = "default: %(default)s"
         return super()._format_action(action)
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        if hasattr(action, "config_default"):
+            action = copy.copy(action)
+            action.default = action.config_default
+        return super()._expand_help(action)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""

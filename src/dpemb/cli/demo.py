@@ -60,12 +60,13 @@ def demo_noise_multiplier(train_users: int, rounds: int, epsilon: float, populat
     """The simulated run's z whose extrapolation to ``population`` users (z and M scaled
     by the same factor: equal noise on the average) has RDP ``epsilon`` at delta 1/population,
     with ``dpemb train``'s default clients per round and users per client."""
-    from dpemb.cli.train import DEFAULT_CLIENTS_PER_ROUND, DEFAULT_USERS_PER_CLIENT
     from dpemb.privacy.calibration import calibrate_noise_multiplier, extrapolate
     from dpemb.privacy.spec import PrivacySpec
+    from dpemb.training.run_config import PrivacyRequest
 
-    spec = PrivacySpec(population=train_users, clients_per_round=DEFAULT_CLIENTS_PER_ROUND,
-                       users_per_client=DEFAULT_USERS_PER_CLIENT, noise_multiplier=1.0,
+    default = PrivacyRequest()
+    spec = PrivacySpec(population=train_users, clients_per_round=default.clients_per_round,
+                       users_per_client=default.users_per_client, noise_multiplier=1.0,
                        clip_norm=1.0, rounds=rounds)
     ex = extrapolate(spec, population)
     return calibrate_noise_multiplier(ex.spec, epsilon, "rdp") / ex.factor

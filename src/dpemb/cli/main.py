@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
             "for privacy, and train DP classifiers on image features."
         ),
     )
+    from dpemb import __version__
+
+    parser.add_argument("--version", action="version", version=f"dpemb {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMAND_MODULES:

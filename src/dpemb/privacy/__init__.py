@@ -21,7 +21,7 @@ _WHERE = {
     "relations": ("Relation", "user_sensitivity", "describe_relation"),
     "clipping": ("ClipAndSum", "ClippedSum"),
     "adaptive_clipping": ("AdaptiveClipState", "AdaptiveClipping", "AdaptiveClippingError"),
-    "noise": ("GaussianNoise", "describe_sampler"),
+    "noise": ("GaussianNoise", "NoiseMechanism", "describe_sampler"),
     "delta": ("LargeDeltaError", "check_delta", "default_delta", "delta_warning", "resolve_delta"),
     "tree": ("TreeAggregationNoise",),
     "sampling": ("VirtualClientSampler",),
@@ -38,7 +38,7 @@ _WHERE = {
         "calibrate_noise_multiplier", "check_epsilon_budget", "extrapolate", "max_rounds",
     ),
     "advice": ("cohort_warnings",),
-    "factory": ("make_accumulator", "make_noise", "make_sampler"),
+    "plan": ("PrivacyPlan", "make_accumulator", "make_noise", "make_sampler"),
 }
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 __all__ = sorted(_MODULE_OF)

@@ -16,6 +16,20 @@ def positive_finite(name: str, value: object) -> float:
     return v
 
 
+def check_clip_norm(clip_norm: object) -> float:
+    """The clip norm C at the boundary (``PrivacySpec``): a finite number > 0, or a
+    ValueError naming the fix. Validated here once; a ``ClipAndSum`` checks the clip
+    norm it is built with, and its per-client clipping trusts that."""
+    try:
+        return positive_finite("clip norm", clip_norm)
+    except ValueError as e:
+        raise ValueError(
+            f"{e}: the clip norm C bounds every virtual client's update (L2 norm) and sets the noise "
+            "(z x sensitivity, a multiple of C); give a finite C > 0: --clip-norm C on the command line, "
+            "PrivacySpec(clip_norm=C) in the library"
+        ) from None
+
+
 def positive_int(name: str, value: object) -> int:
     """``value`` as an int if it is an integer >= 1; ValueError otherwise."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:

@@ -78,8 +78,9 @@ def _margin(tensors: Sequence[torch.Tensor]) -> float:
 
 
 def _clip(tensors: Sequence[torch.Tensor], clip_norm: float) -> tuple[list[torch.Tensor], float, bool]:
-    """(clipped copies, pre-clip norm, whether a non-finite entry forced zeros)."""
-    clip_norm = positive_finite("clip norm", clip_norm)
+    """(clipped copies, pre-clip norm, whether a non-finite entry forced zeros).
+    ``clip_norm`` must already be validated (finite, > 0): this runs for every client of
+    every round, so the check is the caller's, once (``ClipAndSum``)."""
     tensors = [t.detach() for t in tensors]
     with torch.no_grad():
         norm = _global_norm(tensors)
@@ -111,7 +112,8 @@ class ClipAndSum:
     a distributed reduce of partial sums; ``result`` returns the ``ClippedSum`` with the
     sensitivity given at construction. The sensitivity must be at least ``clip_norm``
     (the sum of clipped vectors can never have less); use ``for_users`` to derive it
-    from K and the relation.
+    from K and the relation. The clip norm is validated here, once per accumulator
+    (a round); ``add`` clips every client with it and does not check it again.
     """
 
     def __init__(

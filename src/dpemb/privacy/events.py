@@ -15,6 +15,9 @@ module only says which mechanism a configuration is:
   the same release is the Gaussian mechanism with noise multiplier z / sqrt(S)
   (``GaussianDpEvent``), whose privacy loss PLD computes tightly.
 
+``event_to_dict`` / ``event_from_dict`` write a DpEvent as JSON-ready data (class name and
+fields) and rebuild it, so a report or model card can record the event its epsilon is of.
+
 z is always relative to the sensitivity of the clipped sum (``PrivacySpec.sensitivity``).
 ``EpsilonCurve`` gives epsilon after t rounds quickly for every t (the ledger calls it
 every round): for RDP the curve is (per-unit RDP) x (units after t rounds), where a
@@ -25,13 +28,15 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable
+import numbers
+from typing import Any, Callable
 
 import numpy as np
 
 from dpemb.privacy.dependency import accountant_missing
 
 try:
+    import attr  # dp_accounting's events are attrs classes
     import dp_accounting
     from dp_accounting import dp_event as dpe
     from dp_accounting.pld import pld_privacy_accountant
@@ -165,6 +170,50 @@ def training_event(
             events.append(dpe.SingleEpochTreeAggregationDpEvent(z, rest))
         return events[0] if len(events) == 1 else dpe.ComposedDpEvent(events)
     return dpe.ZCDpEvent(rho=tree_sum_of_squares(spec, t) / (2.0 * z * z))
+
+
+def event_to_dict(event: dp_accounting.DpEvent) -> dict[str, Any]:
+    """``event`` as JSON-ready data: ``{"class_name": <its dp_accounting.dp_event class>,
+    <field>: <value>, ...}``, nested events the same way. Lossless: ``event_from_dict``
+    rebuilds an equal event (floats survive JSON exactly)."""
+    if not isinstance(event, dpe.DpEvent):
+        raise TypeError(f"event_to_dict takes a dp_accounting DpEvent, got {type(event).__name__}")
+    if getattr(dpe, type(event).__name__, None) is not type(event):
+        raise ValueError(f"{type(event).__name__} is not one of dp_accounting.dp_event's events")
+
+    def value(v: Any) -> Any:
+        if isinstance(v, dpe.DpEvent):
+            return event_to_dict(v)
+        if isinstance(v, (list, tuple)):
+            return [value(x) for x in v]
+        if isinstance(v, (bool, np.bool_)):
+            return bool(v)
+        if isinstance(v, numbers.Integral):
+            return int(v)
+        if isinstance(v, numbers.Real):
+            return float(v)
+        raise ValueError(f"cannot record the field value {v!r} of {type(event).__name__}")
+
+    return {"class_name": type(event).__name__,
+            **{f.name: value(getattr(event, f.name)) for f in attr.fields(type(event))}}
+
+
+def event_from_dict(data: dict[str, Any]) -> dp_accounting.DpEvent:
+    """The DpEvent ``event_to_dict`` wrote (only classes of ``dp_accounting.dp_event``)."""
+    if not isinstance(data, dict) or not isinstance(data.get("class_name"), str):
+        raise ValueError(f"a recorded DpEvent is a dict with a class_name, got {data!r}")
+    cls = getattr(dpe, data["class_name"], None)
+    if not (isinstance(cls, type) and issubclass(cls, dpe.DpEvent)):
+        raise ValueError(f"{data['class_name']!r} is not one of dp_accounting.dp_event's events")
+
+    def value(v: Any) -> Any:
+        if isinstance(v, dict):
+            return event_from_dict(v)
+        if isinstance(v, list):
+            return [value(x) for x in v]
+        return v
+
+    return cls(**{k: value(v) for k, v in data.items() if k != "class_name"})
 
 
 def _contains(event: dp_accounting.DpEvent, kind: type) -> bool:

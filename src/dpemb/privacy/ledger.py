@@ -1,21 +1,26 @@
 """``PrivacyLedger``: what has been composed so far, epsilon every round, checkpointable.
 
 The ledger is bound to one ``PrivacySpec``. ``step()`` records completed rounds;
-``epsilon()`` is the guarantee for the rounds recorded so far (for the released
-sequence of models), computed by dp_accounting (see ``events``) and memoised per
-round count, so calling it every round is cheap (RDP: one conversion; PLD: one
-self-composition of the cached one-round distribution). ``state_dict`` goes into
+``dp_event()`` is the dp_accounting event they compose (``events.training_event``) and
+``epsilon()`` the guarantee for them (for the released sequence of models): dp_accounting's
+epsilon of that event, read off the spec's memoised curve (``events.EpsilonCurve``), so
+calling it every round is cheap (RDP: one conversion; PLD: one self-composition of the
+cached one-round distribution; the same epsilon as composing ``dp_event()`` afresh, to
+float rounding: ``tests/privacy/test_dp_event.py``). ``state_dict`` goes into
 checkpoints; loading refuses a state recorded under a different spec.
 """
 
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dpemb.privacy.events import UnsupportedAccountantError, epsilon_curve, supported_accountants
+from dpemb.privacy.events import UnsupportedAccountantError, epsilon_curve, supported_accountants, training_event
 from dpemb.privacy.spec import PrivacySpec
 from dpemb.privacy.statements import describe_mechanism
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 
 class PrivacyStateError(ValueError):
@@ -54,6 +59,12 @@ class PrivacyLedger:
                 "mechanism": describe_mechanism(self.spec),
                 "fingerprint": self.spec.fingerprint(),
             })
+
+    def dp_event(self, accountant: str = "rdp") -> dp_accounting.DpEvent:
+        """The dp_accounting event of the rounds composed so far (``events.training_event``):
+        what ``epsilon(accountant)`` is the epsilon of. Tree aggregation has two equivalent
+        forms: "rdp" the zCDP / single-epoch tree events, "pld" the Gaussian one."""
+        return training_event(self.spec, self._rounds, accountant=accountant)
 
     def epsilon(self, accountant: str = "rdp") -> float:
         """Epsilon at ``spec.resolved_delta`` for the rounds composed so far (inf if non-private)."""

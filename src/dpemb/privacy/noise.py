@@ -1,4 +1,9 @@
-"""The Gaussian mechanism on a clipped SUM.
+"""The noise mechanism interface, the Gaussian mechanism on a clipped SUM, and THE sampler.
+
+``NoiseMechanism`` is the one interface from a round's clipped sum to the noised sum the
+server may use: ``release(clipped) -> noised SUM``. ``GaussianNoise`` (below) and
+``dpemb.privacy.tree.TreeAggregationNoise`` (DP-FTRL) implement it, and
+``dpemb.privacy.plan.make_noise`` builds the one a ``PrivacySpec`` is accounted for.
 
 Guarantee: ``GaussianNoise(z).add(clipped)`` returns ``clipped.value`` plus
 independent N(0, (z * clipped.sensitivity)^2) noise on every entry, with fresh draws
@@ -33,7 +38,7 @@ from __future__ import annotations
 import math
 import numbers
 import secrets
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -102,8 +107,41 @@ def gaussian_like(value: torch.Tensor, generator: torch.Generator, draws: int = 
     return noise.to(device=value.device, dtype=value.dtype)
 
 
+class NoiseMechanism(Protocol):
+    """What the training loop needs from a noise mechanism (Gaussian or tree aggregation).
+
+    ``release(clipped)`` returns the round's noised SUM: a post-processing of the noisy
+    values the mechanism draws exactly once per call, from its own generator, with std
+    ``noise_multiplier`` x ``clipped.sensitivity`` (never re-derived). That released
+    sequence is what the ledger accounts for (``dpemb.privacy.events``), given the spec the
+    mechanism was built from (``dpemb.privacy.plan.make_noise``). ``add_to_count`` noises the
+    one other released statistic (adaptive clipping's count) from the same sampler.
+    ``state_dict`` is PRIVATE training state (generator states; for the tree, un-noised
+    running sums): for the private checkpoint only; ``load_state_dict`` restores it exactly,
+    so a resumed run draws the same noise as an uninterrupted one.
+    """
+
+    noise_multiplier: float
+    secure: bool
+
+    @property
+    def seeded(self) -> bool: ...
+
+    @property
+    def private(self) -> bool: ...
+
+    def release(self, clipped: ClippedSum) -> list[torch.Tensor]: ...
+
+    def add_to_count(self, count: float, std: float) -> float: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
 class GaussianNoise:
-    """Gaussian noise of std ``noise_multiplier * sensitivity`` on a ``ClippedSum``."""
+    """Gaussian noise of std ``noise_multiplier * sensitivity`` on a ``ClippedSum``
+    (a ``NoiseMechanism``: ``release`` is ``add``)."""
 
     def __init__(
         self,
@@ -149,6 +187,10 @@ class GaussianNoise:
             noise = standard_normal(clipped.value, self._generator, secure=self.secure)
             return [v + std * n for v, n in zip(clipped.value, noise)]
 
+    def release(self, clipped: ClippedSum) -> list[torch.Tensor]:
+        """The round's noised SUM: ``add(clipped)`` (the ``NoiseMechanism`` call)."""
+        return self.add(clipped)
+
     def add_to_count(self, count: float, std: float) -> float:
         """``count`` + N(0, std^2): ONE draw from this mechanism's sampler (secure or seeded
         as for the sum), for a released count, a SUM of per-client values such as the
@@ -163,6 +205,7 @@ class GaussianNoise:
 
     def state_dict(self) -> dict[str, Any]:
         return {
+            "kind": "gaussian",
             "noise_multiplier": self.noise_multiplier,
             "secure": self.secure,
             "seeded": self._seeded,
@@ -170,7 +213,9 @@ class GaussianNoise:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the generator exactly; refuses a state with another noise multiplier."""
+        """Restore the generator exactly; refuses a state with another noise multiplier (or
+        of another mechanism)."""
+        check_kind(state, "gaussian")
         if float(state["noise_multiplier"]) != self.noise_multiplier or bool(state["secure"]) != self.secure:
             raise ValueError(
                 f"noise state was saved with noise multiplier {state['noise_multiplier']} "
@@ -179,3 +224,10 @@ class GaussianNoise:
             )
         self._seeded = bool(state["seeded"])
         self._generator.set_state(torch.as_tensor(state["generator"], dtype=torch.uint8).cpu())
+
+
+def check_kind(state: dict[str, Any], kind: str) -> None:
+    """Refuse a mechanism state saved by another kind of mechanism (a state without a
+    kind predates the field and is checked by its other fields)."""
+    if state.get("kind", kind) != kind:
+        raise ValueError(f"a {state.get('kind')!r} noise state cannot be loaded into a {kind} mechanism")

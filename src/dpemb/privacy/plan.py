@@ -6,12 +6,14 @@
     ... clients add their deltas to acc (in this process or any other: the executor) ...
     noised = plan.release(acc.result())        # noise ONCE on the sum (+ adaptive clip's count)
     plan.ledger.step()                         # account the round
+    plan.dp_event                              # the dp_accounting event of the rounds so far
 
-The plan holds the sampler, the clients' keyed randomness, the ONE privatizer
-(Gaussian or tree noise behind the same call), the adaptive clip state and the
-ledger, all built from the same ``PrivacySpec`` so that what runs is what is
-accounted for. In the spirit of jax_privacy's execution plan: the training loop
-never branches on the mechanism and never derives a noise scale.
+The plan holds the sampler, the clients' keyed randomness, the ONE noise mechanism
+(``noise.NoiseMechanism``: Gaussian or tree aggregation behind the same ``release``),
+the adaptive clip state and the ledger, all built here from the same ``PrivacySpec``
+(``make_noise``, ``make_sampler``, ``make_accumulator``) so that what runs is what is
+accounted for. In the spirit of jax_privacy's execution plan: the training loop never
+branches on the mechanism and never derives a noise scale.
 
 Randomness: without a seed the sampler, the run key of the clients and the noise are
 keyed from the OS's secure source; a seed (a reproducible experiment, reported as
@@ -28,7 +30,7 @@ accumulator is one virtual client of the slots ``sample_round`` returned.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import torch
@@ -36,11 +38,52 @@ import torch
 from dpemb.privacy.adaptive_clipping import AdaptiveClipState, release_count
 from dpemb.privacy.client_keys import ClientRandomness, client_keys
 from dpemb.privacy.clipping import ClipAndSum, ClippedSum
-from dpemb.privacy.factory import make_accumulator, make_privatizer, make_sampler
 from dpemb.privacy.ledger import PrivacyLedger
-from dpemb.privacy.privatizer import Privatizer
+from dpemb.privacy.noise import GaussianNoise, NoiseMechanism
 from dpemb.privacy.sampling import VirtualClientSampler
 from dpemb.privacy.spec import PrivacySpec
+from dpemb.privacy.tree import TreeAggregationNoise
+
+if TYPE_CHECKING:
+    import dp_accounting
+
+
+def make_noise(
+    spec: PrivacySpec, *, seed: int | None = None, efficient: bool = True, secure: bool | None = None
+) -> NoiseMechanism:
+    """The noise mechanism ``spec`` is accounted for, seeded from the OS unless ``seed``:
+    tree aggregation (restarted every epoch when ``spec.tree_restarts``) or the Gaussian,
+    whose multiplier is ``spec.value_noise_multiplier`` (z, or the update's part of z
+    with adaptive clipping). The one place a mechanism is built from a spec.
+
+    ``secure`` (default: ``spec.secure_noise``) selects the floating-point-hardened
+    sampler (``noise.standard_normal``); it cannot be combined with ``seed``.
+    """
+    secure = spec.secure_noise if secure is None else bool(secure)
+    if spec.mechanism == "tree":
+        return TreeAggregationNoise(
+            spec.noise_multiplier, efficient=efficient, seed=seed, allow_nonprivate=spec.nonprivate,
+            restart_every=spec.rounds_per_epoch if spec.tree_restarts else None, secure=secure,
+        )
+    return GaussianNoise(spec.value_noise_multiplier, seed=seed, allow_nonprivate=spec.nonprivate, secure=secure)
+
+
+def make_sampler(spec: PrivacySpec, *, seed: int | None = None) -> VirtualClientSampler:
+    """The user sampler ``spec`` is accounted for."""
+    return VirtualClientSampler(
+        spec.population, clients_per_round=spec.clients_per_round,
+        users_per_client=spec.users_per_client, sampling=spec.sampling, seed=seed,
+    )
+
+
+def make_accumulator(
+    spec: PrivacySpec, template: Sequence[torch.Tensor], clip_norm: float | None = None
+) -> ClipAndSum:
+    """A clip-and-sum with the spec's clip norm (or ``clip_norm``, the round's adaptive
+    clip), the sensitivity that follows from it, K and the relation."""
+    if clip_norm is None:
+        return ClipAndSum(template, spec.clip_norm, spec.sensitivity, spec.relation)
+    return ClipAndSum.for_users(template, clip_norm, spec.users_per_client, spec.relation)
 
 
 @dataclass(frozen=True)
@@ -51,7 +94,7 @@ class PrivacyPlan:
     spec: PrivacySpec
     sampler: VirtualClientSampler
     randomness: ClientRandomness
-    privatizer: Privatizer
+    mechanism: NoiseMechanism
     ledger: PrivacyLedger
     clip_state: AdaptiveClipState | None
     seeded: bool
@@ -64,7 +107,7 @@ class PrivacyPlan:
             spec=spec,
             sampler=make_sampler(spec, seed=seed + 1 if seeded else None),
             randomness=ClientRandomness(seed=seed + 2 if seeded else None),
-            privatizer=make_privatizer(spec, seed=seed, efficient=efficient_tree),
+            mechanism=make_noise(spec, seed=seed, efficient=efficient_tree),
             ledger=PrivacyLedger(spec),
             clip_state=AdaptiveClipState(spec.adaptive_clipping, spec.clip_norm) if spec.adaptive_clipping else None,
             seeded=seeded,
@@ -92,11 +135,17 @@ class PrivacyPlan:
     def release(self, clipped: ClippedSum) -> list[torch.Tensor]:
         """The round's noised SUM (noise drawn once, here); with adaptive clipping also
         the noised count, which moves the clip for the next round."""
-        noised = self.privatizer.privatize(clipped)
+        noised = self.mechanism.release(clipped)
         if self.clip_state is not None:
-            self.clip_state.update(release_count(clipped, self.privatizer, self.spec.count_stddev),
+            self.clip_state.update(release_count(clipped, self.mechanism, self.spec.count_stddev),
                                    self.spec.expected_reporting_clients)
         return noised
+
+    @property
+    def dp_event(self) -> "dp_accounting.DpEvent":
+        """The dp_accounting event of the rounds released so far (the ledger's, RDP form):
+        the mechanism this plan has run, as the accountant composes it."""
+        return self.ledger.dp_event()
 
     @property
     def expected_clients(self) -> int:
@@ -106,24 +155,29 @@ class PrivacyPlan:
     # ------------------------------------------------------------------ state (PRIVATE)
     def state_dict(self) -> dict[str, Any]:
         return {
-            "sampler": self.sampler.state_dict(), "privatizer": self.privatizer.state_dict(),
+            "sampler": self.sampler.state_dict(), "mechanism": self.mechanism.state_dict(),
             "ledger": self.ledger.state_dict(), "client_randomness": self.randomness.state_dict(),
             "adaptive_clip": self.clip_state.state_dict() if self.clip_state is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore exactly (also a checkpoint written before the privatizer existed,
-        which kept the noise and DP-FTRL's previous prefix sum apart)."""
+        """Restore exactly (also the layouts of older checkpoints: ``legacy_mechanism_state``)."""
         self.sampler.load_state_dict(state["sampler"])
-        priv = state.get("privatizer")
-        if priv is None:  # legacy layout: "noise" + a flat "prev_prefix"
-            kind = "tree" if self.spec.mechanism == "tree" else "gaussian"
-            prev = state.get("prev_prefix")
-            priv = {"kind": kind, "noise": state["noise"]}
-            if kind == "tree":
-                priv["prev_prefix"] = [prev] if prev is not None else None
-        self.privatizer.load_state_dict(priv)
+        self.mechanism.load_state_dict(state["mechanism"] if "mechanism" in state else legacy_mechanism_state(state))
         self.ledger.load_state_dict(state["ledger"])
         self.randomness.load_state_dict(state["client_randomness"])
         if self.clip_state is not None:
             self.clip_state.load_state_dict(state["adaptive_clip"])
+
+
+def legacy_mechanism_state(state: dict[str, Any]) -> dict[str, Any]:
+    """The mechanism's state from a checkpoint written before the mechanism kept DP-FTRL's
+    previous prefix sum itself: ``{"privatizer": {"kind", "noise", "prev_prefix"}}``, or
+    older, a flat ``"noise"`` and ``"prev_prefix"`` (one tensor)."""
+    priv = state.get("privatizer")
+    if priv is not None:
+        noise, prev = priv["noise"], priv.get("prev_prefix")
+    else:
+        noise, prev = state["noise"], state.get("prev_prefix")
+        prev = [prev] if prev is not None else None
+    return {**noise, "prev_prefix": prev} if "efficient" in noise else dict(noise)

@@ -41,8 +41,7 @@ import numbers
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from dpemb.privacy._checks import check_noise_multiplier
-from dpemb.privacy._checks import positive_finite, positive_int
+from dpemb.privacy._checks import check_clip_norm, check_noise_multiplier, positive_int
 from dpemb.privacy.adaptive_clipping import (
     DEFAULT_COUNT_STDDEV_DIVISOR,
     AdaptiveClipping,
@@ -109,7 +108,7 @@ class PrivacySpec:
         self._set("clients_per_round", positive_int("clients per round (M)", self.clients_per_round))
         self._set("users_per_client", positive_int("users per client (K)", self.users_per_client))
         self._set("rounds", positive_int("rounds", self.rounds))
-        self._set("clip_norm", positive_finite("clip norm", self.clip_norm))
+        self._set("clip_norm", check_clip_norm(self.clip_norm))  # THE check of C (clipping trusts it)
         per_round = self.clients_per_round * self.users_per_client
         if per_round > self.population:
             raise PrivacySpecError(

@@ -13,6 +13,10 @@ x_1 + ... + x_t is assembled from the O(log t) complete nodes that tile [1, t]
   children's estimates; variance v_0 = sigma^2, v_{h+1} = 1 / (1/sigma^2 + 1/(2 v_h))
   for a node of 2^h rounds. Lower variance, same privacy (post-processing).
 
+As a ``NoiseMechanism`` (``dpemb.privacy.noise``), ``release`` returns round t's noised
+SUM: the noisy prefix sum of rounds 1..t minus that of rounds 1..t-1 (the previous one
+is kept here), so the training loop gets a noised sum whichever mechanism runs.
+
 Privacy: the released values are the noisy node sums of complete nodes; a user's
 effect is bounded by the sensitivity on every leaf it takes part in. The accounting
 (``dpemb.privacy.tree_accounting`` / ``accounting``) counts, for the worst-case
@@ -22,7 +26,8 @@ after every R rounds (one epoch) and the noisy total of a finished tree is carri
 over, so the output is still the noisy sum of ALL rounds so far; then each epoch's
 tree is accounted separately.
 
-The state holds the un-noised running sum of the current tree and the tree noise:
+The state holds the un-noised running sum of the current tree, the tree noise and the
+previous noisy prefix sum:
 a checkpoint of it is as sensitive as the raw data and must be protected as such.
 """
 
@@ -33,7 +38,7 @@ from typing import Any
 import torch
 
 from dpemb.privacy.clipping import ClippedSum
-from dpemb.privacy.noise import check_noise_multiplier, secure_seed, standard_normal
+from dpemb.privacy.noise import check_kind, check_noise_multiplier, secure_seed, standard_normal
 
 
 def node_variances(levels: int, efficient: bool) -> list[float]:
@@ -62,7 +67,8 @@ class TreeAggregationNoise:
     """Noisy prefix sums of clipped per-round sums via online tree aggregation.
 
     Feed round t's ``ClippedSum`` to ``noisy_prefix_sum`` and get the noisy sum of
-    rounds 1..t; the update of round t is the difference of consecutive outputs.
+    rounds 1..t; the update of round t is the difference of consecutive outputs, which
+    ``release`` returns (call one or the other for a run, not both).
     The noise multiplier z is relative to the clipped sum's sensitivity (which must
     stay the same every round). z <= 0, NaN or inf is an error unless
     ``allow_nonprivate`` (then z must be 0 and the exact prefix sums come out).
@@ -97,6 +103,7 @@ class TreeAggregationNoise:
         self._stack: list[tuple[int, list[torch.Tensor]]] = []  # (level, estimate noise / sigma)
         self._cum: list[torch.Tensor] | None = None  # raw sum of the current tree
         self._done: list[torch.Tensor] | None = None  # noisy totals of finished trees
+        self._prev: list[torch.Tensor] | None = None  # the previous noisy prefix sum (released)
 
     @property
     def seeded(self) -> bool:
@@ -147,6 +154,18 @@ class TreeAggregationNoise:
                 self._t, self._stack, self._cum = 0, [], None
         return out
 
+    def release(self, clipped: ClippedSum) -> list[torch.Tensor]:
+        """Round t's noised SUM: the noisy prefix sum of rounds 1..t minus that of rounds 1..t-1."""
+        prefix = self.noisy_prefix_sum(clipped)
+        prev = self._prev if self._prev is not None else [torch.zeros_like(p) for p in prefix]
+        self._prev = [p.clone() for p in prefix]
+        return [p - q.to(p.device, p.dtype) for p, q in zip(prefix, prev)]
+
+    def add_to_count(self, count: float, std: float) -> float:
+        """Refused: adaptive clipping is not supported with tree aggregation (``PrivacySpec``
+        refuses the combination first)."""
+        raise ValueError("adaptive clipping is not supported with tree aggregation noise")
+
     def _push_leaf(self, like: list[torch.Tensor]) -> None:
         self._stack.append((0, self._draw(like)))
         while len(self._stack) >= 2 and self._stack[-1][0] == self._stack[-2][0]:
@@ -161,9 +180,11 @@ class TreeAggregationNoise:
             self._stack.append((h + 1, est))
 
     def state_dict(self) -> dict[str, Any]:
-        """Exact state (generator, tree noise, running sums). Sensitive: holds un-noised sums."""
+        """Exact state (generator, tree noise, running sums, the previous released prefix).
+        Sensitive: holds un-noised sums."""
         cpu = lambda ts: None if ts is None else [t.detach().cpu().clone() for t in ts]  # noqa: E731
         return {
+            "kind": "tree",
             "noise_multiplier": self.noise_multiplier,
             "efficient": self.efficient,
             "restart_every": self.restart_every,
@@ -176,10 +197,12 @@ class TreeAggregationNoise:
             "stack": [(h, cpu(est)) for h, est in self._stack],
             "cum": cpu(self._cum),
             "done": cpu(self._done),
+            "prev_prefix": cpu(self._prev),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore exactly; refuses a state saved with another z, estimator, restart period or sampler."""
+        check_kind(state, "tree")
         mine = (self.noise_multiplier, self.efficient, self.restart_every, self.secure)
         theirs = (float(state["noise_multiplier"]), bool(state["efficient"]), state["restart_every"],
                   bool(state.get("secure", False)))
@@ -195,4 +218,6 @@ class TreeAggregationNoise:
         self._stack = [(int(h), list(est)) for h, est in state["stack"]]
         self._cum = None if state["cum"] is None else list(state["cum"])
         self._done = None if state["done"] is None else list(state["done"])
+        prev = state.get("prev_prefix")  # absent in a state saved before ``release`` kept it
+        self._prev = None if prev is None else [p.clone() for p in prev]
 

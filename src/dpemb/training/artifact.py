@@ -8,7 +8,8 @@ An artifact is a directory (a run directory is one) holding two files::
                         or steps, provenance (dataset, split trained
                         on, whether privately, the initialisation's provenance) and
                         every privacy statement (epsilon per accountant with delta,
-                        unit and relation; extrapolations labelled as such; "not
+                        unit and relation, and the dp_accounting event it is of;
+                        extrapolations labelled as such; "not
                         private" for non-private training), the input
                         preprocessing, the held-out evaluation (when the run
                         finished one), intended use and limitations
@@ -31,12 +32,16 @@ import torch
 
 from dpemb.models import Backbone, build_backbone
 from dpemb.atomic import atomic_write, atomic_write_json
+from dpemb.privacy.accounting import PrivacySpec
+from dpemb.privacy.events import training_event
 from dpemb.training.checkpoint import CheckpointError, backbone_from_checkpoint, load_checkpoint
+from dpemb.training.composition import composed_total
 from dpemb.training.errors import RETRAIN, pre_release
 from dpemb.training.provenance import (
     Provenance,
     compact_privacy,
     dataset_name,
+    included_ancestors,
     qualify_privacy,
     source_summary,
 )
@@ -50,7 +55,7 @@ SEEDED_NOTE = "noise and sampling were seeded: a reproducible experiment, not a 
 
 # the privacy keys a card may hold (anything else a report adds stays out of the card)
 _PRIVACY_KEYS = ("spec", "noise_seeded", "noise_sampler", "rounds_composed", "statement", "initialisation",
-                 "adaptive_clipping", "audit")
+                 "total_with_init", "adaptive_clipping", "audit", "dp_event", "dp_event_pld")
 _EXTRAPOLATION_KEYS = ("population", "factor", "noise_multiplier", "clients_per_round", "epsilon_rdp", "delta_note",
                        "delta", "statement")
 
@@ -253,6 +258,7 @@ class Release:
         self.backbone_name = meta["backbone_name"]
         self.backbone_kwargs = dict(meta["backbone_kwargs"])
         self.caveats = list(meta.get("init_caveats", []))
+        self.init_privacy = meta.get("init_privacy")  # the init's card privacy section (public), when an artifact
         self.provenance = {
             "dataset": dataset_name(prov.dataset),
             "source": source_summary(source),
@@ -262,8 +268,12 @@ class Release:
         }
 
     def privacy(self, privacy: Any) -> Any:
-        """A report's privacy entry with the initialisation's caveats on every statement."""
-        return qualify_privacy(privacy, self.caveats)
+        """A report's privacy entry with the initialisation's caveats on every statement
+        and, when the init (or an ancestor) was trained with DP on these users, the total
+        epsilon of both trainings (``total_with_init``)."""
+        out = qualify_privacy(privacy, self.caveats)
+        total = init_total(privacy, self.provenance["init"], self.init_privacy)
+        return {**out, "total_with_init": total} if total is not None else out
 
     def card(self, backbone: Backbone, privacy: Any, evaluation: dict[str, Any] | None = None,
              **progress: int) -> dict[str, Any]:
@@ -281,6 +291,24 @@ class Release:
         card = self.card(backbone, privacy, evaluation, **progress)
         write_artifact(self.directory, backbone, card)
         return card
+
+
+def init_total(privacy: Any, init: Any, init_privacy: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The total epsilon (RDP) of a DP run with privacy section ``privacy`` and the DP
+    models of its init chain that may have trained on its users (``init``: its init's
+    provenance; ``init_privacy``: the init card's privacy section); None when there are
+    none, or the run is not private. See ``dpemb.training.composition``."""
+    if not isinstance(privacy, dict) or not isinstance(privacy.get("epsilon_rdp"), float) or "spec" not in privacy:
+        return None
+    dp_models = tuple(p for _, p in included_ancestors(init) if p.get("private_training"))
+    if not dp_models:
+        return None
+    spec = PrivacySpec(**privacy["spec"])
+    event = training_event(spec, int(privacy["rounds_composed"]), accountant="rdp")
+    return composed_total(event, run_epsilon=privacy["epsilon_rdp"], delta=spec.resolved_delta, accountant="rdp",
+                          unit=spec.unit, dp_models=dp_models, direct=init, direct_privacy=init_privacy,
+                          label="total with the initialisation",
+                          together=f"--init {init.get('model') or 'the init'}'s training and this run")
 
 
 # ------------------------------------------------------------------------------ reading

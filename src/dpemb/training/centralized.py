@@ -10,6 +10,8 @@ This run is not private. Its report says so wherever epsilon would be.
 
 from __future__ import annotations
 
+import json
+
 import math
 import time
 from typing import Any
@@ -74,8 +76,10 @@ def train_centralized(
     *,
     resume: bool = False,
     provenance: Provenance | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Train; returns the report (also written to ``<out>/report.json``).
+    """Train; returns the report (also written to ``<out>/report.json``). ``settings``:
+    the run's ``TrainConfig.to_dict()``, written as its config.json (``dpemb.training.runner``).
 
     ``provenance``: the dataset and split trained on, recorded (with "trained without
     DP") in the checkpoint and the release artifact (``model.safetensors`` +
@@ -132,6 +136,8 @@ def train_centralized(
         print(f"resuming {run.path} from its checkpoint at step {step} of {optim_cfg.steps}", flush=True)
     else:
         run.start_fresh(config)
+    if settings is not None:  # the run's TrainConfig (a valid --config), in place of the internal settings
+        run.write_config(json.dumps(settings, indent=2, sort_keys=True))
 
     def evaluate(step: int, loss: float | None) -> dict[str, Any]:
         metrics, ver = evaluate_backbone(
@@ -196,8 +202,14 @@ def train_centralized(
             if schedule.due(step, at_eval=is_eval):
                 checkpoint(step, loss_ema)
             bar.update(1)
-            if stop.requested:
+            if stop.requested:  # the release in the run directory is this step's: say it is incomplete
                 bar.close()
+                run.write_report({
+                    "algorithm": "centralized", "status": f"incomplete: stopped at step {step} of {total}",
+                    "stopped_because": f"stopped by {stop.name}", "steps": step, "planned_steps": total,
+                    "privacy": CENTRALIZED_STATEMENT, "provenance": release.provenance, "eval_split": run_cfg.eval_split,
+                    "last_evaluated": {k: v for k, v in (last_eval or {}).items() if k != "_roc"},
+                    "run_dir": str(run.path)})
             schedule.raise_if_stopped("step", step, run.checkpoint)
     bar.close()
     elapsed = time.perf_counter() - t0
@@ -213,6 +225,7 @@ def train_centralized(
     plot_training(records, run.path / "training.png", x="step")
     report = {
         "algorithm": "centralized",
+        "status": "complete",
         "loss": to_dict(optim_cfg.loss),
         "privacy": CENTRALIZED_STATEMENT,
         "provenance": release.provenance,

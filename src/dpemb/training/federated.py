@@ -23,6 +23,7 @@ ledger for the rounds actually run.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -45,7 +46,8 @@ from dpemb.training.audit_run import AuditRun
 from dpemb.training.config import ModelConfig, RunConfig, config_json
 from dpemb.training.evaluate import evaluate_embeddings
 from dpemb.training.executor import DistributedExecutor, LocalExecutor, RankFailure, join_job, leave_distributed
-from dpemb.training.interrupt import CheckpointSchedule, GracefulStop
+from dpemb.training.errors import TrainingDiverged
+from dpemb.training.interrupt import CheckpointSchedule, GracefulStop, TrainingInterrupted
 from dpemb.training.modelinit import build_model
 from dpemb.training.lineage import training_record
 from dpemb.training.provenance import Provenance
@@ -70,8 +72,11 @@ def train_federated(
     audit_release: bool = False,
     audit_score: str = "final",
     public: UserDataset | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train with user-level DP; returns the report (also ``<out>/report.json``).
+    ``settings``: the run's ``TrainConfig.to_dict()``, written as its config.json
+    (``dpemb.training.runner``).
 
     ``public``: a PUBLIC dataset (no private user in it) whose identities become extra
     rows of every DP-FedEmb fresh head; required exactly when ``fed_cfg.public_negatives``
@@ -137,6 +142,8 @@ def train_federated(
     plan = PrivacyPlan.build(spec, seed=noise_seed, efficient_tree=fed_cfg.efficient_tree)
     server = ServerState.open(model, params, global_head, plan, fed_cfg, model_cfg, run, release, config,
                               ckpt_meta, resume, device, data_record)
+    if settings is not None:  # the run's TrainConfig (a valid --config), in place of the internal settings
+        run.write_config(json.dumps(settings, indent=2, sort_keys=True))
     executor = (DistributedExecutor(trainer, data, plan.randomness, env, template) if env is not None
                 else LocalExecutor(trainer, data, plan.randomness))
     # audit run: canary users clipped and noised with the real clients (training.audit_run)
@@ -152,11 +159,18 @@ def train_federated(
 
     log = RoundLog(run, spec, plan.ledger, fed_cfg, run_cfg, evaluate, start_round=server.round)  # round 0
     try:
-        stopped_by_budget = run_rounds(server, executor, template, log, audit, run_cfg, epsilon_budget)
-    finally:
-        executor.close()  # the other ranks stop serving (a no-op in one process)
-        if executor.world_size > 1 and not executor.failed:  # the final evaluation, if any, runs here alone
-            leave_distributed(created_group)
+        try:
+            stopped_by_budget = run_rounds(server, executor, template, log, audit, run_cfg, epsilon_budget)
+        finally:
+            executor.close()  # the other ranks stop serving (a no-op in one process)
+            if executor.world_size > 1 and not executor.failed:  # the final evaluation, if any, runs here alone
+                leave_distributed(created_group)
+    except (TrainingInterrupted, TrainingDiverged) as stop:  # the release in the run directory is incomplete
+        log.close()
+        run.write_report(log.incomplete_report(server.released_round, reason=str(stop),
+                                               privacy=release.privacy(server.privacy()),
+                                               provenance=release.provenance))
+        raise
     log.close()
     if log.needs_final_evaluation(stopped_by_budget):
         log.record(server.round, evaluated=True, final=True)

@@ -17,14 +17,17 @@ from dpemb.training.config import ModelConfig
 from dpemb.training.provenance import check_init
 
 
-def read_init(path: str | os.PathLike) -> tuple[str, dict[str, Any], dict[str, torch.Tensor], dict[str, Any]]:
-    """(backbone name, kwargs, state dict, provenance) of the release artifact at ``path``
+def read_init(path: str | os.PathLike
+              ) -> tuple[str, dict[str, Any], dict[str, torch.Tensor], dict[str, Any], dict[str, Any] | None]:
+    """(backbone name, kwargs, state dict, provenance, the card's privacy section) of the
+    release artifact at ``path``
     (a run directory resolves to its own). A training checkpoint is refused
     (``ArtifactError`` naming ``dpemb export``): it is private state, and an artifact
     carries the provenance the init check reads."""
     model, card = load_artifact(path)
     b = card["backbone"]
-    return b["name"], b["kwargs"], model.state_dict(), init_provenance(card, path)
+    privacy = card.get("privacy") if isinstance(card.get("privacy"), dict) else None
+    return b["name"], b["kwargs"], model.state_dict(), init_provenance(card, path), privacy
 
 
 def build_model(
@@ -56,11 +59,11 @@ def build_model(
     kwargs = {"in_channels": c, "image_size": h, "embedding_dim": cfg.embedding_dim, "width": cfg.width}
     model = build_backbone(cfg.backbone, **kwargs)
     init_prov: Any = cfg.init
-    init_lineage = None
+    init_lineage = init_privacy = None
     if cfg.init == "imagenet":
         load_imagenet_mobilenet_v2(model)
     elif cfg.init != "random":
-        name, init_kwargs, weights, init_prov = read_init(cfg.init)
+        name, init_kwargs, weights, init_prov, init_privacy = read_init(cfg.init)
         if name != cfg.backbone or init_kwargs != kwargs:
             raise CheckpointError(
                 f"--init {cfg.init} holds a {name} {init_kwargs}, "
@@ -81,5 +84,5 @@ def build_model(
         freeze_batchnorm_stats(model)
     set_trainable(model, cfg.trainable)
     return model.to(device), {"backbone_name": cfg.backbone, "backbone_kwargs": kwargs,
-                              "init_provenance": init_prov, "init_caveats": caveats,
+                              "init_provenance": init_prov, "init_caveats": caveats, "init_privacy": init_privacy,
                               "init_lineage": init_lineage}

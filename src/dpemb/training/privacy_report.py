@@ -1,6 +1,8 @@
 """The privacy section of a federated run's report and model card: every epsilon with
 its accountant, delta, unit of privacy and neighbouring relation, the extrapolations to
-larger populations, and adaptive clipping's public clip norms. Only what the guarantee
+larger populations, adaptive clipping's public clip norms, and the dp_accounting event
+the epsilons are of (``dp_event``, ``events.event_to_dict``; for tree aggregation the
+PLD accountant's equivalent Gaussian form too, ``dp_event_pld``). Only what the guarantee
 covers: the spec, the ledger's rounds and public knobs, never a private statistic."""
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dpemb.privacy.accounting import (
     supported_accountants,
 )
 from dpemb.privacy.adaptive_clipping import AdaptiveClipState
+from dpemb.privacy.events import event_to_dict
 from dpemb.privacy.noise import describe_sampler
 from dpemb.privacy.statements import NONPRIVATE_STATEMENT, describe_adaptive_clipping
 from dpemb.training.config import to_dict
@@ -48,13 +51,16 @@ def adaptive_clipping_report(spec: PrivacySpec, clip_state: AdaptiveClipState | 
 def privacy_report(spec: PrivacySpec, ledger: PrivacyLedger, seeded: bool,
                    clip_state: AdaptiveClipState | None = None) -> dict[str, Any]:
     """Every epsilon with its accountant, delta, unit and neighbouring relation."""
-    out: dict[str, Any] = {"spec": to_dict(spec), "noise_seeded": seeded, "rounds_composed": ledger.rounds}
+    out: dict[str, Any] = {"spec": to_dict(spec), "noise_seeded": seeded, "rounds_composed": ledger.rounds,
+                           "dp_event": event_to_dict(ledger.dp_event())}
     if spec.adaptive_clipping is not None:
         out["adaptive_clipping"] = adaptive_clipping_report(spec, clip_state)
     if spec.nonprivate:
         out["statement"] = NONPRIVATE_STATEMENT
         return out
     out["noise_sampler"] = describe_sampler(spec.secure_noise, seeded)
+    if "pld" in supported_accountants(spec) and ledger.dp_event("pld") != ledger.dp_event():
+        out["dp_event_pld"] = event_to_dict(ledger.dp_event("pld"))
     kw = dict(delta=spec.resolved_delta, unit=spec.unit, relation=spec.relation)
     for a, eps in epsilons(ledger, spec).items():
         a = a.removeprefix("epsilon_")

@@ -171,6 +171,32 @@ class RoundLog:
         return stopped_early or self.last_ver is None or \
             self.run.read_metrics()[-1].get("recall_at_far_0.001") is None
 
+    def incomplete_report(self, released_round: int | None, *, reason: str, privacy: dict[str, Any],
+                          provenance: Any) -> dict[str, Any]:
+        """The report (released) of a run that stopped before its planned rounds (a signal,
+        a divergence): what its release in the run directory is (``status`` as the model
+        card says it, the round of its last checkpoint), why it stopped, and the
+        evaluations it made up to that round; ``privacy`` covers every round it ran."""
+        planned = self.spec.rounds
+        done = released_round or 0
+        records = [r for r in self.run.read_metrics() if r.get("round", 0) <= done]
+        evaluated = [r for r in records if "recall_at_far_0.001" in r]
+        return {
+            "algorithm": self.fed_cfg.algorithm,
+            "status": f"incomplete: stopped at round {done} of {planned}"
+            + ("" if released_round is not None else " (no checkpoint was written: nothing released)"),
+            "stopped_because": reason,
+            "rounds": done, "planned_rounds": planned,
+            "privacy": privacy,
+            "provenance": provenance,
+            "eval_split": self.run_cfg.eval_split,
+            "initial": {k: v for k, v in evaluated[0].items() if k.startswith(METRIC_PREFIXES)} if evaluated else {},
+            "last_evaluated": ({"round": evaluated[-1]["round"],
+                                **{k: v for k, v in evaluated[-1].items() if k.startswith(METRIC_PREFIXES)}}
+                               if evaluated else {}),
+            "run_dir": str(self.run.path),
+        }
+
     def report(self, rnd: int, *, stopped_by_budget: bool, privacy: dict[str, Any], provenance: Any,
                train_users: int, train_examples: int, train_identities: int, eval_identities: int,
                processes: int) -> dict[str, Any]:
@@ -191,6 +217,8 @@ class RoundLog:
         })
         return {
             "algorithm": self.fed_cfg.algorithm,
+            "status": "complete" if stopped_by_budget or rnd >= self.spec.rounds else
+            f"incomplete: stopped at round {rnd} of {self.spec.rounds}",
             "loss": to_dict(self.fed_cfg.loss),
             "rounds": rnd,
             "stopped_by_epsilon_budget": stopped_by_budget,

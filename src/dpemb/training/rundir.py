@@ -85,6 +85,8 @@ def check_out_dir(path: str | os.PathLike, *, resume: bool | str, overwrite: boo
     raise OutDirError(
         f"--out {path} already holds a {'trained' if finished else 'started'} run; nothing was written. "
         "Pass --resume to continue it, --overwrite to replace the whole run directory, or choose another --out"
+        + (f". To train it further, start a new run from it: --init {path} --out NEW_DIR (its epsilon composes "
+           "with this run's; the total is printed)" if finished else "")
     )
 
 

@@ -35,7 +35,7 @@ from dpemb.training.checkpoint import CheckpointError, load_checkpoint, save_che
 from dpemb.training.config import ModelConfig, describe_differences, to_dict
 from dpemb.training.errors import TrainingDiverged
 from dpemb.training.privacy_report import privacy_report
-from dpemb.training.resume import check_same_config, check_same_data, resume_from_checkpoint
+from dpemb.training.resume import check_same_config, check_same_data, more_rounds_refusal, resume_from_checkpoint
 from dpemb.training.rundir import RunDir
 
 
@@ -59,6 +59,7 @@ class ServerState:
     ema: torch.Tensor | None = None  # server_ema > 0: the moving average of the server models (flat)
     initial_norm: float = 0.0  # L2 norm of the model the run started from (public: the init)
     norm_ratio: float = 1.0  # the server model's norm / initial_norm after the last step (public)
+    released_round: int | None = None  # the round of the release artifact in the run directory (None: none yet)
 
     @property
     def spec(self) -> PrivacySpec:
@@ -130,6 +131,7 @@ class ServerState:
         with self.released_weights():
             card = self.release.write(self.model, self.privacy(), rounds=self.round,
                                       planned_rounds=self.spec.rounds)  # released
+        self.released_round = self.round
         save_checkpoint(self.run.checkpoint, {  # private (0600)
             "provenance": card["provenance"], "model_card": card, "kind": self.fed_cfg.algorithm, **self.ckpt_meta,
             "backbone": self.model.state_dict(),
@@ -145,6 +147,10 @@ class ServerState:
         (the epsilon would be wrong) or other settings."""
         run, state = self.run, load_checkpoint(self.run.checkpoint, map_location=device)
         if state.get("privacy_fingerprint") != self.spec.fingerprint():
+            more = more_rounds_refusal(run, state.get("config"), self.config, state.get("privacy_spec"),
+                                       int(state["round"]), self.spec)
+            if more is not None:
+                raise CheckpointError(more)
             raise CheckpointError(
                 f"{run.checkpoint} was trained under a different privacy spec ("
                 + (describe_differences(state["config"], self.config) or "noise, clip norm, sampling, clients, "
@@ -161,7 +167,7 @@ class ServerState:
         if self.ema is not None:  # the same config, so the checkpoint holds it
             self.ema.copy_(state["server_ema"])
         self.plan.load_state_dict(state)
-        self.round = int(state["round"])
+        self.round = self.released_round = int(state["round"])
         run.truncate_metrics_after("round", self.round)
         print(f"resuming {run.path} from its checkpoint at round {self.round} of {self.spec.rounds}", flush=True)
 

@@ -28,25 +28,15 @@ taken as the data itself: nothing to check.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
-import dp_accounting
-
-from dpemb.privacy.accounting import PrivacySpec, compute_epsilon, describe_epsilon, gaussian_releases_event
-from dpemb.privacy.events import supported_accountants, training_event
-from dpemb.privacy.relations import Relation
-from dpemb.privacy.statements import format_epsilon
+from dpemb.privacy.accounting import gaussian_releases_event
+from dpemb.training.composition import composed_total
 from dpemb.training.errors import pre_release
 from dpemb.training.provenance import ancestors, check_init, included_ancestors
 
 from .budget import NoisePlan
-
-#: a rebuilt mechanism must reproduce the card's epsilon this closely (relative)
-REBUILD_TOLERANCE = 1e-2
-#: the only unit and relation a total is stated for (the backbone's and the classifier's)
-UNIT, RELATION = "user", Relation.ADD_REMOVE
 
 
 @dataclass(frozen=True)
@@ -67,60 +57,15 @@ class BackboneAccount:
 
     def total(self, plan: NoisePlan) -> dict[str, Any] | None:
         """The total epsilon of the backbone's DP training and this run together (None when
-        no DP model of the chain saw these users, or the run is not private)."""
-        if not self.dp_models or plan.nonprivate:
+        no DP model of the chain saw these users, or the run is not private); see
+        ``dpemb.training.composition``."""
+        if plan.nonprivate:
             return None
-        backbone = [_statement(p) for p in self.dp_models]
-        if plan.unit != UNIT:
-            return {"composition": None, "backbone": backbone, "statement": (
-                "no total stated: the backbone's epsilon is user-level and this one example-level, at different "
-                "units; run with --unit user for one user-level total")}
-        bad = [p for p in self.dp_models if not _user_add_remove(p)]
-        if bad:
-            return {"composition": None, "backbone": backbone, "statement": (
-                f"no total stated: {_name(bad[0])} was trained under another unit or relation than "
-                "user-level add/remove-one-user")}
-        # one ledger when the only DP model is the backbone itself, whose card holds its spec
-        event = self._event(plan.accountant) if self.dp_models == (self.provenance,) else None
-        if event is not None:
-            run = gaussian_releases_event(plan.noise_multiplier, plan.num_releases)
-            eps = compute_epsilon(dp_accounting.ComposedDpEvent([event, run]), plan.delta, plan.accountant,
-                                  relation=RELATION)
-            return {"composition": "dp_accounting", "epsilon": eps, "delta": plan.delta, "accountant": plan.accountant,
-                    "backbone": backbone, "statement": (
-                        "total with the backbone: " + describe_epsilon(eps, accountant=plan.accountant,
-                                                                       delta=plan.delta, unit=UNIT, relation=RELATION)
-                        + " for the backbone's training and this classifier together (one ledger: their "
-                          "mechanisms composed by dp_accounting)")}
-        parts = [_recorded(p, plan.accountant) for p in self.dp_models]
-        missing = [p for p, r in zip(self.dp_models, parts) if r is None]
-        if missing:
-            return {"composition": None, "backbone": backbone,
-                    "statement": f"no total stated: {_name(missing[0])} records no epsilon"}
-        eps = plan.epsilon + sum(e for e, _ in parts)
-        delta = plan.delta + sum(d for _, d in parts)
-        return {"composition": "basic", "epsilon": eps, "delta": delta, "accountant": plan.accountant,
-                "backbone": backbone, "statement": (
-                    f"total with the backbone: epsilon = {format_epsilon(eps)} (delta = {delta:.3g}, user-level, "
-                    "add/remove-one-user) for the backbone's training and this classifier together (basic "
-                    "composition: the sum of the epsilons and of the deltas, as the backbone's mechanism "
-                    "could not be rebuilt from its model card)")}
-
-    def _event(self, accountant: str) -> dp_accounting.DpEvent | None:
-        """The backbone's training mechanism rebuilt from its card's privacy spec, when that
-        reproduces the card's own epsilon; else None (basic composition)."""
-        sec = self.card_privacy or {}
-        try:
-            spec = PrivacySpec(**sec["spec"])
-            rounds = int(sec["rounds_composed"])
-            recorded = float(sec[f"epsilon_{accountant}"])
-        except (KeyError, TypeError, ValueError):
-            return None
-        if spec.nonprivate or accountant not in supported_accountants(spec) or spec.relation != RELATION:
-            return None
-        event = training_event(spec, rounds, accountant=accountant)
-        again = compute_epsilon(event, spec.resolved_delta, accountant, relation=spec.relation)
-        return event if math.isclose(again, recorded, rel_tol=REBUILD_TOLERANCE) else None
+        return composed_total(
+            gaussian_releases_event(plan.noise_multiplier, plan.num_releases), run_epsilon=plan.epsilon,
+            delta=plan.delta, accountant=plan.accountant, unit=plan.unit, dp_models=self.dp_models,
+            direct=self.provenance, direct_privacy=self.card_privacy, label="total with the backbone",
+            together="the backbone's training and this classifier")
 
     def to_dict(self, plan: NoisePlan | None = None) -> dict[str, Any]:
         """RELEASED: the chain (no counts), the caveats and, for ``plan``, the total."""
@@ -133,32 +78,6 @@ class BackboneAccount:
     def private(self) -> dict[str, Any]:
         """PRIVATE: how many of the features' users each model of the chain trained on."""
         return {"backbone_shared_users": None if self.shared_users is None else list(self.shared_users)}
-
-
-def _name(p: dict[str, Any]) -> str:
-    return str(p.get("model") or "a model of the backbone's chain")
-
-
-def _user_add_remove(p: dict[str, Any]) -> bool:
-    priv = p.get("privacy")
-    return isinstance(priv, dict) and priv.get("unit", UNIT) == UNIT and priv.get("relation") in (
-        RELATION.value, None)
-
-
-def _statement(p: dict[str, Any]) -> str:
-    priv = p.get("privacy") if isinstance(p.get("privacy"), dict) else {}
-    stmt = priv.get("statement_pld") or priv.get("statement_rdp") or "an epsilon it does not record"
-    return f"{_name(p)}: {stmt}"
-
-
-def _recorded(p: dict[str, Any], accountant: str) -> tuple[float, float] | None:
-    """(epsilon, delta) a DP model records (the run's accountant if it has it, else RDP)."""
-    priv = p.get("privacy") if isinstance(p.get("privacy"), dict) else {}
-    for key in (f"epsilon_{accountant}", "epsilon_rdp", "epsilon_pld"):
-        eps = priv.get(key)
-        if isinstance(eps, (int, float)) and math.isfinite(eps) and isinstance(priv.get("delta"), (int, float)):
-            return float(eps), float(priv["delta"])
-    return None
 
 
 def backbone_account(meta: dict[str, Any], *, private_run: bool, allow_nonprivate_init: bool) -> BackboneAccount | None:

@@ -1,0 +1,321 @@
+"""From a ``TrainConfig`` to a trained run: the one path ``dpemb train``, ``dpemb audit``
+and the Python API (``dpemb.train``) share.
+
+``train`` checks the configuration against the data (privacy knobs with non-private
+training, the cohort against the population, the init's provenance, the output
+directory) before any work, resolves the privacy request into a ``PrivacySpec``
+(``resolve_privacy``: a noise multiplier, a calibrated target epsilon, or an explicit
+non-private run), says on the console what the run will be (the calibrated noise, the
+cohort advice, an init's composed epsilon), and runs centralized or federated training.
+Every refusal is a ``ConfigError`` naming the setting by its flag and the fix.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from typing import Any
+
+from dpemb.data.dataset import UserDataset
+from dpemb.privacy.accounting import PrivacySpec
+from dpemb.training.provenance import Provenance
+from dpemb.training.run_config import NOT_PRIVACY_KNOBS, ConfigError, PerformanceFlags, PrivacyRequest, TrainConfig
+
+#: PrivacyRequest field -> its flag, for messages
+PRIVACY_FLAG = {f: "--" + f.replace("_", "-") for f in PrivacyRequest.__dataclass_fields__}
+PRIVACY_FLAG["secure_noise"] = "--secure-noise"
+
+
+def train(config: TrainConfig, out: str, *, data: UserDataset | None = None,
+          perf: PerformanceFlags = PerformanceFlags(), resume: bool | str = False, overwrite: bool = False,
+          public: UserDataset | None = None, audit_score: str = "final") -> dict[str, Any]:
+    """Train as ``config`` says into the run directory ``out``; returns the run's report
+    (also ``out/report.json``). ``data``: the dataset (default: the directory
+    ``config.data.path``); ``resume`` True or "auto" continues the run in ``out``;
+    ``overwrite`` replaces it whole. Under torchrun, worker ranks return their summary."""
+    from dpemb.training.executor import DistributedEnv
+
+    env = DistributedEnv.from_environ()
+    if env is not None and not config.federated_run:
+        raise ConfigError("centralized training runs in one process; start it without torchrun")
+    if env is not None and env.rank != 0:
+        perf = replace(perf, progress=False)
+    check_privacy_request(config)
+    check_init_model(config)
+    check_out(out, resume, overwrite)
+    dataset = data if data is not None else _load(config)
+    train_split, held_out = training_splits(dataset, config)
+    run_cfg = run_config(config, out, perf, overwrite)
+    prov = Provenance(dataset=config.data.path, train_split=config.data.train_split,
+                      allow_nonprivate_init=_allow_nonprivate_init(config))
+    if not config.federated_run:
+        from dpemb.training.centralized import train_centralized
+
+        print("note: centralized training is not private (no clipping, no noise, no epsilon); for "
+              "user-level DP use --algorithm dp-fedemb")
+        return train_centralized(train_split, held_out, config.model, config.optim, run_cfg, resume=resume,
+                                 provenance=prov, settings=config.to_dict())
+    from dpemb.training.config import to_dict
+    from dpemb.training.federated import train_federated
+
+    caveats = init_caveats(config)  # refuse a non-private init before anything else
+    request = config.privacy
+    canaries = request.audit_canaries or 0  # audit run: the canaries are users of the population
+    spec = resolve_privacy(config, train_split.num_users + canaries)
+    if canaries:
+        print_audit_setup(request, spec, train_split.num_users, resume)
+    if env is None or env.rank == 0:  # (advice goes to stderr, which worker ranks keep for errors)
+        print_privacy_advice(request, spec)
+    for c in caveats if request.target_epsilon is not None else []:
+        print(f"  [the calibrated epsilon {c}]")
+    print_planned_total(config, spec)
+    if config.federated.public_negatives and public is None:
+        public = public_split(dataset, config)
+    return train_federated(train_split, held_out, config.model, config.federated, spec, run_cfg,
+                           noise_seed=request.noise_seed, epsilon_budget=request.epsilon_budget, resume=resume,
+                           provenance=prov, audit_canaries=canaries, audit_release=request.release_audit_run,
+                           audit_score=audit_score, public=public if config.federated.public_negatives else None,
+                           settings={**config.to_dict(), "resolved": {"privacy": to_dict(spec)}})
+
+
+def run_config(config: TrainConfig, out: str, perf: PerformanceFlags, overwrite: bool):
+    """The training loops' ``RunConfig``: the config's evaluation settings and the performance flags."""
+    from dpemb.training.config import RunConfig
+
+    try:
+        return RunConfig(out=str(out), seed=config.seed, eval_every=config.eval_every,
+                         eval_max_pairs=config.eval_max_pairs, eval_split=config.data.eval_split,
+                         threads=perf.threads, progress=perf.progress, checkpoint_every=perf.checkpoint_every,
+                         checkpoint_interval_s=perf.checkpoint_interval_s, device=perf.device,
+                         eval_batch_size=perf.eval_batch_size, client_batch=perf.client_batch, bf16=perf.bf16,
+                         overwrite=overwrite)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+
+
+def _load(config: TrainConfig) -> UserDataset:
+    if config.data.path is None:
+        raise ConfigError("no data: give --data DIR (a dataset made with `dpemb data make`), or pass a dataset")
+    return UserDataset.load(config.data.path)
+
+
+def _allow_nonprivate_init(config: TrainConfig) -> bool:
+    return config.privacy.allow_nonprivate_init
+
+
+# ------------------------------------------------------------------------------ checks
+def check_privacy_request(config: TrainConfig) -> None:
+    """Refuse privacy settings that would be silently ignored, or that contradict each other."""
+    r = config.privacy
+    if not config.federated_run:
+        default = PrivacyRequest()
+        given = [PRIVACY_FLAG[f] for f in PrivacyRequest.__dataclass_fields__
+                 if f not in NOT_PRIVACY_KNOBS and getattr(r, f) != getattr(default, f)]
+        if r.secure_noise is False:
+            given[given.index("--secure-noise")] = "--no-secure-noise"
+        if given:
+            raise centralized_refusal(given)
+        return
+    given = [x is not None for x in (r.noise_multiplier, r.target_epsilon)] + [r.non_private]
+    if sum(given) != 1:
+        raise ConfigError("give exactly one of --noise-multiplier, --target-epsilon or --non-private")
+    if r.secure_noise and r.noise_seed is not None:
+        raise ConfigError(
+            "--secure-noise cannot be combined with --noise-seed: the secure sampler is keyed afresh from the OS on "
+            "every draw. A seeded run is a reproducible experiment (plain sampler, reported as SEEDED)"
+        )
+    if r.release_audit_run and r.audit_canaries is None:
+        raise ConfigError("--release-audit-run applies to an audit run: give --audit-canaries N too")
+    if r.audit_canaries is not None and r.non_private:
+        raise ConfigError("--audit-canaries with --non-private: an audit compares with the reported epsilon, "
+                          "and a non-private run has none")
+    if r.secure_noise and r.non_private:
+        raise ConfigError("--secure-noise with --non-private: a non-private run adds no noise to harden")
+    if r.adaptive_clip_quantile is None and (r.clip_lr is not None or r.clip_count_stddev is not None):
+        raise ConfigError("--clip-lr and --clip-count-stddev apply to adaptive clipping: give "
+                          "--adaptive-clip-quantile GAMMA too (or drop them for a fixed --clip-norm)")
+
+
+def centralized_refusal(flags: list[str]) -> ConfigError:
+    """Privacy settings given to centralized training, which would ignore them."""
+    return ConfigError(
+        f"{', '.join(flags)} given with --algorithm centralized, which is not private: it neither "
+        "clips nor adds noise and ignores every privacy flag. For user-level DP choose --algorithm "
+        "dp-fedemb (or dp-fedavg, dp-ftrl-fedemb); for a non-private baseline drop the privacy flags")
+
+
+def check_init_model(config: TrainConfig) -> None:
+    """--init names a release artifact or a run directory (not a private checkpoint)."""
+    init = config.model.init
+    if init in ("random", "imagenet"):
+        return
+    from dpemb.training.artifact import ArtifactError, resolve_model
+
+    try:
+        resolve_model(init)
+    except ArtifactError as e:
+        raise ConfigError(f"--init: {e}") from e
+
+
+def check_out(out: str, resume: bool | str, overwrite: bool) -> None:
+    """Refuse a non-empty --out before any work (``training.rundir.check_out_dir``)."""
+    from dpemb.training.rundir import OutDirError, check_out_dir
+
+    try:
+        check_out_dir(out, resume=resume, overwrite=overwrite)
+    except OutDirError as e:
+        raise ConfigError(str(e)) from e
+
+
+def init_caveats(config: TrainConfig) -> list[str]:
+    """A DP run from an init that saw private users without DP: refused unless
+    --allow-nonprivate-init; returns what every epsilon must then say."""
+    init = config.model.init
+    if config.privacy.non_private or init in ("random", "imagenet"):
+        return []
+    from dpemb.training.modelinit import read_init
+    from dpemb.training.provenance import InitProvenanceError, check_init
+
+    try:
+        return check_init(read_init(init)[3], private_run=True, init_name=init,
+                          allow_nonprivate_init=_allow_nonprivate_init(config))
+    except InitProvenanceError as e:
+        raise ConfigError(str(e)) from e
+
+
+def check_cohort(clients_per_round: int, users_per_client: int, num_users: int) -> None:
+    """A round must not ask for more users than the population holds (M K <= N): an
+    error that names the defaults and suggests a K that fits."""
+    m, k = clients_per_round, users_per_client
+    if m >= 1 and k >= 1 and num_users >= 1 and m * k > num_users:
+        fit = max(1, num_users // (2 * m))
+        d = PrivacyRequest()
+        raise ConfigError(
+            f"{m} virtual clients of {k} users per round need {m * k} users, but the population (the "
+            f"training users, plus any audit canaries) has {num_users}. The defaults (--clients-per-round "
+            f"{d.clients_per_round} --users-per-client {d.users_per_client}) suit populations of a few hundred "
+            f"users or more; here try --users-per-client {fit} (about half the users per round), or fewer "
+            "--clients-per-round")
+
+
+def training_splits(dataset: UserDataset, config: TrainConfig) -> tuple[UserDataset, UserDataset]:
+    """(the split to train on, the held-out split to evaluate on); ConfigError when either is empty."""
+    splits = dataset.split()
+    where = config.data.path or "the dataset"
+    held_out = splits.eval if config.data.eval_split == "test" else splits.validation
+    if held_out.num_examples == 0:
+        flag = "--eval-identity-fraction" if config.data.eval_split == "test" else "--validation-identity-fraction"
+        raise ConfigError(
+            f"{where} has no {config.data.eval_split} split (held-out identities with their own "
+            f"users); make it with `dpemb data make ... {flag} F` (F > 0; the default holds out "
+            f"0.1) or re-split it with `dpemb data split {where}`"
+        )
+    name = {"private": "train", "public": "public", "all": "train_and_public"}[config.data.train_split]
+    train_split = getattr(splits, name)
+    if train_split.num_examples == 0:
+        raise ConfigError(f"the {config.data.train_split} split of {where} is empty")
+    return train_split, held_out
+
+
+def public_split(dataset: UserDataset, config: TrainConfig) -> UserDataset:
+    """The PUBLIC split (--public-negatives); ConfigError when it is empty."""
+    public = dataset.split().public
+    if public.num_examples == 0:
+        raise ConfigError(f"--public-negatives needs public identities, and {config.data.path or 'the dataset'} "
+                          "has no public split; make one with `dpemb data make ... --public-user-fraction F` (or "
+                          "`dpemb data split`) or drop the flag")
+    return public
+
+
+# ------------------------------------------------------------------------------ privacy
+def resolve_privacy(config: TrainConfig, population: int) -> PrivacySpec:
+    """The ``PrivacySpec`` of a federated run of ``population`` users (the training users
+    plus any audit canaries): the request's noise multiplier, or the one calibrated for
+    its target epsilon (printed), with adaptive clipping's split of it; checked against
+    the server schedule and the epsilon budget."""
+    from dpemb.algorithms.server import check_server_schedule
+    from dpemb.privacy.accounting import calibrated_spec, check_epsilon_budget, describe_epsilon
+
+    r = config.privacy
+    check_privacy_request(config)
+    check_cohort(r.clients_per_round, r.users_per_client, population)
+    fields = dict(
+        population=population, clients_per_round=r.clients_per_round, users_per_client=r.users_per_client,
+        clip_norm=r.clip_norm, rounds=r.rounds, delta=r.delta, sampling=r.sampling,
+        mechanism="tree" if config.algorithm == "dp-ftrl-fedemb" else "gaussian", nonprivate=r.non_private,
+        tree_restarts=r.tree_restarts, allow_large_delta=r.allow_large_delta, secure_noise=r.resolved_secure_noise,
+    )
+    try:
+        check_server_schedule(config.federated, r.rounds)  # --server-lr-warmup < --rounds
+        if r.target_epsilon is None:
+            spec = PrivacySpec(noise_multiplier=0.0 if r.non_private else r.noise_multiplier, **fields)
+        else:
+            spec = calibrated_spec(r.target_epsilon, r.accountant, **fields)
+            print(f"calibrated noise multiplier z = {spec.noise_multiplier:.4f} for "
+                  + describe_epsilon(r.target_epsilon, accountant=r.accountant, delta=spec.resolved_delta,
+                                     unit=spec.unit, relation=spec.relation))
+        if r.adaptive_clip_quantile is not None:  # after calibration: epsilon depends on the total z only
+            from dpemb.privacy.adaptive_clipping import DEFAULT_LEARNING_RATE, AdaptiveClipping
+            from dpemb.privacy.statements import describe_adaptive_clipping
+
+            spec = replace(spec, adaptive_clipping=AdaptiveClipping(
+                r.adaptive_clip_quantile, DEFAULT_LEARNING_RATE if r.clip_lr is None else r.clip_lr,
+                r.clip_count_stddev))
+            print(describe_adaptive_clipping(spec))
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    try:
+        check_epsilon_budget(r.epsilon_budget, spec)
+    except ValueError as e:
+        raise ConfigError(f"--epsilon-budget {r.epsilon_budget}: {e}") from e
+    return spec
+
+
+def print_privacy_advice(request: PrivacyRequest, spec: PrivacySpec) -> None:
+    """The small-cohort / weak-guarantee / large-delta advice of `dpemb account`, before training."""
+    from dpemb.privacy.advice import cohort_warnings
+    from dpemb.privacy.events import epsilon_for
+
+    eps = request.target_epsilon
+    if eps is None and not spec.nonprivate:
+        try:
+            eps = epsilon_for(spec, "rdp")
+        except ValueError:  # accountant limits: the advice is printed without the epsilon rule
+            eps = None
+    if eps is not None and request.epsilon_budget is not None:
+        eps = min(eps, request.epsilon_budget)
+    for w in cohort_warnings(spec, eps):
+        print(f"warning: {w}", file=sys.stderr)
+
+
+def print_planned_total(config: TrainConfig, spec: PrivacySpec) -> None:
+    """For a DP run from a DP init that trained on these users: the total epsilon (RDP) of
+    both trainings once this run has spent its planned rounds."""
+    if spec.nonprivate or config.model.init in ("random", "imagenet"):
+        return
+    from dpemb.privacy.accounting import compute_epsilon
+    from dpemb.privacy.events import training_event
+    from dpemb.training.artifact import init_total
+    from dpemb.training.config import to_dict
+    from dpemb.training.modelinit import read_init
+
+    _, _, _, init, init_privacy = read_init(config.model.init)
+    eps = compute_epsilon(training_event(spec), spec.resolved_delta, "rdp", relation=spec.relation)
+    total = init_total({"spec": to_dict(spec), "rounds_composed": spec.rounds, "epsilon_rdp": float(eps)},
+                       init, init_privacy)
+    if total is not None:
+        print(f"after {spec.rounds} rounds, {total['statement']}")
+
+
+def print_audit_setup(request: PrivacyRequest, spec: PrivacySpec, real_users: int, resume: bool | str) -> None:
+    """Refuse an audit the canaries do not support; say what the run is."""
+    from dpemb.training.audit_run import AuditError, check_audit
+
+    try:
+        check_audit(request.audit_canaries, spec, resume=resume)
+    except AuditError as e:
+        raise ConfigError(str(e)) from e
+    print(f"audit run: {request.audit_canaries} canary users join the {real_users} real users; the accountant "
+          f"counts {spec.population} users (sampling rate q = {spec.sampling_rate:.4g}). "
+          + ("Released by choice (--release-audit-run)." if request.release_audit_run else
+             "Not for release: train the production model as a separate run without --audit-canaries."))

@@ -1,0 +1,106 @@
+"""One run configuration (#35.1): the defaults live in the config types only, a run's
+config.json is a valid --config that reproduces the run, flags override a config file,
+and a bad file is refused naming the setting."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from dpemb.cli.main import build_parser, main
+from dpemb.cli.train import PERFORMANCE, SETTINGS
+from dpemb.training.run_config import (
+    ConfigError,
+    PerformanceFlags,
+    TrainConfig,
+    get_setting,
+    load_config,
+)
+
+TOY = ["--algorithm", "dp-fedemb", "--rounds", "2", "--clients-per-round", "3", "--users-per-client", "2",
+       "--local-batch-size", "4", "--eval-every", "2", "--noise-multiplier", "0.5", "--noise-seed", "1",
+       "--no-progress"]
+
+
+def _train_actions():
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return sub.choices["train"]._actions
+
+
+def test_every_flag_takes_its_default_from_the_config_types():
+    config, perf = TrainConfig(), PerformanceFlags()
+    seen = set()
+    for action in _train_actions():
+        for table, source in ((SETTINGS, config), (PERFORMANCE, perf)):
+            if action.dest in table:
+                path = table[action.dest]
+                value = get_setting(source, path.lstrip("!"))
+                assert action.config_default == ((not value) if path.startswith("!") else value), action.dest
+                seen.add(path.lstrip("!"))
+    # every setting of the config types is a flag, except the two FedAdam betas (set in a --config only)
+    leaves = {f"{f.name}.{g.name}" if dataclasses.is_dataclass(getattr(config, f.name)) else f.name
+              for f in dataclasses.fields(config)
+              for g in (dataclasses.fields(getattr(config, f.name)) if dataclasses.is_dataclass(getattr(config, f.name))
+                        else [f])}
+    leaves -= {"optim.loss", "federated.loss", "federated.algorithm"}  # the copies of loss and algorithm
+    assert leaves - seen == {"federated.server_adam_beta1", "federated.server_adam_beta2"}
+    assert {f.name for f in dataclasses.fields(perf)} == {p.lstrip("!") for p in PERFORMANCE.values()}
+
+
+def test_a_run_config_json_is_a_valid_config_that_reproduces_the_run(tmp_path, tiny_data_dir, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["train", "--data", tiny_data_dir, "--out", str(a), *TOY]) == 0
+    saved = json.loads((a / "config.json").read_text())
+    assert saved["resolved"]["privacy"]["noise_multiplier"] == 0.5  # what the run derived, beside the request
+    config = load_config(a / "config.json")
+    assert config.to_dict() == {k: v for k, v in saved.items() if k != "resolved"}
+    assert main(["train", "--config", str(a / "config.json"), "--out", str(b), "--no-progress"]) == 0
+    assert json.loads((b / "config.json").read_text()) == saved
+    assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
+
+
+def test_flags_override_a_config_file_and_toml_is_read(tmp_path, tiny_data_dir):
+    toml = tmp_path / "run.toml"
+    toml.write_text(f'algorithm = "dp-fedemb"\n[data]\npath = "{tiny_data_dir}"\n[federated]\nclient_lr = 0.2\n'
+                    '[privacy]\nnoise_multiplier = 0.5\nclients_per_round = 3\nusers_per_client = 2\nrounds = 2\n'
+                    'noise_seed = 1\n[loss]\nkind = "cosface"\n')
+    config = load_config(toml)
+    assert config.federated.client_lr == 0.2 and config.federated.loss.kind == "cosface"
+    assert config.privacy.users_per_client == 2 and config.privacy.clip_norm == TrainConfig().privacy.clip_norm
+    out = tmp_path / "r"
+    assert main(["train", "--config", str(toml), "--out", str(out), "--client-lr", "0.05", "--loss", "arcface",
+                 "--local-batch-size", "4", "--eval-every", "2", "--no-progress"]) == 0
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["federated"]["client_lr"] == 0.05  # the flag, even at the default value, wins
+    assert saved["loss"] == {"kind": "arcface", "scale": 30.0, "margin": 0.5}  # arcface's own defaults
+
+
+def test_a_bad_config_is_refused_naming_the_setting(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"federated": {"client_learning_rate": 0.1}}))
+    with pytest.raises(ConfigError, match="unknown setting federated.'client_learning_rate'.*client_lr"):
+        load_config(bad)
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--config", str(bad), "--out", str(tmp_path / "r")])
+    assert e.value.code == 2 and "--config" in capsys.readouterr().err and not (tmp_path / "r").exists()
+    bad.write_text(json.dumps({"privacy": {"clip_norm": -1.0}, "algorithm": "dp-fedemb"}))
+    with pytest.raises(ConfigError, match="clip"):
+        from dpemb.training.runner import resolve_privacy
+
+        resolve_privacy(dataclasses.replace(load_config(bad), privacy=dataclasses.replace(
+            load_config(bad).privacy, noise_multiplier=1.0)), 1000)
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        (tmp_path / "x.toml").write_text("algorithm = ")
+        load_config(tmp_path / "x.toml")
+
+
+def test_the_python_api_and_the_cli_share_the_defaults():
+    """`dpemb account` and `dpemb train` default to the same cohort (the one PrivacyRequest)."""
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    account = {a.dest: a.default for a in sub.choices["account"]._actions}
+    request = TrainConfig().privacy
+    assert account["clients_per_round"] == [request.clients_per_round]
+    assert account["users_per_client"] == [request.users_per_client]
+    assert account["rounds"] == [request.rounds] and account["clip_norm"] == request.clip_norm
