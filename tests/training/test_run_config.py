@@ -104,3 +104,25 @@ def test_the_python_api_and_the_cli_share_the_defaults():
     assert account["clients_per_round"] == [request.clients_per_round]
     assert account["users_per_client"] == [request.users_per_client]
     assert account["rounds"] == [request.rounds] and account["clip_norm"] == request.clip_norm
+
+
+def test_target_epsilon_at_a_stated_population_is_met_by_the_extrapolation(tmp_path, tiny_data_dir, capsys):
+    """#35.2: calibrated for the run extrapolated to N' users; the report and card state
+    the epsilon at N' (equal to the target) and at the populations named, and the run's own."""
+    out = tmp_path / "r"
+    argv = ["train", "--data", tiny_data_dir, "--out", str(out), *TOY[:-5], "--target-epsilon", "2",
+            "--target-population", "100000", "--report-populations", "50000", "--noise-seed", "1", "--no-progress"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "EXTRAPOLATED to 100,000 users" in text and "This run's own epsilon" in text
+    report = json.loads((out / "report.json").read_text())
+    card = json.loads((out / "model_card.json").read_text())
+    for priv in (report["privacy"], card["privacy"]):
+        ex = {e["population"]: e for e in priv["extrapolated"]}
+        assert set(ex) == {50_000, 100_000, 1_000_000, 10_000_000}
+        assert ex[100_000]["epsilon_rdp"] == pytest.approx(2.0, rel=1e-3)
+    assert report["privacy"]["epsilon_rdp"] > 2.0  # the simulated run's own, much larger
+    with pytest.raises(SystemExit):
+        main(["train", "--data", tiny_data_dir, "--out", str(tmp_path / "s"), *TOY[:-5], "--target-population",
+              "100000", "--no-progress"])
+    assert "--target-population applies to --target-epsilon" in capsys.readouterr().err
