@@ -126,3 +126,30 @@ def test_target_epsilon_at_a_stated_population_is_met_by_the_extrapolation(tmp_p
         main(["train", "--data", tiny_data_dir, "--out", str(tmp_path / "s"), *TOY[:-5], "--target-population",
               "100000", "--no-progress"])
     assert "--target-population applies to --target-epsilon" in capsys.readouterr().err
+
+
+def test_the_evaluation_subset_of_a_run_is_the_one_dpemb_eval_scores(tmp_path, tiny_data_dir, capsys):
+    """#35.2: a run evaluated on a capped held-out subset reports what `dpemb eval
+    --max-examples N` computes on its released model; the draw is the experiments' (validation first)."""
+    import numpy as np
+
+    from dpemb.data.dataset import UserDataset
+    from dpemb.data.splits import held_out_subsets
+
+    splits = UserDataset.load(tiny_data_dir).split()
+    n = splits.eval.num_examples - 3
+    validation, test = held_out_subsets(splits, n)
+    rng = np.random.default_rng(0)  # the experiments' cap, written out
+    if splits.validation.num_examples > n:
+        rng.choice(splits.validation.num_examples, n, replace=False)
+    keep = np.sort(rng.choice(splits.eval.num_examples, n, replace=False))
+    assert test.num_examples == n and np.array_equal(test.images, np.asarray(splits.eval.images)[keep])
+    out = tmp_path / "r"
+    assert main(["train", "--data", tiny_data_dir, "--out", str(out), *TOY, "--eval-max-examples", str(n)]) == 0
+    final = json.loads((out / "report.json").read_text())["final"]
+    capsys.readouterr()
+    assert main(["eval", str(out), "--data", tiny_data_dir, "--max-examples", str(n), "--bootstrap", "0",
+                 "--json"]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    for k in ("recall_at_far_0.01", "roc_auc", "precision_at_1", "map_at_r"):
+        assert scored[k] == pytest.approx(final[k], abs=1e-6), k

@@ -201,6 +201,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--eval-split", choices=("test", "validation"),
                    help="held-out users and identities to evaluate on: test (default; the numbers "
                         "to report) or validation (to choose hyperparameters without touching test)")
+    r.add_argument("--eval-max-examples", type=int, metavar="N",
+                   help="evaluate on a fixed random subset of N held-out examples (the experiments' subset; "
+                        "`dpemb eval --max-examples N` scores the same images); default: all of them")
     r.add_argument("--eval-every", type=int)
     r.add_argument("--eval-max-pairs", type=int,
                    help="sample this many pairs instead of evaluating all pairs exactly")
@@ -235,6 +238,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 #: flag dest -> the TrainConfig setting it sets ("!": a store_true flag that sets it False)
 SETTINGS = {
     "data": "data.path", "train_split": "data.train_split", "eval_split": "data.eval_split",
+    "eval_max_examples": "data.eval_max_examples",
     "algorithm": "algorithm", "seed": "seed", "eval_every": "eval_every", "eval_max_pairs": "eval_max_pairs",
     **{d: f"model.{d}" for d in ("backbone", "embedding_dim", "width", "init", "trainable")},
     **{d: f"optim.{d}" for d in ("lr", "momentum", "weight_decay", "batch_size", "steps", "cosine")},

@@ -45,6 +45,9 @@ class DataConfig:
     path: str | None = None
     train_split: str = "private"  # "private" | "public" (public pretraining) | "all"
     eval_split: str = "test"  # "test" (the numbers to report) | "validation" (to choose on)
+    # score a fixed random subset of this many held-out examples (dpemb.data.splits.held_out_subsets;
+    # `dpemb eval --max-examples N` scores the same); None: all of them
+    eval_max_examples: int | None = None
 
     def __post_init__(self) -> None:
         if self.train_split not in ("private", "public", "all"):

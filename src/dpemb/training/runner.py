@@ -201,9 +201,15 @@ def check_cohort(clients_per_round: int, users_per_client: int, num_users: int) 
 
 def training_splits(dataset: UserDataset, config: TrainConfig) -> tuple[UserDataset, UserDataset]:
     """(the split to train on, the held-out split to evaluate on); ConfigError when either is empty."""
+    from dpemb.data.splits import held_out_subsets
+
     splits = dataset.split()
     where = config.data.path or "the dataset"
-    held_out = splits.eval if config.data.eval_split == "test" else splits.validation
+    try:
+        validation, test = held_out_subsets(splits, config.data.eval_max_examples)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    held_out = test if config.data.eval_split == "test" else validation
     if held_out.num_examples == 0:
         flag = "--eval-identity-fraction" if config.data.eval_split == "test" else "--validation-identity-fraction"
         raise ConfigError(
