@@ -122,6 +122,13 @@ def test_target_epsilon_at_a_stated_population_is_met_by_the_extrapolation(tmp_p
         assert set(ex) == {50_000, 100_000, 1_000_000, 10_000_000}
         assert ex[100_000]["epsilon_rdp"] == pytest.approx(2.0, rel=1e-3)
     assert report["privacy"]["epsilon_rdp"] > 2.0  # the simulated run's own, much larger
+    # dpemb account reads the same configuration and states the same numbers
+    capsys.readouterr()
+    assert main(["account", "--config", str(out / "config.json"), "--accountant", "rdp", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows[0]["epsilon_rdp"] == pytest.approx(report["privacy"]["epsilon_rdp"], rel=1e-6)
+    by_n = {r["extrapolation"]["population"]: r["extrapolation"]["epsilon_rdp"] for r in rows}
+    assert by_n[100_000] == pytest.approx(2.0, rel=1e-3) and by_n[50_000] == pytest.approx(ex[50_000]["epsilon_rdp"])
     with pytest.raises(SystemExit):
         main(["train", "--data", tiny_data_dir, "--out", str(tmp_path / "s"), *TOY[:-5], "--target-population",
               "100000", "--no-progress"])
