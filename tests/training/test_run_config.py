@@ -104,3 +104,59 @@ def test_the_python_api_and_the_cli_share_the_defaults():
     assert account["clients_per_round"] == [request.clients_per_round]
     assert account["users_per_client"] == [request.users_per_client]
     assert account["rounds"] == [request.rounds] and account["clip_norm"] == request.clip_norm
+
+
+def test_target_epsilon_at_a_stated_population_is_met_by_the_extrapolation(tmp_path, tiny_data_dir, capsys):
+    """#35.2: calibrated for the run extrapolated to N' users; the report and card state
+    the epsilon at N' (equal to the target) and at the populations named, and the run's own."""
+    out = tmp_path / "r"
+    argv = ["train", "--data", tiny_data_dir, "--out", str(out), *TOY[:-5], "--target-epsilon", "2",
+            "--target-population", "100000", "--report-populations", "50000", "--noise-seed", "1", "--no-progress"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "EXTRAPOLATED to 100,000 users" in text and "This run's own epsilon" in text
+    report = json.loads((out / "report.json").read_text())
+    card = json.loads((out / "model_card.json").read_text())
+    for priv in (report["privacy"], card["privacy"]):
+        ex = {e["population"]: e for e in priv["extrapolated"]}
+        assert set(ex) == {50_000, 100_000, 1_000_000, 10_000_000}
+        assert ex[100_000]["epsilon_rdp"] == pytest.approx(2.0, rel=1e-3)
+    assert report["privacy"]["epsilon_rdp"] > 2.0  # the simulated run's own, much larger
+    # dpemb account reads the same configuration and states the same numbers
+    capsys.readouterr()
+    assert main(["account", "--config", str(out / "config.json"), "--accountant", "rdp", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows[0]["epsilon_rdp"] == pytest.approx(report["privacy"]["epsilon_rdp"], rel=1e-6)
+    by_n = {r["extrapolation"]["population"]: r["extrapolation"]["epsilon_rdp"] for r in rows}
+    assert by_n[100_000] == pytest.approx(2.0, rel=1e-3) and by_n[50_000] == pytest.approx(ex[50_000]["epsilon_rdp"])
+    with pytest.raises(SystemExit):
+        main(["train", "--data", tiny_data_dir, "--out", str(tmp_path / "s"), *TOY[:-5], "--target-population",
+              "100000", "--no-progress"])
+    assert "--target-population applies to --target-epsilon" in capsys.readouterr().err
+
+
+def test_the_evaluation_subset_of_a_run_is_the_one_dpemb_eval_scores(tmp_path, tiny_data_dir, capsys):
+    """#35.2: a run evaluated on a capped held-out subset reports what `dpemb eval
+    --max-examples N` computes on its released model; the draw is the experiments' (validation first)."""
+    import numpy as np
+
+    from dpemb.data.dataset import UserDataset
+    from dpemb.data.splits import held_out_subsets
+
+    splits = UserDataset.load(tiny_data_dir).split()
+    n = splits.eval.num_examples - 3
+    validation, test = held_out_subsets(splits, n)
+    rng = np.random.default_rng(0)  # the experiments' cap, written out
+    if splits.validation.num_examples > n:
+        rng.choice(splits.validation.num_examples, n, replace=False)
+    keep = np.sort(rng.choice(splits.eval.num_examples, n, replace=False))
+    assert test.num_examples == n and np.array_equal(test.images, np.asarray(splits.eval.images)[keep])
+    out = tmp_path / "r"
+    assert main(["train", "--data", tiny_data_dir, "--out", str(out), *TOY, "--eval-max-examples", str(n)]) == 0
+    final = json.loads((out / "report.json").read_text())["final"]
+    capsys.readouterr()
+    assert main(["eval", str(out), "--data", tiny_data_dir, "--max-examples", str(n), "--bootstrap", "0",
+                 "--json"]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    for k in ("recall_at_far_0.01", "roc_auc", "precision_at_1", "map_at_r"):
+        assert scored[k] == pytest.approx(final[k], abs=1e-6), k

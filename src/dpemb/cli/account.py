@@ -59,8 +59,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n")[1] if __doc__ else None,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--population", type=_list_of(_int, "--population"), required=True,
-                   help="N: users in the population (comma list sweeps)")
+    p.add_argument("--config", metavar="FILE",
+                   help="a run configuration (`dpemb train --config`, or a run's config.json): its privacy request, "
+                        "cohort and extrapolation populations, and its dataset's training users as N; flags "
+                        "given here override it")
+    p.add_argument("--population", type=_list_of(_int, "--population"), default=None,
+                   help="N: users in the population (comma list sweeps); required unless --config names a dataset")
     p.add_argument("--clients-per-round", type=_list_of(_int, "--clients-per-round"),
                    default=[DEFAULT.clients_per_round], help="M: virtual clients per round (dpemb train's default)")
     p.add_argument("--users-per-client", type=_list_of(_int, "--users-per-client"), default=[DEFAULT.users_per_client],
@@ -97,6 +101,64 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--plot", metavar="FILE", default=None, help="plot epsilon against rounds to FILE")
     p.set_defaults(func=run)
+    _DEFAULTS.update({a.dest: a.default for a in p._actions})
+
+
+#: the parser's default objects: a flag whose value IS its default object was not given
+_DEFAULTS: dict[str, Any] = {}
+
+
+def apply_config(args: argparse.Namespace) -> None:
+    """Fill the flags not given from ``--config`` (a ``TrainConfig``): the same privacy
+    request, cohort and populations ``dpemb train --config`` would run."""
+    from dpemb.training.run_config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as e:
+        raise UsageError(str(e)) from e
+    r = config.privacy
+
+    def fill(dest: str, value: Any) -> None:
+        if getattr(args, dest) is _DEFAULTS.get(dest) and value is not None:
+            setattr(args, dest, value)
+
+    if args.population is None and config.data.path is not None:
+        from dpemb.data.dataset import UserDataset
+
+        name = {"private": "train", "public": "public", "all": "train_and_public"}[config.data.train_split]
+        users = getattr(UserDataset.load(config.data.path).split(), name).num_users
+        args.population = [users + (r.audit_canaries or 0)]
+    if args.noise_multiplier is None and args.target_epsilon is None:
+        if r.nonprivate:
+            raise UsageError(f"--config {args.config} is a non-private run: there is no epsilon to account")
+        if r.target_population is not None and args.population is not None and len(args.population) == 1:
+            # calibrated for the run extrapolated to N' users, as `dpemb train` does
+            from dpemb.training.runner import resolve_privacy
+
+            import contextlib
+
+            try:
+                with contextlib.redirect_stdout(sys.stderr):  # stdout holds the table (or --json) only
+                    z = resolve_privacy(config, args.population[0]).noise_multiplier
+            except ConfigError as e:
+                raise UsageError(str(e)) from e
+            fill("noise_multiplier", [z])
+        else:
+            fill("noise_multiplier", [r.noise_multiplier] if r.noise_multiplier is not None else None)
+            fill("target_epsilon", [r.target_epsilon] if r.target_epsilon is not None else None)
+    for dest in ("clients_per_round", "users_per_client", "rounds"):
+        fill(dest, [getattr(r, dest)])
+    fill("delta", [r.delta] if r.delta is not None else None)
+    fill("epsilon_budget", [r.epsilon_budget] if r.epsilon_budget is not None else None)
+    fill("clip_norm", r.clip_norm)
+    fill("sampling", r.sampling)
+    fill("mechanism", "tree" if config.algorithm == "dp-ftrl-fedemb" else None)
+    if r.tree_restarts:
+        args.tree_restarts = True
+    if r.allow_large_delta:
+        args.allow_large_delta = True
+    fill("extrapolate_to", [n for n in (*r.report_populations, r.target_population) if n] or None)
 
 
 # ---------------------------------------------------------------------------- computing
@@ -348,6 +410,10 @@ def _plot(rows: list[dict[str, Any]], path: str, accountants: tuple[str, ...]) -
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.config:
+        apply_config(args)
+    if args.population is None:
+        raise UsageError("give --population N (or --config FILE naming a dataset)")
     if (args.noise_multiplier is None) == (args.target_epsilon is None):
         raise UsageError("give exactly one of --noise-multiplier or --target-epsilon")
     combos = _combinations(args)

@@ -57,6 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="which examples to score: test (default; held-out users and identities, = eval), "
                         "validation (held-out users and identities for choosing hyperparameters), or the "
                         "train/public/all examples (statistics of training users: not for release)")
+    p.add_argument("--max-examples", type=int, default=None, metavar="N",
+                   help="--split test or validation: score the fixed random subset of N examples that "
+                        "`dpemb train --eval-max-examples N` evaluates on (a recipe's subset)")
     p.add_argument("--max-pairs", type=int, default=None,
                    help="sample this many pairs instead of all pairs (says so in the output; no "
                         "bootstrap then)")
@@ -136,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     if args.data is None:
         from dpemb.cli.eval_protocols import run_pairs, run_templates
 
-        for flag, value in (("--split", args.split), ("--max-pairs", args.max_pairs),
+        for flag, value in (("--split", args.split), ("--max-pairs", args.max_pairs), ("--max-examples", args.max_examples),
                             ("--bootstrap", args.bootstrap), ("--bootstrap-seed", args.bootstrap_seed),
                             ("--resize", args.resize or None)):
             if value is not None:
@@ -160,6 +163,16 @@ def run(args: argparse.Namespace) -> int:
     shards, device = RowShards.join(device_from(args))  # under torchrun: each rank embeds a share
     ds = load_dataset(args.data)
     part = ds if args.split == "all" else ds.split().get(args.split)
+    if args.max_examples is not None:
+        from dpemb.data.splits import held_out_subsets
+
+        if args.split not in ("test", "eval", "validation"):
+            raise UsageError("--max-examples applies to --split test or validation (the held-out splits)")
+        try:
+            validation, test = held_out_subsets(ds.split(), args.max_examples)
+        except ValueError as e:
+            raise UsageError(str(e).replace("--eval-max-examples", "--max-examples")) from e
+        part = validation if args.split == "validation" else test
     if part.num_examples < 2:
         print(f"dpemb eval: error: the {args.split} split of {args.data} has fewer than 2 examples",
               file=sys.stderr)

@@ -147,7 +147,14 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="calibrate z for this epsilon (with --accountant) before training; "
                         "alternative to --noise-multiplier")
     q.add_argument("--accountant", choices=ACCOUNTANTS,
-                   help="the accountant --target-epsilon is calibrated with")
+                   help="the accountant --target-epsilon is calibrated with (and the extrapolations are stated in)")
+    q.add_argument("--target-population", type=int, metavar="N",
+                   help="calibrate --target-epsilon for this run EXTRAPOLATED to N users (the DP-FedEmb paper's "
+                        "convention: noise multiplier and clients per round scaled by N / the real population, the "
+                        "same noise on the average); both epsilons are printed, the extrapolation labelled")
+    q.add_argument("--report-populations", type=_populations, metavar="N[,N...]",
+                   help="also state the epsilon extrapolated to these populations in the report and model card "
+                        "(beside 1,000,000 and 10,000,000)")
     q.add_argument("--delta", type=float,
                    help="default: 1/(10 N) for N training users; a delta >= 1/N is refused unless "
                         "--allow-large-delta")
@@ -195,6 +202,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--eval-split", choices=("test", "validation"),
                    help="held-out users and identities to evaluate on: test (default; the numbers "
                         "to report) or validation (to choose hyperparameters without touching test)")
+    r.add_argument("--eval-max-examples", type=int, metavar="N",
+                   help="evaluate on a fixed random subset of N held-out examples (the experiments' subset; "
+                        "`dpemb eval --max-examples N` scores the same images); default: all of them")
     r.add_argument("--eval-every", type=int)
     r.add_argument("--eval-max-pairs", type=int,
                    help="sample this many pairs instead of evaluating all pairs exactly")
@@ -229,6 +239,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 #: flag dest -> the TrainConfig setting it sets ("!": a store_true flag that sets it False)
 SETTINGS = {
     "data": "data.path", "train_split": "data.train_split", "eval_split": "data.eval_split",
+    "eval_max_examples": "data.eval_max_examples",
     "algorithm": "algorithm", "seed": "seed", "eval_every": "eval_every", "eval_max_pairs": "eval_max_pairs",
     **{d: f"model.{d}" for d in ("backbone", "embedding_dim", "width", "init", "trainable")},
     **{d: f"optim.{d}" for d in ("lr", "momentum", "weight_decay", "batch_size", "steps", "cosine")},
@@ -237,10 +248,10 @@ SETTINGS = {
         "head_lr_scale", "head_first_steps", "local_head", "head_init", "server_lr", "server_momentum",
         "server_optimizer", "server_adam_eps", "server_lr_schedule", "server_lr_warmup", "divergence_norm_ratio",
         "server_ema", "public_negatives")},
-    "plain_tree": "!federated.efficient_tree",
+    "plain_tree": "!federated.efficient_tree", "non_private": "privacy.nonprivate",
     "loss": "loss.kind", "loss_scale": "loss.scale", "loss_margin": "loss.margin",
     **{d: f"privacy.{d}" for d in (
-        "noise_multiplier", "target_epsilon", "non_private", "accountant", "clip_norm", "clients_per_round",
+        "noise_multiplier", "target_epsilon", "accountant", "target_population", "report_populations", "clip_norm", "clients_per_round",
         "users_per_client", "rounds", "delta", "allow_large_delta", "sampling", "tree_restarts",
         "adaptive_clip_quantile", "clip_lr", "clip_count_stddev", "epsilon_budget", "noise_seed", "secure_noise",
         "audit_canaries", "release_audit_run", "allow_nonprivate_init")},
@@ -249,6 +260,16 @@ SETTINGS = {
 PERFORMANCE = {"threads": "threads", "device": "device", "eval_batch_size": "eval_batch_size",
                "no_progress": "!progress", "client_batch": "client_batch", "bf16": "bf16",
                "checkpoint_every": "checkpoint_every", "checkpoint_interval": "checkpoint_interval_s"}
+
+
+def _populations(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v.replace("_", "")) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated user counts, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive user counts, got {text!r}")
+    return values
 
 
 def bind_defaults(p: argparse.ArgumentParser) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -273,3 +273,25 @@ def assign_splits(
     if isinstance(parts, dict) and parts["train"]["examples"] == 0:
         raise DataError("no private training example would remain; lower the held-out shares")
     return out
+
+
+def held_out_subsets(splits: Any, max_examples: int | None, seed: int = 0) -> tuple[Any, Any]:
+    """(validation, test) of ``splits``, each cut to ``max_examples`` examples drawn at
+    random (None: whole). The draw is fixed: one ``numpy.random.default_rng(seed)``,
+    validation first, then test, examples kept in order and the labels renumbered; so
+    ``dpemb train --eval-max-examples N``, ``dpemb eval --max-examples N`` and the
+    experiments score the same images. Held-out identities only: nothing of the
+    training split is involved."""
+    if max_examples is not None and max_examples < 2:
+        raise ValueError(f"--eval-max-examples must be at least 2, got {max_examples}")
+    rng = np.random.default_rng(seed)
+
+    def capped(part: Any) -> Any:
+        if max_examples is None or part.num_examples <= max_examples:
+            return part
+        keep = np.zeros(part.num_examples, dtype=bool)
+        keep[rng.choice(part.num_examples, max_examples, replace=False)] = True
+        return part.select(keep, relabel=True)
+
+    validation = capped(splits.validation)
+    return validation, capped(splits.eval)

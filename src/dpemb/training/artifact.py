@@ -56,8 +56,8 @@ SEEDED_NOTE = "noise and sampling were seeded: a reproducible experiment, not a 
 # the privacy keys a card may hold (anything else a report adds stays out of the card)
 _PRIVACY_KEYS = ("spec", "noise_seeded", "noise_sampler", "rounds_composed", "statement", "initialisation",
                  "total_with_init", "adaptive_clipping", "audit", "dp_event", "dp_event_pld")
-_EXTRAPOLATION_KEYS = ("population", "factor", "noise_multiplier", "clients_per_round", "epsilon_rdp", "delta_note",
-                       "delta", "statement")
+_EXTRAPOLATION_KEYS = ("population", "factor", "noise_multiplier", "clients_per_round", "epsilon_rdp", "epsilon_pld",
+                       "accountant", "delta_note", "delta", "statement")
 
 
 class ArtifactError(CheckpointError):

@@ -25,7 +25,7 @@ from typing import Any
 import dp_accounting
 
 from dpemb.privacy.accounting import PrivacySpec, compute_epsilon, describe_epsilon
-from dpemb.privacy.events import supported_accountants, training_event
+from dpemb.privacy.events import event_from_dict, supported_accountants, training_event
 from dpemb.privacy.relations import Relation
 from dpemb.privacy.statements import format_epsilon
 
@@ -91,8 +91,9 @@ def composed_total(
 
 
 def rebuilt_event(privacy: dict[str, Any] | None, accountant: str) -> dp_accounting.DpEvent | None:
-    """A model's training mechanism rebuilt from its card's privacy section (``spec`` and
-    ``rounds_composed``), when that reproduces the card's own epsilon; else None."""
+    """A model's training mechanism from its card's privacy section (the ``dp_event`` it
+    records, for PLD ``dp_event_pld`` where the tree has one; else rebuilt from ``spec``
+    and ``rounds_composed``), when that reproduces the card's own epsilon; else None."""
     sec = privacy or {}
     try:
         spec = PrivacySpec(**sec["spec"])
@@ -102,7 +103,11 @@ def rebuilt_event(privacy: dict[str, Any] | None, accountant: str) -> dp_account
         return None
     if spec.nonprivate or accountant not in supported_accountants(spec) or spec.relation != RELATION:
         return None
-    event = training_event(spec, rounds, accountant=accountant)
+    stored = sec.get("dp_event_pld" if accountant == "pld" and "dp_event_pld" in sec else "dp_event")
+    try:
+        event = event_from_dict(stored) if stored is not None else training_event(spec, rounds, accountant=accountant)
+    except ValueError:
+        return None
     again = compute_epsilon(event, spec.resolved_delta, accountant, relation=spec.relation)
     return event if math.isclose(again, recorded, rel_tol=REBUILD_TOLERANCE) else None
 

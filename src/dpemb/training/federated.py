@@ -50,6 +50,7 @@ from dpemb.training.errors import TrainingDiverged
 from dpemb.training.interrupt import CheckpointSchedule, GracefulStop, TrainingInterrupted
 from dpemb.training.modelinit import build_model
 from dpemb.training.lineage import training_record
+from dpemb.training.privacy_report import EXTRAPOLATE_TO
 from dpemb.training.provenance import Provenance
 from dpemb.training.round_log import RoundLog
 from dpemb.training.rundir import RunDir
@@ -73,10 +74,13 @@ def train_federated(
     audit_score: str = "final",
     public: UserDataset | None = None,
     settings: dict[str, Any] | None = None,
+    extrapolate_to: tuple[int, ...] = EXTRAPOLATE_TO,
+    extrapolation_accountant: str = "rdp",
 ) -> dict[str, Any]:
     """Train with user-level DP; returns the report (also ``<out>/report.json``).
     ``settings``: the run's ``TrainConfig.to_dict()``, written as its config.json
-    (``dpemb.training.runner``).
+    (``dpemb.training.runner``). ``extrapolate_to``: the populations (above the real one)
+    whose extrapolated epsilon (``extrapolation_accountant``'s) the report and card state.
 
     ``public``: a PUBLIC dataset (no private user in it) whose identities become extra
     rows of every DP-FedEmb fresh head; required exactly when ``fed_cfg.public_negatives``
@@ -142,6 +146,7 @@ def train_federated(
     plan = PrivacyPlan.build(spec, seed=noise_seed, efficient_tree=fed_cfg.efficient_tree)
     server = ServerState.open(model, params, global_head, plan, fed_cfg, model_cfg, run, release, config,
                               ckpt_meta, resume, device, data_record)
+    server.extrapolate_to, server.extrapolation_accountant = tuple(extrapolate_to), extrapolation_accountant
     if settings is not None:  # the run's TrainConfig (a valid --config), in place of the internal settings
         run.write_config(json.dumps(settings, indent=2, sort_keys=True))
     executor = (DistributedExecutor(trainer, data, plan.randomness, env, template) if env is not None

@@ -49,8 +49,11 @@ def adaptive_clipping_report(spec: PrivacySpec, clip_state: AdaptiveClipState | 
 
 
 def privacy_report(spec: PrivacySpec, ledger: PrivacyLedger, seeded: bool,
-                   clip_state: AdaptiveClipState | None = None) -> dict[str, Any]:
-    """Every epsilon with its accountant, delta, unit and neighbouring relation."""
+                   clip_state: AdaptiveClipState | None = None, *,
+                   extrapolate_to: tuple[int, ...] = EXTRAPOLATE_TO, accountant: str = "rdp") -> dict[str, Any]:
+    """Every epsilon with its accountant, delta, unit and neighbouring relation; and the
+    epsilon (``accountant``'s) of the run extrapolated to each population of
+    ``extrapolate_to`` larger than its own, labelled as an extrapolation."""
     out: dict[str, Any] = {"spec": to_dict(spec), "noise_seeded": seeded, "rounds_composed": ledger.rounds,
                            "dp_event": event_to_dict(ledger.dp_event())}
     if spec.adaptive_clipping is not None:
@@ -73,19 +76,19 @@ def privacy_report(spec: PrivacySpec, ledger: PrivacyLedger, seeded: bool,
         )
     spent = replace(spec, rounds=max(ledger.rounds, 1))
     out["extrapolated"] = []
-    for n in EXTRAPOLATE_TO:
+    for n in sorted(set(extrapolate_to)):
         if n <= spec.population:
             continue
         try:
-            ex = extrapolate(spent, n, "rdp")
+            ex = extrapolate(spent, n, accountant)
         except PrivacySpecError as e:  # the scaled noise multiplier leaves the accountant's range
             out["extrapolated"].append({"population": n, "statement": f"not extrapolated to {n:,} users: {e}"})
             continue
         out["extrapolated"].append({
             "population": n, "factor": ex.factor, "noise_multiplier": ex.noise_multiplier,
-            "clients_per_round": ex.clients_per_round, "epsilon_rdp": ex.epsilon,
+            "clients_per_round": ex.clients_per_round, f"epsilon_{accountant}": ex.epsilon, "accountant": accountant,
             "delta": ex.delta, "delta_note": ex.delta_note,
-            "statement": describe_epsilon(ex.epsilon, accountant="rdp", delta=ex.delta,
+            "statement": describe_epsilon(ex.epsilon, accountant=accountant, delta=ex.delta,
                                           unit=spec.unit, relation=spec.relation)
             + f" if {n:,} users took part with noise {spec.noise_multiplier:g} x {ex.factor:g} and "
               f"{ex.clients_per_round:,} clients per round (same noise on the average; {ex.delta_note})",

@@ -46,6 +46,9 @@ class DataConfig:
     path: str | None = None
     train_split: str = "private"  # "private" | "public" (public pretraining) | "all"
     eval_split: str = "test"  # "test" (the numbers to report) | "validation" (to choose on)
+    # score a fixed random subset of this many held-out examples (dpemb.data.splits.held_out_subsets;
+    # `dpemb eval --max-examples N` scores the same); None: all of them
+    eval_max_examples: int | None = None
 
     def __post_init__(self) -> None:
         if self.train_split not in ("private", "public", "all"):
@@ -60,7 +63,7 @@ class PrivacyRequest:
     resolve_privacy`` turns it into the ``PrivacySpec`` the accountant and the noise use.
 
     Exactly one of ``noise_multiplier``, ``target_epsilon`` (calibrated with
-    ``accountant`` at the real population) or ``non_private``. The cohort: M
+    ``accountant`` at the real population) or ``nonprivate``. The cohort: M
     ``clients_per_round`` virtual clients of K ``users_per_client`` users, for ``rounds``
     rounds (defaults measured in docs/RESULTS_FEDEMB.md, "Defaults": virtual clients of
     16 users give the fresh local head enough identities to contrast). ``secure_noise``
@@ -68,8 +71,13 @@ class PrivacyRequest:
 
     noise_multiplier: float | None = None
     target_epsilon: float | None = None
-    non_private: bool = False
+    nonprivate: bool = False
     accountant: str = "rdp"  # the accountant ``target_epsilon`` is calibrated with
+    # calibrate ``target_epsilon`` for the run EXTRAPOLATED to this many users (the paper's
+    # convention: noise multiplier and clients per round scaled by N' / N); None: the real population
+    target_population: int | None = None
+    # populations (beyond 1M and 10M) whose extrapolated epsilon the report and card state
+    report_populations: tuple[int, ...] = ()
     clip_norm: float = 0.3
     clients_per_round: int = 8
     users_per_client: int = 16
@@ -91,13 +99,23 @@ class PrivacyRequest:
     def __post_init__(self) -> None:
         if self.accountant not in ACCOUNTANTS:
             raise ConfigError(f"--accountant must be rdp or pld, got {self.accountant!r}")
+        object.__setattr__(self, "report_populations", tuple(int(n) for n in self.report_populations))
+        if self.target_population is not None and self.target_epsilon is None:
+            raise ConfigError("--target-population applies to --target-epsilon: give the epsilon to calibrate "
+                              "for at that population")
+
+    @property
+    def extrapolate_to(self) -> tuple[int, ...]:
+        """The populations a run's report states its extrapolated epsilon at."""
+        named = (*self.report_populations, *((self.target_population,) if self.target_population else ()))
+        return tuple(sorted({1_000_000, 10_000_000, *named}))
 
     @property
     def resolved_secure_noise(self) -> bool:
         """The hardened noise sampler: on unless turned off, seeded or non-private."""
         if self.secure_noise is not None:
             return bool(self.secure_noise)
-        return self.noise_seed is None and not self.non_private
+        return self.noise_seed is None and not self.nonprivate
 
 
 #: PrivacyRequest fields that shape the cohort and schedule (used by every federated

@@ -75,7 +75,8 @@ def train(config: TrainConfig, out: str, *, data: UserDataset | None = None,
                            noise_seed=request.noise_seed, epsilon_budget=request.epsilon_budget, resume=resume,
                            provenance=prov, audit_canaries=canaries, audit_release=request.release_audit_run,
                            audit_score=audit_score, public=public if config.federated.public_negatives else None,
-                           settings={**config.to_dict(), "resolved": {"privacy": to_dict(spec)}})
+                           settings={**config.to_dict(), "resolved": {"privacy": to_dict(spec)}},
+                           extrapolate_to=request.extrapolate_to, extrapolation_accountant=request.accountant)
 
 
 def run_config(config: TrainConfig, out: str, perf: PerformanceFlags, overwrite: bool):
@@ -116,7 +117,7 @@ def check_privacy_request(config: TrainConfig) -> None:
         if given:
             raise centralized_refusal(given)
         return
-    given = [x is not None for x in (r.noise_multiplier, r.target_epsilon)] + [r.non_private]
+    given = [x is not None for x in (r.noise_multiplier, r.target_epsilon)] + [r.nonprivate]
     if sum(given) != 1:
         raise ConfigError("give exactly one of --noise-multiplier, --target-epsilon or --non-private")
     if r.secure_noise and r.noise_seed is not None:
@@ -126,10 +127,10 @@ def check_privacy_request(config: TrainConfig) -> None:
         )
     if r.release_audit_run and r.audit_canaries is None:
         raise ConfigError("--release-audit-run applies to an audit run: give --audit-canaries N too")
-    if r.audit_canaries is not None and r.non_private:
+    if r.audit_canaries is not None and r.nonprivate:
         raise ConfigError("--audit-canaries with --non-private: an audit compares with the reported epsilon, "
                           "and a non-private run has none")
-    if r.secure_noise and r.non_private:
+    if r.secure_noise and r.nonprivate:
         raise ConfigError("--secure-noise with --non-private: a non-private run adds no noise to harden")
     if r.adaptive_clip_quantile is None and (r.clip_lr is not None or r.clip_count_stddev is not None):
         raise ConfigError("--clip-lr and --clip-count-stddev apply to adaptive clipping: give "
@@ -171,7 +172,7 @@ def init_caveats(config: TrainConfig) -> list[str]:
     """A DP run from an init that saw private users without DP: refused unless
     --allow-nonprivate-init; returns what every epsilon must then say."""
     init = config.model.init
-    if config.privacy.non_private or init in ("random", "imagenet"):
+    if config.privacy.nonprivate or init in ("random", "imagenet"):
         return []
     from dpemb.training.modelinit import read_init
     from dpemb.training.provenance import InitProvenanceError, check_init
@@ -200,9 +201,15 @@ def check_cohort(clients_per_round: int, users_per_client: int, num_users: int) 
 
 def training_splits(dataset: UserDataset, config: TrainConfig) -> tuple[UserDataset, UserDataset]:
     """(the split to train on, the held-out split to evaluate on); ConfigError when either is empty."""
+    from dpemb.data.splits import held_out_subsets
+
     splits = dataset.split()
     where = config.data.path or "the dataset"
-    held_out = splits.eval if config.data.eval_split == "test" else splits.validation
+    try:
+        validation, test = held_out_subsets(splits, config.data.eval_max_examples)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    held_out = test if config.data.eval_split == "test" else validation
     if held_out.num_examples == 0:
         flag = "--eval-identity-fraction" if config.data.eval_split == "test" else "--validation-identity-fraction"
         raise ConfigError(
@@ -242,13 +249,15 @@ def resolve_privacy(config: TrainConfig, population: int) -> PrivacySpec:
     fields = dict(
         population=population, clients_per_round=r.clients_per_round, users_per_client=r.users_per_client,
         clip_norm=r.clip_norm, rounds=r.rounds, delta=r.delta, sampling=r.sampling,
-        mechanism="tree" if config.algorithm == "dp-ftrl-fedemb" else "gaussian", nonprivate=r.non_private,
+        mechanism="tree" if config.algorithm == "dp-ftrl-fedemb" else "gaussian", nonprivate=r.nonprivate,
         tree_restarts=r.tree_restarts, allow_large_delta=r.allow_large_delta, secure_noise=r.resolved_secure_noise,
     )
     try:
         check_server_schedule(config.federated, r.rounds)  # --server-lr-warmup < --rounds
         if r.target_epsilon is None:
-            spec = PrivacySpec(noise_multiplier=0.0 if r.non_private else r.noise_multiplier, **fields)
+            spec = PrivacySpec(noise_multiplier=0.0 if r.nonprivate else r.noise_multiplier, **fields)
+        elif r.target_population is not None:
+            spec = calibrated_at_population(r, fields, population)
         else:
             spec = calibrated_spec(r.target_epsilon, r.accountant, **fields)
             print(f"calibrated noise multiplier z = {spec.noise_multiplier:.4f} for "
@@ -268,6 +277,32 @@ def resolve_privacy(config: TrainConfig, population: int) -> PrivacySpec:
         check_epsilon_budget(r.epsilon_budget, spec)
     except ValueError as e:
         raise ConfigError(f"--epsilon-budget {r.epsilon_budget}: {e}") from e
+    return spec
+
+
+def calibrated_at_population(r: PrivacyRequest, fields: dict[str, Any], population: int) -> PrivacySpec:
+    """The spec whose run, EXTRAPOLATED to ``r.target_population`` users by the paper's
+    convention (noise multiplier and clients per round scaled by the same factor: the
+    same noise on the average), has ``r.target_epsilon``; prints both epsilons, the
+    extrapolation labelled as such."""
+    from dpemb.privacy.accounting import describe_epsilon, epsilon_for, extrapolate
+    from dpemb.privacy.calibration import calibrate_noise_multiplier
+
+    if r.target_population < population:
+        raise ConfigError(f"--target-population {r.target_population:,} is below the {population:,} users trained "
+                          "on: give a larger population, or drop it to calibrate at the real one")
+    base = PrivacySpec(noise_multiplier=1.0, **fields)
+    ex = extrapolate(base, r.target_population, r.accountant)
+    z_big = calibrate_noise_multiplier(ex.spec, r.target_epsilon, r.accountant)
+    spec = replace(base, noise_multiplier=z_big / ex.factor)
+    own = epsilon_for(spec, r.accountant)
+    kw = dict(accountant=r.accountant, unit=spec.unit, relation=spec.relation)
+    print(f"calibrated noise multiplier z = {spec.noise_multiplier:.4f} so that this run EXTRAPOLATED to "
+          f"{r.target_population:,} users (the paper's convention: {ex.clients_per_round:,} clients per round and "
+          f"noise multiplier {z_big:.4g}, the same noise on the average; {ex.delta_note}) has "
+          + describe_epsilon(r.target_epsilon, delta=ex.delta, **kw)
+          + f". This run's own epsilon, on its {population:,} users: "
+          + describe_epsilon(own, delta=spec.resolved_delta, **kw))
     return spec
 
 

@@ -34,7 +34,7 @@ from dpemb.training.artifact import Release
 from dpemb.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from dpemb.training.config import ModelConfig, describe_differences, to_dict
 from dpemb.training.errors import TrainingDiverged
-from dpemb.training.privacy_report import privacy_report
+from dpemb.training.privacy_report import EXTRAPOLATE_TO, privacy_report
 from dpemb.training.resume import check_same_config, check_same_data, more_rounds_refusal, resume_from_checkpoint
 from dpemb.training.rundir import RunDir
 
@@ -60,6 +60,8 @@ class ServerState:
     initial_norm: float = 0.0  # L2 norm of the model the run started from (public: the init)
     norm_ratio: float = 1.0  # the server model's norm / initial_norm after the last step (public)
     released_round: int | None = None  # the round of the release artifact in the run directory (None: none yet)
+    extrapolate_to: tuple[int, ...] = EXTRAPOLATE_TO  # populations the privacy section extrapolates to
+    extrapolation_accountant: str = "rdp"
 
     @property
     def spec(self) -> PrivacySpec:
@@ -124,7 +126,8 @@ class ServerState:
 
     def privacy(self) -> dict[str, Any]:
         """The privacy section of the report and model card (public quantities only)."""
-        return privacy_report(self.spec, self.plan.ledger, self.plan.seeded, self.plan.clip_state)
+        return privacy_report(self.spec, self.plan.ledger, self.plan.seeded, self.plan.clip_state,
+                              extrapolate_to=self.extrapolate_to, accountant=self.extrapolation_accountant)
 
     def checkpoint(self) -> None:
         """Release artifact and private checkpoint, both atomically."""
