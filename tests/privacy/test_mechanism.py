@@ -71,7 +71,7 @@ def test_a_state_of_the_other_mechanism_is_refused():
 
 
 def old_layouts(mech_state: dict) -> list[dict]:
-    """The plan's mechanism state as checkpoints wrote it before: {"privatizer": ...}, and older, flat."""
+    """The plan's mechanism state as pre-release checkpoints wrote it: {"privatizer": ...}, and older, flat."""
     noise = {k: v for k, v in mech_state.items() if k not in ("kind", "prev_prefix")}
     prev = mech_state.get("prev_prefix")
     kind = mech_state["kind"]
@@ -81,7 +81,10 @@ def old_layouts(mech_state: dict) -> list[dict]:
 
 
 @pytest.mark.parametrize("spec", [GAUSS, TREE], ids=["gaussian", "tree"])
-def test_checkpoints_of_the_older_layouts_resume_exactly(spec):
+def test_a_checkpoint_resumes_exactly_and_one_of_an_older_layout_is_refused(spec, tmp_path):
+    from dpemb.training.checkpoint import REQUIRED, load_checkpoint, save_checkpoint
+    from dpemb.training.errors import PreReleaseError
+
     xs = sums(7, shape=(2,))  # the plan's template: one flat vector
     whole = PrivacyPlan.build(spec, seed=4)
     expected = [whole.release(x)[0] for x in xs]
@@ -89,9 +92,15 @@ def test_checkpoints_of_the_older_layouts_resume_exactly(spec):
     head = [first.release(x)[0] for x in xs[:5]]
     state = first.state_dict()
     assert set(state) >= {"mechanism", "sampler", "ledger"} and "privatizer" not in state
-    for old in old_layouts(state["mechanism"]):
+    plan = PrivacyPlan.build(spec)
+    plan.load_state_dict(state)
+    got = head + [plan.release(x)[0] for x in xs[5:]]
+    assert all(torch.equal(e, g) for e, g in zip(expected, got))
+    rest = {k: None for k in REQUIRED} | {"kind": "dp-fedemb", "privacy_spec": {}}
+    save_checkpoint(tmp_path / "now.pt", rest | state)
+    assert set(load_checkpoint(tmp_path / "now.pt")["mechanism"]) == set(state["mechanism"])
+    for i, old in enumerate(old_layouts(state["mechanism"])):
         legacy = {k: v for k, v in state.items() if k != "mechanism"} | old
-        plan = PrivacyPlan.build(spec)
-        plan.load_state_dict(legacy)
-        got = head + [plan.release(x)[0] for x in xs[5:]]
-        assert all(torch.equal(e, g) for e, g in zip(expected, got))
+        save_checkpoint(tmp_path / f"old{i}.pt", rest | legacy)
+        with pytest.raises(PreReleaseError, match="written by a pre-release dpemb.*train the model again"):
+            load_checkpoint(tmp_path / f"old{i}.pt")

@@ -161,23 +161,11 @@ class PrivacyPlan:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore exactly (also the layouts of older checkpoints: ``legacy_mechanism_state``)."""
+        """Restore exactly, from a checkpoint's entries (``state_dict``'s; a pre-release
+        checkpoint without ``mechanism`` is refused before it gets here)."""
         self.sampler.load_state_dict(state["sampler"])
-        self.mechanism.load_state_dict(state["mechanism"] if "mechanism" in state else legacy_mechanism_state(state))
+        self.mechanism.load_state_dict(state["mechanism"])
         self.ledger.load_state_dict(state["ledger"])
         self.randomness.load_state_dict(state["client_randomness"])
         if self.clip_state is not None:
             self.clip_state.load_state_dict(state["adaptive_clip"])
-
-
-def legacy_mechanism_state(state: dict[str, Any]) -> dict[str, Any]:
-    """The mechanism's state from a checkpoint written before the mechanism kept DP-FTRL's
-    previous prefix sum itself: ``{"privatizer": {"kind", "noise", "prev_prefix"}}``, or
-    older, a flat ``"noise"`` and ``"prev_prefix"`` (one tensor)."""
-    priv = state.get("privatizer")
-    if priv is not None:
-        noise, prev = priv["noise"], priv.get("prev_prefix")
-    else:
-        noise, prev = state["noise"], state.get("prev_prefix")
-        prev = [prev] if prev is not None else None
-    return {**noise, "prev_prefix": prev} if "efficient" in noise else dict(noise)

@@ -20,8 +20,9 @@ A checkpoint is a dict saved with ``torch.save``. Every checkpoint has::
 
 plus ``config``, ``model_config``, the training data's fingerprints
 (``dpemb.training.lineage``) and the optimizer, RNG, sampler, noise and privacy-ledger
-states that the kind needs. A checkpoint without one of ``REQUIRED`` was written by a
-pre-release dpemb and is refused (``dpemb.training.errors.pre_release``).
+states that the kind needs. A checkpoint without one of ``REQUIRED`` (a federated one:
+also ``REQUIRED_FEDERATED``) was written by a pre-release dpemb and is refused
+(``dpemb.training.errors.pre_release``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ FORMAT_VERSION = 1
 #: what every checkpoint holds (a pre-release dpemb wrote checkpoints without some)
 REQUIRED = ("kind", "backbone_name", "backbone_kwargs", "backbone", "config", "model_config", "provenance",
             "model_card", "data_fingerprint", "user_fingerprints")
+#: what every federated checkpoint holds besides (``PrivacyPlan.state_dict``, the spec)
+REQUIRED_FEDERATED = ("privacy_spec", "sampler", "mechanism", "ledger", "client_randomness")
 
 
 class CheckpointError(ValueError):
@@ -81,7 +84,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     path, state = read_state(path, map_location)
     if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
         raise CheckpointError(f"{path} is not a dpemb checkpoint (format {FORMAT_VERSION})")
-    if any(k not in state for k in REQUIRED):
+    required = REQUIRED if state.get("kind") == "centralized" else REQUIRED + REQUIRED_FEDERATED
+    if any(k not in state for k in required):
         raise pre_release(path, RETRAIN)
     return state
 
