@@ -7,8 +7,9 @@
    against centralized ArcFace trained up to 64000 steps (RESULTS_SCALE.md)
 3. ``fedemb_vs_fedavg.py``: K tuned on validation per algorithm, both regimes, and the
    authors' EMNIST configuration (RESULTS_VS.md)
-4. ``fedemb_long.py``: issue #11 goal 2 with both sides trained longer, DP-FedEmb at 1200
-   rounds against centralized ArcFace at 64000 steps, 3 seeds each (RESULTS_LONG.md)
+4. ``harness.py long``: issue #11 goal 2 with both sides trained longer, DP-FedEmb at 1200
+   rounds against centralized ArcFace at 64000 steps, 3 seeds each (RESULTS_LONG.md; its
+   runs go to ``runs/studies``, its rows to ``docs/data/long.jsonl``, which hold no times)
 5. ``fedemb_moonshot.py``: issue #11 goal 3, levers at 100k users and epsilon 2 on the
    validation split, the chosen one on test (RESULTS_MOONSHOT.md)
 
@@ -43,7 +44,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...], str, bool], ...] = (
     ("glyphs", "fedemb_glyphs.py", ("--budget-minutes", "100000"), "results.json", False),
     ("scale", "fedemb_scale.py", ("--with-10k",), "scale_results.json", True),
     ("vs", "fedemb_vs_fedavg.py", ("--part", "all"), "vs_results.json", True),
-    ("long", "fedemb_long.py", (), "long_results.json", True),
+    ("long", "harness.py", ("long",), "long_results.json", False),
     ("moonshot", "fedemb_moonshot.py", (), "moonshot_results.json", True),
 )
 

@@ -7,7 +7,7 @@ about 0.06. Each lever below changes one thing against that baseline and is scor
 VALIDATION split (seed 0, 600 rounds, epsilon calibrated for the run's K and rounds); two
 runs without noise on validation say how much of the gap is noise and how much capacity.
 Greedy stages then add one more change at a time to the best (``stages``), scored the
-same way; the last incumbent gets 3 test seeds, judged against goal 3 and fedemb_long.py's
+same way; the last incumbent gets 3 test seeds, judged against goal 3 and RESULTS_LONG.md's
 centralized reference. The verdict uses goal 3's own terms (delta 1e-6 at 100k users, as the
 issue states, with dp_accounting's PLD accountant: ``GOAL_TERMS``), which the final choice's
 test seeds run again under; its no-noise run says what the noise still costs. Probes on
@@ -23,8 +23,8 @@ seeds run beside its validation run and count only if validation chooses it.
 Runs share fedemb_scale.py's keys (the baseline's validation run is part 6's) and go to
 ``runs/fedemb_glyphs/runs/scale/...``; their records to ``moonshot_results.json`` there
 (private: un-noised training diagnostics). The page is written from the public export
-``docs/data/moonshot_results.json``, with the reference's records from fedemb_long.py's
-export, so a fresh clone rewrites it with ``--report-only``.
+``docs/data/moonshot_results.json`` (the reference's records in its ``base``), so a fresh
+clone rewrites it with ``--report-only``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 fg = importlib.import_module("fedemb_glyphs")
 sc = importlib.import_module("fedemb_scale")
-fl = importlib.import_module("fedemb_long_plan")
 pub = importlib.import_module("public_results")
 scope_note = importlib.import_module("epsilon_scope").scope_note
 
@@ -54,6 +53,38 @@ GOAL3_TARGET = 0.95  # x centralized
 RESULTS_FILE, TIMING_FILE = "moonshot_results.json", "moonshot_timing.json"
 REAL_DOC = ROOT / "docs" / "RESULTS_MOONSHOT.md"
 QUICK_DOC = Path("/tmp/dpemb_moonshot_quick/RESULTS_MOONSHOT.md")
+REF = ("arcface", 64000)  # the centralized reference (RESULTS_LONG.md's): loss and steps
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """fedemb_scale's settings (same data, knobs and seeds) for this experiment."""
+    return sc.settings(argparse.Namespace(quick=args.quick, K=16, rounds=None, seeds=args.seeds, with_10k=False,
+                                          part="long"))
+
+
+def ref_steps(st: dict[str, Any]) -> int:
+    """The reference's steps (the regime's budget with --quick)."""
+    return st["reg"]["central_steps"] if st["quick"] else REF[1]
+
+
+def ref_job(st: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Centralized ArcFace at the reference's budget (the runs of RESULTS_LONG.md's reference)."""
+    return sc.central_job(st, seed, REF[0], ref_steps(st))
+
+
+def table_blocks(lines: list[str]) -> list[list[str]]:
+    """The page's tables in order, each its consecutive ``|`` lines."""
+    blocks: list[list[str]] = []
+    prev = False
+    for ln in lines:
+        if ln.startswith("|") and not prev:
+            blocks.append([])
+        if ln.startswith("|"):
+            blocks[-1].append(ln)
+        prev = ln.startswith("|")
+    return blocks
+
+
 ABOUT = ("Public numbers of docs/RESULTS_MOONSHOT.md (experiments/fedemb_moonshot.py): run records without "
          "the private training diagnostics; `fedemb_moonshot.py --report-only` rewrites the page from it.")
 
@@ -282,13 +313,13 @@ def final_choice(lk: Any, st: dict[str, Any]) -> Lever | None:
 
 
 def jobs(st: dict[str, Any], lk: Any) -> list[dict[str, Any]]:
-    """The reference (fedemb_long's, normally done already), the baseline's and each lever's
+    """The reference (RESULTS_LONG.md's, normally done already), the baseline's and each lever's
     validation run, the no-noise ceilings; once they are done, stage 2's validation runs on
     top of the choice; once those are done, the final choice's test seeds under goal 3's
     own terms (the verdict), its test seeds under the paper's delta = 1/N', and its no-noise
     validation run (how much the noise still costs)."""
     S = range(st["headline_seeds"])
-    out = [fl.ref_job(st, s) for s in S] + [lever_job(st, lv) for lv in (BASELINE, *LEVERS)]
+    out = [ref_job(st, s) for s in S] + [lever_job(st, lv) for lv in (BASELINE, *LEVERS)]
     out += [lever_job(st, lv, noise=False) for lv in NO_NOISE]
     planned, best = stages(lk, st)
     out += [lever_job(st, lv) for _, cands in planned for lv in cands]
@@ -337,7 +368,7 @@ def page(st: dict[str, Any], lk: Any, args: argparse.Namespace,
          users: int | None = None) -> tuple[list[str], list[str]]:
     """The page's lines and its findings (``users``: the simulated training users)."""
     S, R, (n, e) = st["headline_seeds"], rounds(st), CELL
-    ref = sc.stats(lk.seeds(lambda s: fl.ref_job(st, s), S))
+    ref = sc.stats(lk.seeds(lambda s: ref_job(st, s), S))
     need = GOAL3_TARGET * ref[0]
     base = lk.get(lever_job(st, BASELINE)["key"])
     L = ["# The moonshot: DP-FedEmb at 100k users, ε 2 (issue #11, goal 3)\n",
@@ -358,7 +389,7 @@ def page(st: dict[str, Any], lk: Any, args: argparse.Namespace,
           f"the paper's δ = 1/N' = {1 / n:g} the levers are scored under), ε from the "
           f"{GOAL_TERMS['accountant'].upper()} accountant (dp_accounting; tighter than RDP for the same mechanism). "
           "The final choice's test seeds run again calibrated to these terms; they give the verdict."),
-         (f"- **Reference**: centralized ArcFace at {fl.ref_steps(st)} steps from the same public start, "
+         (f"- **Reference**: centralized ArcFace at {ref_steps(st)} steps from the same public start, "
           f"{sc.cell(*ref, S)} on test ({S} seed{'s' * (S > 1)}, [RESULTS_LONG.md](RESULTS_LONG.md)); goal {GOAL3_TARGET:.2f}x, "
           f"which needs {need:.3f}.\n"),
          f"## Levers on validation (seed 0, {R} rounds unless the lever says otherwise)\n"]
@@ -559,19 +590,18 @@ def command(args: argparse.Namespace) -> str:
 
 def write_outputs(st: dict[str, Any], results: dict[str, Any], timing: dict[str, Any], doc: Path,
                   args: argparse.Namespace) -> None:
-    """Merge the work folder's records into the public export (the reference's from
-    fedemb_long's export or the work folder), then write the page and, for the real page,
-    its docs/RESULTS.md section from the export alone."""
+    """Merge the work folder's records into the public export (the reference's into its
+    ``base``), then write the page and, for the real page, its docs/RESULTS.md section
+    from the export alone."""
     from dpemb.atomic import atomic_write_text
 
     export = doc.parent / "data" / RESULTS_FILE
     earlier = pub.load(export)
-    long_export = pub.load(doc.parent / "data" / fl.RESULTS_FILE)
-    long_runs, users = long_export.get("runs", {}), long_export.get("context", {}).get("train_users")
+    users = earlier.get("context", {}).get("train_users")
     planned = jobs(st, sc.Lookup(results, earlier.get("runs", {})))  # the test seeds once validation chose
     refs = {j["key"] for j in planned if j["kind"] == "central"}
     mine = {k: v for k, v in results.items() if k in {j["key"] for j in planned}}
-    base = {k: v for k, v in {**mine, **long_runs}.items() if k in refs}
+    base = {k: v for k, v in mine.items() if k in refs}
     data = pub.merge(earlier, {k: v for k, v in mine.items() if k not in refs}, timing, {}, ABOUT, base,
                      synthetic=True)  # the glyph benchmark
     pub.write(export, data)
@@ -581,8 +611,6 @@ def write_outputs(st: dict[str, Any], results: dict[str, Any], timing: dict[str,
     print(f"wrote {doc}")
     if doc.resolve() == REAL_DOC.resolve():
         from results_page import update_section
-
-        from fedemb_long_report import table_blocks
 
         # the levers on validation, each stage's, the chosen lever on test, the verdict on goal 3's terms
         blocks = table_blocks(L)
@@ -602,11 +630,10 @@ def main() -> int:
     args, work, doc, results, timing = sc.open_experiment(
         __doc__.split("\n\n")[0], REAL_DOC, QUICK_DOC, "fedemb_moonshot_quick", RESULTS_FILE, TIMING_FILE,
         "test seeds of the chosen lever (default 3; --quick 1)")
-    st = fl.settings(args)
+    st = settings(args)
     if not args.report_only:
         export = pub.load(doc.parent / "data" / RESULTS_FILE)
-        done = {**export.get("runs", {}), **export.get("base", {}),
-                **pub.load(doc.parent / "data" / fl.RESULTS_FILE).get("runs", {})}
+        done = {**export.get("runs", {}), **export.get("base", {})}
         # the validation runs stage by stage, then (once they chose) the chosen lever's test seeds
         sc.execute_in_passes(args, st, work, results, timing, lambda lk: jobs(st, lk), RESULTS_FILE, TIMING_FILE,
                              done, passes=len(EXTRAS) + 6)  # stage 1, each greedy stage, the test seeds, the probes, their winner, its follow-up

@@ -8,7 +8,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 
-import fedemb_long_plan as fl  # noqa: E402
 import fedemb_moonshot as ms  # noqa: E402
 import fedemb_scale as sc  # noqa: E402
 
@@ -16,7 +15,7 @@ ARGS = argparse.Namespace(quick=False, seeds=None)
 
 
 def full() -> dict:
-    return fl.settings(ARGS)
+    return ms.settings(ARGS)
 
 
 def test_the_baseline_is_part_6s_validation_run_and_each_lever_changes_one_thing():
@@ -116,7 +115,7 @@ def test_the_export_rewrites_the_same_page_and_holds_no_private_diagnostics(tmp_
     res = records(st, {**ALL, "arcface-clr0.1/K16": 0.87,
                        **{f"{lv.name}/K{lv.K}": 0.86 for lv in stage2("arcface-clr0.1")}}, stage2("arcface-clr0.1"))
     for s, v in enumerate((0.95, 0.96, 0.94)):
-        j = fl.ref_job(st, s)
+        j = ms.ref_job(st, s)
         res[j["key"]] = {"job": j, "final": v, "seconds": 1.0}
     best = next(lv for lv in ms.LEVERS if lv.name == "arcface-clr0.1")
     for s, v in enumerate((0.88, 0.89, 0.90)):
@@ -340,7 +339,7 @@ def test_a_probe_that_beats_the_final_choice_on_validation_gets_test_seeds_under
                                "eps_goal": 2.0, "delta_goal": 1e-6, "accountant_goal": "pld", "M_goal": 348,
                                "z_goal": 1.745}
     for s in range(3):
-        j = fl.ref_job(st, s)
+        j = ms.ref_job(st, s)
         res[j["key"]] = {"job": j, "final": 0.95, "seconds": 1.0}
     lines, found = ms.page(st, sc.Lookup(res, {}), ARGS)
     text = "\n".join(lines)
@@ -361,7 +360,7 @@ def winner_records(st: dict) -> tuple[dict, "ms.Lever"]:
     res.update(records(st, {f"{won.name}/K8": 0.89}, (won,)))
     assert ms.probe_winner(sc.Lookup(res, {}), st) == won
     for s in range(3):
-        j = fl.ref_job(st, s)
+        j = ms.ref_job(st, s)
         res[j["key"]] = {"job": j, "final": 0.95, "seconds": 1.0}
     return res, won
 

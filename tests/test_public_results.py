@@ -15,6 +15,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
 
+import harness  # noqa: E402
 import public_results as pub  # noqa: E402
 
 from dpemb.algorithms.round import RoundStats  # noqa: E402
@@ -75,11 +76,17 @@ def committed_exports() -> list[Path]:
 
 def test_every_committed_export_holds_only_what_the_release_table_allows():
     table = export_table()
-    assert set(table) == {"export", "run record", "run timing", "job seed"}
+    assert set(table) == {"export", "run record", "run timing", "job seed", "study row"}
     files = committed_exports()
-    assert {p.name for p in files} >= {"long_results.json", "moonshot_results.json"}
+    assert {p.name for p in files} >= {"long.jsonl", "moonshot_results.json"}
     for path in files:
-        assert path.suffix == ".json", f"{path}: no release-table entry for this format; export as docs/data/*.json"
+        assert path.suffix in (".json", ".jsonl"), f"{path}: no release-table entry for this format"
+        if path.suffix == ".jsonl":  # a study's rows (experiments/harness.py)
+            for row in map(json.loads, path.read_text().splitlines()):
+                assert set(row) <= table["study row"] and not keys_in(row) & PRIVATE_NAMES, (path, row["name"])
+                seeded = isinstance(row["privacy"], dict) and row["privacy"].get("noise_seeded")
+                assert "privacy.noise_seed" not in row["settings"] or seeded, (path, row["name"])
+            continue
         export = json.loads(path.read_text())
         assert violations(export, table) == [], path
         rel = export["release"]
@@ -115,6 +122,7 @@ def test_the_code_and_the_release_table_agree():
     assert table["export"] == pub.EXPORT_FIELDS
     assert table["run record"] == pub.RECORD_FIELDS | {p + "*" for p in pub.RECORD_PREFIXES}
     assert table["run timing"] == pub.TIMING_FIELDS
+    assert table["study row"] == set(harness.ROW_FIELDS)
     # every per-round private diagnostic the trainer writes is named in the check
     assert set(diagnostics(RoundStats())) <= PRIVATE_NAMES
 

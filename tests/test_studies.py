@@ -1,0 +1,100 @@
+"""experiments/harness.py and its studies: a page's marked tables are the renderer's output
+on the committed export; a study's configs are the export's keys; the runner trains each
+configuration once, through dpemb's training path, and exports only what a run releases."""
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "experiments"))
+
+import harness as h  # noqa: E402
+from studies import long  # noqa: E402
+
+from dpemb.training.config import OptimConfig  # noqa: E402
+from dpemb.training.run_config import DataConfig, PrivacyRequest, TrainConfig  # noqa: E402
+from tests.conftest import make_tiny_dataset  # noqa: E402
+
+# absolute metrics of docs/RESULTS_LONG.md's tables before the port (experiments/fedemb_long_report.py)
+LONG_BEFORE = {"long-reference": ["0.648", "0.945, 0.963, 0.948", "0.952 ± 0.010", "| 128000 | 0.949 |"],
+               "long-goal": ["0.922 ± 0.005", "0.915 ± 0.002", "0.946 ± 0.005", "0.926 ± 0.004",
+                             "none (no noise) | 16 | 0.922"],
+               "long-validation": ["0.905", "0.931", "0.904", "0.919"],
+               "long-privacy": ["| 10M | 16 | 1200 | 0.5 | 0.00430 | 3.22e-04 | 17,429 | 9.367 | 0.500 | 1e-07 |",
+                                "| 1M | 16 | 1200 | 1 | 0.02063 | 1.55e-03 | 1,743 | 4.496 | 1.000 | 1e-06 |",
+                                "| 10M | 32 | 1200 | 0.5 | 0.00855 | 6.41e-04 | 17,429 | 18.624 | 0.500 | 1e-07 |",
+                                "| 1M | 32 | 1200 | 1 | 0.04059 | 3.04e-03 | 1,743 | 8.843 | 1.000 | 1e-06 |"]}
+
+
+def test_the_pages_marked_tables_are_rendered_from_the_committed_export():
+    rows = h.load_rows(ROOT / "docs" / "data" / "long.jsonl")
+    sections = long.sections(rows)
+    seen = set()
+    for page in long.PAGES:
+        for name, text in h.marked_sections(page.read_text()).items():
+            if name.startswith("long-"):
+                assert text == sections[name], f"{page.name}: {name} is not the export's (harness.py --render-only)"
+                seen.add(name)
+    assert seen == set(sections) == set(LONG_BEFORE)
+    for name, cells in LONG_BEFORE.items():  # the port kept every absolute number
+        assert all(c in sections[name] for c in cells), name
+
+
+def test_the_study_plans_exactly_the_exported_runs_choosing_on_validation():
+    rows = h.load_rows(ROOT / "docs" / "data" / "long.jsonl")
+    planned = long.plan(rows)
+    assert {r.key for r in planned} == {r["key"] for r in rows} and len(rows) == 22
+    assert all(h.settings_of(r.config) == next(x for x in rows if x["key"] == r.key)["settings"] for r in planned)
+    # before validation ran: no K = 32 test seed; the validation runs are scored on validation
+    early = {r.key for r in long.plan([])}
+    assert not any(long.fedemb(s, c, 32).key in early for s in long.SEEDS for c in long.CELLS)
+    assert all(r.config.data.eval_split == "validation" for c in long.CELLS for r in long.k_candidates(c).values())
+    assert [h.choose(rows, long.k_candidates(c)) for c in long.CELLS] == [32, 32]
+
+
+def test_choose_keeps_the_first_on_a_tie_and_waits_for_every_candidate():
+    a, b = (h.Run(n, TrainConfig(seed=s)) for n, s in (("a", 0), ("b", 1)))
+    rows = [{"key": a.key, "metrics": {h.METRIC: 0.5}}]
+    assert h.choose(rows, {"a": a, "b": b}) is None
+    assert h.choose_then_test(rows, {"a": a, "b": b}, lambda c: [h.Run("t", TrainConfig(seed=9))]) == [a, b]
+    rows.append({"key": b.key, "metrics": {h.METRIC: 0.5}})
+    assert h.choose(rows, {"a": a, "b": b}) == "a"
+
+
+def test_the_renderer_replaces_only_the_marked_text():
+    page = "by hand\n<!-- BEGIN t -->\nold\n<!-- END t -->\nkept\n"
+    assert h.replace_section(page, "t", "| a |\n") == "by hand\n<!-- BEGIN t -->\n| a |\n<!-- END t -->\nkept\n"
+    with pytest.raises(KeyError):
+        h.replace_section(page, "missing", "x")
+    rows = [{"settings": {"seed": s}, "metrics": {h.METRIC: v}} for s, v in enumerate((0.9, 0.8))]
+    assert h.mean_std(rows) == "0.850 ± 0.071 [2]" and h.mean_std(rows[:1]) == "0.900 [1]" and h.mean_std([]) == "-"
+
+
+def test_the_runner_trains_each_config_once_and_exports_only_the_release(tmp_path, monkeypatch):
+    data = "data/tiny"
+    start = h.Run("start", TrainConfig(data=DataConfig(data, train_split="public"), optim=OptimConfig(steps=2),
+                                       eval_every=2))
+    fed = h.Run("fed", TrainConfig(
+        data=DataConfig(data), model=TrainConfig().model.__class__(init=h.run_dir(start)), algorithm="dp-fedemb",
+        privacy=PrivacyRequest(noise_multiplier=1.0, rounds=2, clients_per_round=2, users_per_client=2,
+                               noise_seed=1), eval_every=2))
+    study = SimpleNamespace(NAME="toy", plan=lambda rows: [fed, start, start],
+                            prepare=lambda work: make_tiny_dataset().save(work / data))
+    export = tmp_path / "toy.jsonl"
+    rows = h.run_study(study, tmp_path / "work", jobs=0, export=export)  # the init run first, then the one from it
+    assert [r["name"] for r in rows] == ["start", "fed"] and all(set(r) == set(h.ROW_FIELDS) for r in rows)
+    assert json.loads((tmp_path / "work" / "runs" / fed.key / "config.json").read_text())["model"]["init"].endswith(
+        f"runs/{start.key}")
+    row = rows[1]
+    assert row["settings"]["privacy.noise_seed"] == 1 and row["privacy"]["noise_seeded"] is True
+    assert "epsilon_rdp" in row["privacy"] and "dp_event" not in row["privacy"]
+    assert h.METRIC in row["metrics"] and "train_loss" not in json.dumps(rows)
+    # finished runs are not trained again; a finished run without its row gets it from report.json
+    monkeypatch.setattr(h, "train_one", lambda *a: pytest.fail("trained again"))
+    assert h.run_study(study, tmp_path / "work", jobs=0, export=export) == rows
+    export.write_text(export.read_text().splitlines()[0] + "\n")
+    assert h.run_study(study, tmp_path / "work", jobs=0, export=export) == rows
