@@ -1,11 +1,11 @@
 """The `dpemb` command lines of the documentation, found and checked against the real parser.
 
-`fenced_commands` finds every command line in the fenced code blocks of README.md and
-docs/*.md: ``dpemb ...``, ``python -m dpemb ...`` and ``torchrun ... -m dpemb ...``, with
+`block_commands` finds every command line in the code blocks (fenced, or indented by four
+spaces) of README.md and docs/*.md: ``dpemb ...``, ``python -m dpemb ...`` and ``torchrun ... -m dpemb ...``, with
 backslash continuations joined and trailing ``# comments`` stripped. `inline_commands`
 finds the ``dpemb SUBCOMMAND ...`` code spans of the prose (synopses and fragments).
 
-`parse_problem` parses a fenced command with the parser that ``dpemb`` itself builds
+`parse_problem` parses a command of a code block with the parser that ``dpemb`` itself builds
 (``dpemb.cli.main.build_parser``) and returns argparse's complaint (or None), never a
 SystemExit: the subcommand must exist, every flag must exist, every choice must be
 valid. Placeholders (``DIR``, ``RUN``, ``N``, ``...``) stand in for values; a placeholder
@@ -96,14 +96,15 @@ def command_argv(text: str) -> tuple[str, tuple[str, ...]] | None:
     return launcher, tuple(argv)
 
 
-def fenced_commands(files: list[Path] | None = None, root: Path = ROOT) -> list[DocCommand]:
-    """Every dpemb command line in the fenced code blocks of ``files`` (default: README.md
-    and docs/*.md), in file order."""
+def block_commands(files: list[Path] | None = None, root: Path = ROOT) -> list[DocCommand]:
+    """Every dpemb command line in the code blocks of ``files`` (default: README.md and
+    docs/*.md), in file order: fenced blocks (except those tagged with another language,
+    ``NOT_SHELL``) and blocks indented by four spaces."""
     found: list[DocCommand] = []
     for f in files if files is not None else doc_files(root):
         lines = f.read_text(encoding="utf-8").splitlines()
         fence: str | None = None  # the open fence ("```" or "~~~"), None outside a block
-        shell = True
+        shell, in_indented = True, False
         i = 0
         while i < len(lines):
             stripped = lines[i].strip()
@@ -115,7 +116,11 @@ def fenced_commands(files: list[Path] | None = None, root: Path = ROOT) -> list[
                     fence = None
                 i += 1
                 continue
-            if fence is None or not shell:
+            # an indented code block: 4+ spaces, after a blank line or more of the block
+            indented = fence is None and lines[i].startswith("    ") and stripped and (
+                i == 0 or not lines[i - 1].strip() or in_indented)
+            in_indented = bool(indented)
+            if not indented and (fence is None or not shell):
                 i += 1
                 continue
             start, text = i, lines[i].rstrip()
@@ -224,7 +229,8 @@ def _fill(p: argparse.ArgumentParser, words: list[str]) -> list[str]:
         if w in ("...", "…"):
             for action in p._actions:
                 if action.required and action.option_strings and not set(action.option_strings) & set(words):
-                    out += [action.option_strings[-1], action.metavar or action.dest.upper()]
+                    value = _typed_value(action) if action.type or action.choices else None
+                    out += [action.option_strings[-1], value or action.metavar or action.dest.upper()]
             continue
         prev = p._option_string_actions.get(out[-1]) if out else None
         if prev is not None and prev.nargs != 0 and PLACEHOLDER.fullmatch(w) and (prev.type or prev.choices):

@@ -1,5 +1,5 @@
 """Every documented command line works (issue #34 item 11): the `dpemb` commands in the
-fenced code blocks of README.md and docs/*.md (found by ``tests/cli/doc_commands.py``)
+code blocks (fenced or indented) of README.md and docs/*.md (found by ``tests/cli/doc_commands.py``)
 
 - parse with dpemb's own argparse parser: the subcommand, every flag and every choice
   exist (fast, in ``make test``); the ``dpemb ...`` code spans of the prose name existing
@@ -32,7 +32,7 @@ from tests.cli.doc_commands import (
     DocCommand,
     build_parser,
     doc_files,
-    fenced_commands,
+    block_commands,
     fragment_problem,
     inline_commands,
     parse_problem,
@@ -40,7 +40,7 @@ from tests.cli.doc_commands import (
     unbracket,
 )
 
-COMMANDS = fenced_commands()
+COMMANDS = block_commands()
 
 #: documented commands that cannot run here, and why (matched on the command's text)
 CANNOT_RUN_HERE = {
@@ -56,6 +56,11 @@ CANNOT_RUN_HERE = {
     "torchrun --nproc-per-node 8 --max-restarts 3 --rdzv-backend c10d --rdzv-endpoint localhost:29500 "
     "-m dpemb train ... --resume auto": "torchrun with 8 processes and a process killed mid-run "
     "(tests/cli/test_distributed_commands.py restarts a toy job)",
+    "torchrun --nproc-per-node 8 -m dpemb embed runs/big data/faces --out faces.npy --device cuda": "8 GPUs "
+    "(tests/cli/test_distributed_commands.py runs embed, eval and features under torchrun at toy size)",
+    "torchrun --nproc-per-node 8 -m dpemb eval runs/big --data data/faces --device cuda": "8 GPUs",
+    "torchrun --nproc-per-node 8 -m dpemb features --data data/faces:train --backbone-model runs/big "
+    "--out train.npz --device cuda": "8 GPUs",
 }
 
 #: operands of the docs that stand for something the reader has; here, toy stand-ins
@@ -107,23 +112,32 @@ def _documented(prefix: str) -> DocCommand:
     return next(c for c in COMMANDS if c.path == "README.md" and c.text.startswith(prefix))
 
 
+def base_of(cmd: DocCommand) -> DocCommand:
+    """The command whose flags ``...`` stands for in ``cmd``: the nearest earlier command
+    of the same file with the same subcommand (``train`` for ``audit``) and no ``...``, else
+    the file's first such, else the README's last (its DP-FedEmb run for ``train``)."""
+    kind = "train" if cmd.subcommand == "audit" else cmd.subcommand
+    same = [c for c in COMMANDS if c.subcommand == kind and "..." not in c.argv and c.launcher != "torchrun"]
+    here = [c for c in same if c.path == cmd.path]
+    before = [c for c in here if c.line < cmd.line]
+    return before[-1] if before else here[0] if here else [c for c in same if c.path == "README.md"][-1]
+
+
 def expand(cmd: DocCommand) -> list[str]:
-    """``cmd``'s argv with stand-ins and ``...`` filled: ``train ...`` and ``audit ...`` are
-    the README's DP-FedEmb run (writing a run directory of their own unless they
-    resume it), ``transfer ...`` the README's transfer command (its own --out)."""
+    """``cmd``'s argv with stand-ins, ``[optional flags]`` given, and ``...`` filled with
+    the flags of ``base_of(cmd)`` that ``cmd`` does not give (without --noise-multiplier
+    when ``cmd`` calibrates with --target-epsilon), writing to an --out of its own unless
+    it resumes."""
     argv = [STAND_INS.get(w, w) for w in unbracket(" ".join(cmd.argv)).split()]
     if "..." not in argv:
         return argv
     i = argv.index("...")
-    rest = argv[:i] + argv[i + 1:]
-    given = _flags(rest)
-    base_cmd = {"train": "dpemb train --data data/glyphs --out runs/fedemb", "audit": "dpemb train --data data/glyphs "
-                "--out runs/fedemb", "transfer": "dpemb transfer --train train.npz"}[cmd.subcommand]
-    base = _flags(_documented(base_cmd).argv)
+    given = _flags(argv[:i] + argv[i + 1:])
+    base = _flags(base_of(cmd).argv)
     if "--target-epsilon" in given:
         base.pop("--noise-multiplier", None)
-    if "--resume" not in given:
-        base["--out"] = f"{'clf' if cmd.subcommand == 'transfer' else 'runs/doc'}-{cmd.path.split('/')[-1]}-{cmd.line}"
+    if "--out" in base and "--resume" not in given:
+        base["--out"] = f"{base['--out'].rstrip('/')}-{cmd.path.split('/')[-1]}-{cmd.line}"
     filler = [w for flag, value in base.items() if flag not in given for w in ([flag, value] if value else [flag])]
     return argv[:i] + filler + argv[i + 1:]
 
@@ -176,9 +190,9 @@ def run_here(cmd: DocCommand, capsys: pytest.CaptureFixture[str]) -> str | None:
 # ------------------------------------------------------------------------------ extraction
 def test_extractor_finds_the_documented_commands():
     files = {c.path for c in COMMANDS}
-    assert len(COMMANDS) >= 50, [str(c) for c in COMMANDS]
+    assert len(COMMANDS) >= 60, [str(c) for c in COMMANDS]
     assert {"README.md", "docs/AUDIT.md", "docs/DATA.md", "docs/EVALUATION.md", "docs/MODELS.md",
-            "docs/TRANSFER.md"} <= files
+            "docs/PRIVACY.md", "docs/SCALE.md", "docs/TRANSFER.md"} <= files
     assert all("\\" not in c.text and " #" not in c.text for c in COMMANDS)
     texts = {c.text for c in COMMANDS}
     # a continued line, a comment stripped, a torchrun line continued over two lines
@@ -205,12 +219,21 @@ def test_extractor_rules(tmp_path):
         "dpemb train --in-python-code\n"
         "```\n"
         "dpemb data make glyphs   (outside a block)\n"
+        "\n"
+        "    dpemb export R \\\n"
+        "        --out D\n"
+        "    dpemb embed R x.png --out e.npy\n"
+        "\n"
+        "- a list item\n"
+        "  dpemb not-code (list text)\n"
     )
-    got = fenced_commands([md], root=tmp_path)
+    got = block_commands([md], root=tmp_path)
     assert [(c.line, c.launcher, c.argv) for c in got] == [
         (3, "dpemb", ("train", "--data", "D", "--out", "R")),
         (5, "python -m", ("account", "--population", "10")),
         (6, "torchrun", ("eval", "R", "--data", "D")),
+        (15, "dpemb", ("export", "R", "--out", "D")),
+        (17, "dpemb", ("embed", "R", "x.png", "--out", "e.npy")),
     ]
     assert [(c.line, c.argv) for c in inline_commands([md], root=tmp_path)] == [(1, ("train", "--steps", "3"))]
 
@@ -361,6 +384,8 @@ SLOW = {
     "dpemb transfer --train train.npz --test test.npz --method dp-ls --epsilon 1": 9.6,
     "dpemb transfer --train train.npz --test test.npz --method non-private,dp-ls,dp-fc,dp-sgd "
     "--sweep-epsilon 0.1,1,8 --json out.json --plot out.png": 29.4,
+    "dpemb account --population 10000000 --clients-per-round 1024,4096,16384,65536 --rounds 1000,2000,5000,10000 "
+    "--target-epsilon 3.9,5.6 --accountant rdp --delta 1e-7 --allow-large-delta": 22.9,  # 32 calibrations
 }
 
 
@@ -388,6 +413,7 @@ def test_documented_commands_run_at_toy_size(workspace, tmp_path, monkeypatch, c
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # about 70 s alone on 2 cores
 def test_slow_documented_commands_run_at_toy_size(workspace, tmp_path, monkeypatch, capsys):
     run_documented(workspace, tmp_path, monkeypatch, capsys, slow=True)
 
