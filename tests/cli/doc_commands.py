@@ -187,7 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     return dpemb_parser()
 
 
-def _subparsers(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+def subparsers_of(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The subcommands of ``p`` by name (empty when it has none)."""
     for action in p._actions:
         if isinstance(action, argparse._SubParsersAction):
             return dict(action.choices)
@@ -198,7 +199,7 @@ def subparser_for(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[arg
     """The innermost (sub)parser that ``argv`` names, and how many words name it."""
     p, n = parser, 0
     while n < len(argv):
-        choices = _subparsers(p)
+        choices = subparsers_of(p)
         if not choices or argv[n] not in choices:
             break
         p, n = choices[argv[n]], n + 1
@@ -279,10 +280,10 @@ def fragment_problem(cmd: DocCommand, parser: argparse.ArgumentParser | None = N
     parser = parser or build_parser()
     words = list(cmd.argv)
     p, n = subparser_for(parser, words)
-    if n == 0 or (_subparsers(p) and n < len(words) and not words[n].startswith("-")
+    if n == 0 or (subparsers_of(p) and n < len(words) and not words[n].startswith("-")
                   and words[n] not in ("...", "…")):
         bad = words[n] if n < len(words) else ""
-        return f"{p.prog}: no subcommand {bad!r} (choices: {', '.join(_subparsers(p))})"
+        return f"{p.prog}: no subcommand {bad!r} (choices: {', '.join(subparsers_of(p))})"
     rest = re.sub(r"[\[\]{}]", " ", " ".join(words[n:])).split()
     for i, w in enumerate(rest):
         if not w.startswith("--"):

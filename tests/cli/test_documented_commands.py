@@ -20,25 +20,29 @@ seconds even at toy size (``SLOW``) run in ``make test-slow``, the others in ``m
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
 import shutil
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
 
-from tests.data.test_importers import make_fashion_fixture
 from tests.cli.doc_commands import (
+    ROOT,
     DocCommand,
+    block_commands,
     build_parser,
     doc_files,
-    block_commands,
     fragment_problem,
     inline_commands,
     parse_problem,
-    ROOT,
+    subparsers_of,
     unbracket,
 )
+from tests.data.test_importers import make_fashion_fixture
 
 COMMANDS = block_commands()
 
@@ -58,7 +62,6 @@ CANNOT_RUN_HERE = {
     "(tests/cli/test_distributed_commands.py restarts a toy job)",
     "torchrun --nproc-per-node 8 -m dpemb embed runs/big data/faces --out faces.npy --device cuda": "8 GPUs "
     "(tests/cli/test_distributed_commands.py runs embed, eval and features under torchrun at toy size)",
-    "torchrun --nproc-per-node 8 -m dpemb eval runs/big --data data/faces --device cuda": "8 GPUs",
     "torchrun --nproc-per-node 8 -m dpemb features --data data/faces:train --backbone-model runs/big "
     "--out train.npz --device cuda": "8 GPUs",
 }
@@ -268,6 +271,37 @@ def test_parse_check_catches_wrong_commands():
     assert "no subcommand 'import'" in fragment_problem(doc("dpemb data import X", "inline"), parser)
     assert "no flag --formats" in fragment_problem(doc("dpemb export --formats", "inline"), parser)
     assert "'valid'" in fragment_problem(doc("dpemb train --eval-split valid|test", "inline"), parser)
+
+
+def _all_parsers(p: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    yield p
+    for sub in subparsers_of(p).values():
+        yield from _all_parsers(sub)
+
+
+def test_help_states_the_parsers_defaults():
+    """A flag's help that says "default: X" (or "default X") says the value argparse uses
+    (where argparse holds one: a None default leaves it to the library)."""
+    wrong = []
+    for p in _all_parsers(build_parser()):
+        for a in p._actions:
+            if not a.help or a.help == argparse.SUPPRESS or a.default in (None, argparse.SUPPRESS) \
+                    or a.nargs == 0:  # switches: "default: invert" describes behaviour
+                continue
+            text = a.help % {**vars(a), "prog": p.prog} if "%(" in a.help else a.help
+            m = re.search(r"default:?\s+([^\s,;)]+)", text, re.I)
+            if not m:
+                continue
+            said = m.group(1).rstrip(".:")
+            same = said == str(a.default)
+            try:
+                same = same or float(said) == float(a.default)
+            except (TypeError, ValueError):
+                pass
+            if not same:
+                wrong.append(f"{p.prog} {'/'.join(a.option_strings) or a.dest}: help says {said!r}, "
+                             f"the default is {a.default!r}")
+    assert not wrong, "\n".join(wrong)
 
 
 # ------------------------------------------------------------------------------ running
