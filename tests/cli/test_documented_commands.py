@@ -75,6 +75,7 @@ STAND_INS = {
     "NEW": "data/resplit",
     "F.npz": "train.npz",
     "T.npz": "test.npz",
+    "data/api-glyphs": "data/glyphs",  # docs/API.md's Python code saves it
 }
 #: Fashion-MNIST is not installed on every test machine: `dpemb features --data
 #: fashion-mnist:...` reads a toy copy (300 + 100 random images) here, named by this variable
@@ -409,7 +410,13 @@ class _NoCapture:
 #: documented commands that take seconds even at toy size, run by `make test-slow`:
 #: seconds measured on the shared 2-core machine
 SLOW = {
-    "dpemb train ... --target-epsilon 2": 4.0,  # calibrating z
+    # calibrating z to a target epsilon
+    "dpemb train ... --target-epsilon 2": 4.0,
+    "dpemb train --data data/api-glyphs --out runs/api-cli --algorithm dp-fedemb --target-epsilon 8 --rounds 4 "
+    "--clients-per-round 4 --users-per-client 2 --eval-every 4": 5.2,  # tests/test_api_doc.py runs it too
+    "dpemb account --population 3000 --clients-per-round 32 --rounds 100 --target-epsilon 8 "
+    "--extrapolate-to 10000000": 3.9,
+    "dpemb account ... --target-epsilon 3.9": 5.5,
     "dpemb train ... --audit-canaries 1000": 2.0,
     "dpemb audit --data data/glyphs --out runs/audit --init runs/pre --noise-multiplier 0.5 --canaries 10000": 3.3,
     "dpemb transfer ... --audit-canaries 1000": 2.7,
@@ -420,8 +427,9 @@ SLOW = {
     "dpemb transfer --train train.npz --test test.npz --method dp-ls --epsilon 1": 9.6,
     "dpemb transfer --train train.npz --test test.npz --method non-private,dp-ls,dp-fc,dp-sgd "
     "--sweep-epsilon 0.1,1,8 --json out.json --plot out.png": 29.4,
-    "dpemb account --population 10000000 --clients-per-round 1024,4096,16384,65536 --rounds 1000,2000,5000,10000 "
-    "--target-epsilon 3.9,5.6 --accountant rdp --delta 1e-7 --allow-large-delta": 22.9,  # 32 calibrations
+    "dpemb account --population 10000000 --clients-per-round 1024,4096,16384,65536 --users-per-client 1 "
+    "--rounds 1000,2000,5000,10000 --target-epsilon 3.9,5.6 --accountant rdp --delta 1e-7 --allow-large-delta":
+    22.9,  # 32 calibrations
 }
 
 
