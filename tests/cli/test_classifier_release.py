@@ -95,9 +95,10 @@ def test_plain_xy_features_end_to_end_as_documented(tmp_path, monkeypatch, capsy
     text = capsys.readouterr().out
     assert float(printed_top1(text)) > 0.8  # the documented features are learnable at epsilon 1
     assert "predicted 200 rows of new.npz (no labels" in text
-    rows = (tmp_path / "predictions.csv").read_text().splitlines()
+    out_of = lambda cmd: shlex.split(cmd)[shlex.split(cmd).index("--out") + 1]  # noqa: E731
+    rows = (tmp_path / out_of(commands[1])).read_text().splitlines()
     assert rows[0].endswith("score:cat,score:dog,score:fox") and len(rows) == 201
-    card = json.loads((tmp_path / "clf" / CLASSIFIER_CARD).read_text())
+    card = json.loads((tmp_path / out_of(commands[0]) / CLASSIFIER_CARD).read_text())
     assert card["label_names"] == ["cat", "dog", "fox"] and card["features"]["train_file"] == "mine.npz"
 
 

@@ -94,6 +94,21 @@ def test_accounted_curve_of_q1_is_gaussian_and_of_q_below_1_is_the_pld_profile()
     assert np.all(c.tradeoff.inverse_blow_up(ys) >= GaussianTradeOff(1.0).inverse_blow_up(ys) - 1e-9)
 
 
+def test_accounted_curve_of_a_vacuous_mechanism_is_an_rdp_profile_computed_at_once():
+    """z = 0.005 (the README's toy DP-FedEmb run, audited with `--audit-canaries`): the PLD
+    curve ran for many minutes (its cost grows like 1/z^2); beyond an RDP epsilon of
+    PLD_MAX_RDP_EPSILON the RDP accountant's profile replaces it: a valid curve that here
+    allows nearly everything, as the mechanism does."""
+    import time
+
+    start = time.perf_counter()
+    c = accounted_poisson_tradeoff(0.005, 0.1778, 2, "add-remove")
+    assert time.perf_counter() - start < 10
+    assert isinstance(c.tradeoff, ProfileTradeOff) and "vacuous" in c.description and c.mu is None
+    assert np.all(np.abs(c.tradeoff.inverse_blow_up(np.linspace(0.01, 0.99, 9))) < 1e-6)
+    assert "PLD curve" in accounted_poisson_tradeoff(2.0, 0.5, 4, "add-remove").description  # not vacuous
+
+
 # ------------------------------------------------------------ the recursion
 
 

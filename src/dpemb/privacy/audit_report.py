@@ -111,6 +111,9 @@ def accounted_poisson_tradeoff(noise_multiplier: float, sampling_rate: float, ro
 
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
+    vacuous = _vacuous_rdp_profile(noise_multiplier, sampling_rate, rounds, relation)
+    if vacuous is not None:
+        return vacuous
     pld = pld_lib.from_gaussian_mechanism(
         noise_multiplier, value_discretization_interval=PLD_DISCRETIZATION, sampling_prob=sampling_rate,
         neighboring_relation=to_dp_accounting(parse_relation(relation)),
@@ -122,6 +125,35 @@ def accounted_poisson_tradeoff(noise_multiplier: float, sampling_rate: float, ro
     desc = (f"PLD curve of {rounds} Poisson-sampled Gaussian round(s) (q = {sampling_rate:.4g}, "
             f"z = {noise_multiplier:.4g})")
     return Claim(ProfileTradeOff(eps, deltas, description=desc), desc)
+
+
+#: deltas of the RDP profile that replaces the PLD curve of a vacuous mechanism
+RDP_PROFILE_DELTAS = tuple(np.logspace(-12, -1, 45))
+
+
+def _vacuous_rdp_profile(noise_multiplier: float, sampling_rate: float, rounds: int,
+                         relation: Relation | str) -> Claim | None:
+    """For a mechanism whose RDP epsilon at delta 1e-6 exceeds ``PLD_MAX_RDP_EPSILON`` (a
+    vacuous guarantee): the curve implied by the RDP accountant's (eps, delta) at
+    ``RDP_PROFILE_DELTAS``, valid (every pair is an upper bound on the mechanism's
+    profile) and a lower curve than the PLD's, so conservative. The PLD's cost grows like
+    1/z^2: at z = 0.005 (the README's toy run) it ran for many minutes. None otherwise."""
+    import dp_accounting
+
+    from dpemb.privacy.advice import PLD_MAX_RDP_EPSILON
+    from dpemb.privacy.events import make_accountant
+
+    acc = make_accountant("rdp", parse_relation(relation))
+    acc.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(sampling_rate, dp_accounting.GaussianDpEvent(noise_multiplier)),
+        int(rounds)))
+    if float(acc.get_epsilon(1e-6)) <= PLD_MAX_RDP_EPSILON:
+        return None
+    eps = np.array([float(acc.get_epsilon(d)) for d in RDP_PROFILE_DELTAS])
+    desc = (f"RDP profile of {rounds} Poisson-sampled Gaussian round(s) (q = {sampling_rate:.4g}, "
+            f"z = {noise_multiplier:.4g}; vacuous, RDP epsilon > {PLD_MAX_RDP_EPSILON:g} at delta 1e-6, "
+            "so not the PLD curve)")
+    return Claim(ProfileTradeOff(eps, np.asarray(RDP_PROFILE_DELTAS)), desc)
 
 
 # ------------------------------------------------------------ the record
