@@ -135,7 +135,8 @@ def probes(rows: list[dict[str, Any]]) -> list[tuple[str, Lever, Lever]]:
     if first is None or best is None or first is BASELINE:
         return []
     bases = [("stage 1's choice", first), ("stage 1's choice, K = 8, M = 16", stacked(first, K8M16)),
-             ("stage 1's choice, K = 4, M = 32", stacked(first, K4M32))] + [("the final choice", best)] * (best != first)
+             ("stage 1's choice, K = 4, M = 32", stacked(first, K4M32))]
+    bases += [("the final choice", best)] * (best != first)
     out = [(label, stacked(b, NEGATIVES), b) for label, b in bases]
     k8, r1 = _val(rows, out[1][1]), _val(rows, first)
     if best != first and k8 and r1 and _score(k8) > _score(r1):
