@@ -47,6 +47,7 @@ class Lever(NamedTuple):
 
 
 def stacked(a: Lever, x: Lever) -> Lever:
+    """``a`` with ``x``'s changes on top (its name and description name both)."""
     return Lever(f"{a.name}+{x.name}", f"{a.what}; + {x.what}", {**a.changes, **x.changes})
 
 
