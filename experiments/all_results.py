@@ -10,8 +10,9 @@
 4. ``harness.py long``: issue #11 goal 2 with both sides trained longer, DP-FedEmb at 1200
    rounds against centralized ArcFace at 64000 steps, 3 seeds each (RESULTS_LONG.md; its
    runs go to ``runs/studies``, its rows to ``docs/data/long.jsonl``, which hold no times)
-5. ``fedemb_moonshot.py``: issue #11 goal 3, levers at 100k users and epsilon 2 on the
-   validation split, the chosen one on test (RESULTS_MOONSHOT.md)
+5. ``harness.py moonshot``: issue #11 goal 3, levers at 100k users and epsilon 2 on the
+   validation split, the chosen one on test (RESULTS_MOONSHOT.md; its rows go to
+   ``docs/data/moonshot.jsonl``)
 
     .venv/bin/python experiments/all_results.py --dry-run   # what is cached, what is left
     .venv/bin/python experiments/all_results.py --jobs 2    # everything (resumable)
@@ -45,7 +46,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...], str, bool], ...] = (
     ("scale", "fedemb_scale.py", ("--with-10k",), "scale_results.json", True),
     ("vs", "fedemb_vs_fedavg.py", ("--part", "all"), "vs_results.json", True),
     ("long", "harness.py", ("long",), "long_results.json", False),
-    ("moonshot", "fedemb_moonshot.py", (), "moonshot_results.json", True),
+    ("moonshot", "harness.py", ("moonshot",), "moonshot_results.json", False),
 )
 
 

@@ -176,21 +176,18 @@ def make_spec(n_users: int, fed: dict[str, Any], rounds: int) -> Any:
                        noise_multiplier=1.0, clip_norm=CLIP, rounds=rounds, mechanism=mech)
 
 
-def calibrate(spec: Any, eps: float, population: int = CAL_POP, accountant: str = "rdp") -> float:
+def calibrate(spec: Any, eps: float, population: int = CAL_POP) -> float:
     """Simulation noise multiplier z such that the run extrapolated to ``population``
-    users (default CAL_POP; z and M scaled by k) has epsilon ``eps`` under ``accountant``
-    (at ``spec.delta``, or delta = 1/N' when the spec leaves it unset)."""
+    users (default CAL_POP; z and M scaled by k) has epsilon ``eps`` (RDP, delta = 1/N')."""
     from dpemb.privacy.accounting import calibrate_noise_multiplier, extrapolate
 
-    ex = extrapolate(spec, population, accountant)
-    z_big = calibrate_noise_multiplier(ex.spec, eps, accountant)
+    ex = extrapolate(spec, population, "rdp")
+    z_big = calibrate_noise_multiplier(ex.spec, eps, "rdp")
     return z_big / ex.factor
 
 
-def privacy_numbers(spec: Any, job: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Epsilon of the simulated run and of its extrapolations (RDP), the noise; for a job
-    with its own terms (``delta``, ``accountant``) also the epsilon it was calibrated to,
-    recomputed under those terms at its population (``eps_goal``, ``delta_goal``)."""
+def privacy_numbers(spec: Any) -> dict[str, Any]:
+    """Epsilon of the simulated run and of its extrapolations (RDP), the noise."""
     from dpemb.privacy.accounting import epsilon_for, extrapolate
 
     if spec.nonprivate:
@@ -203,28 +200,20 @@ def privacy_numbers(spec: Any, job: dict[str, Any] | None = None) -> dict[str, A
         out[f"eps_{n}"] = ex.epsilon
         out[f"z_{n}"] = ex.noise_multiplier
         out[f"M_{n}"] = ex.clients_per_round
-    if job and ("delta" in job or "accountant" in job):
-        acc = job.get("accountant", "rdp")
-        ex = extrapolate(spec, job.get("population", CAL_POP), acc)
-        out.update(eps_goal=ex.epsilon, delta_goal=ex.delta, accountant_goal=acc, population_goal=ex.population,
-                   z_goal=ex.noise_multiplier, M_goal=ex.clients_per_round)
     return out
 
 
 def job_spec(job: dict[str, Any], n_users: int) -> Any:
     """The privacy spec a federated job trains under over ``n_users`` training users: its
-    ``z``, or no noise, or the z calibrated for ``eps`` at its population (and its ``delta``,
-    ``accountant``), with its clip norm and adaptive clipping."""
+    ``z``, or no noise, or the z calibrated for ``eps`` at its population, with its clip
+    norm and adaptive clipping."""
     spec = make_spec(n_users, job["fed"], job["rounds"])
     if job.get("z") is not None:
         spec = replace(spec, noise_multiplier=job["z"])
     elif job["eps"] is None:
         spec = replace(spec, noise_multiplier=0.0, nonprivate=True)
     else:
-        if job.get("delta") is not None:  # the job's own delta at every population (not 1/N')
-            spec = replace(spec, delta=job["delta"])
-        spec = replace(spec, noise_multiplier=calibrate(spec, job["eps"], job.get("population", CAL_POP),
-                                                        job.get("accountant", "rdp")))
+        spec = replace(spec, noise_multiplier=calibrate(spec, job["eps"], job.get("population", CAL_POP)))
     if job.get("clip") is not None:  # epsilon does not depend on C
         spec = replace(spec, clip_norm=job["clip"])
     if job.get("adaptive_quantile") is not None:  # after calibration: epsilon depends on the total z only
@@ -247,9 +236,8 @@ def run_job(job: dict[str, Any], work: str, threads: int, perf: dict[str, Any] |
 
     Optional job fields (absent in this experiment's own jobs, whose defaults they keep):
     ``z`` (an explicit simulation noise multiplier instead of calibrating ``eps``),
-    ``population`` (the extrapolated population ``eps`` is calibrated at; CAL_POP),
-    ``delta`` and ``accountant`` (the terms ``eps`` is calibrated under; delta = 1/N' and
-    RDP) and ``noise_seed`` (noise, sampling and client randomness; 1234)."""
+    ``population`` (the extrapolated population ``eps`` is calibrated at; CAL_POP)
+    and ``noise_seed`` (noise, sampling and client randomness; 1234)."""
     import torch
 
     torch.set_num_threads(threads)
@@ -305,7 +293,7 @@ def run_job(job: dict[str, Any], work: str, threads: int, perf: dict[str, Any] |
                    preclip_norm=float(np.mean(norms[-10:])) if norms else None,
                    head_params=tr.num_classes * EMB,
                    final_clip_norm=(rep["privacy"].get("adaptive_clipping") or {}).get("final_clip_norm"),
-                   **privacy_numbers(spec, job))
+                   **privacy_numbers(spec))
         earlier = earlier_invocations_seconds(before, _round_times(out))
         if earlier:  # a resumed run costs its earlier invocations' rounds too
             rec["seconds_this_invocation"], rec["seconds_earlier_invocations"] = time.time() - t0, earlier

@@ -138,32 +138,25 @@ def _pop(n: int) -> str:
 def fed_run(st: dict[str, Any], algo: str, seed: int, *, M: int = M0, eps: float | None = None,
             pop: int | None = None, z: float | None = None, tag: str = "",
             lever: tuple[str, str, dict[str, Any], dict[str, Any]] | None = None,
-            split: str = "test", rounds: int | None = None,
-            terms: dict[str, Any] | None = None) -> dict[str, Any]:
+            split: str = "test", rounds: int | None = None) -> dict[str, Any]:
     """A federated job in fedemb_glyphs' job format (run by ``fg.run_job``).
 
     ``eps`` + ``pop``: z calibrated so that the run extrapolated to ``pop`` has epsilon
     ``eps``; ``z``: an explicit noise multiplier (``tag`` names it in the key); neither:
     no noise. ``split``: where the run is scored ("validation" for choices, which the key
     names). ``rounds``: other than the plan's (part 6; epsilon is calibrated for them).
-    ``terms``: ``delta`` and/or ``accountant`` that ``eps`` is calibrated under instead of
-    delta = 1/N' and RDP (the key names them). Identical configurations get identical keys
-    (so they run once)."""
+    Identical configurations get identical keys (so they run once)."""
     rounds = rounds or st["rounds"]
     fed = {**fg.BASE_FED, **KNOBS, "algorithm": algo, "M": M, "K": st["K"],
            "max_examples_per_client": None}
     noise = "np" if eps is None and z is None else (tag if z is not None else f"e{eps:g}@{_pop(pop)}")
-    terms = dict(terms or {}) if eps is not None else {}
-    if terms:  # e.g. e2@100k-d1e-06-pld
-        noise += "".join(f"-d{terms['delta']:g}" if k == "delta" else f"-{v}" for k, v in sorted(terms.items()))
     if lever is not None:  # one of LEVERS: job fields (clip, adaptive clipping) and client/server knobs
         noise += f"/{lever[0]}"
         fed = {**fed, **lever[3]}
     key = f"scale/{algo}/K{st['K']}/M{M}/r{rounds}/{noise}/s{seed}" + ("" if split == "test" else f"/{split}")
     return fg.seeded_fed_job(key, REGIME, rounds, fed, KNOBS, eps, seed=seed, eval_split=split,
                              noise_seed=NOISE_SEED0 + SEED_STRIDE * seed, population=pop,
-                             **({"z": z} if z is not None else {}), **(lever[2] if lever is not None else {}),
-                             **terms)
+                             **({"z": z} if z is not None else {}), **(lever[2] if lever is not None else {}))
 
 
 MOONSHOT_LEVER = next(lv for lv in LEVERS if lv[0] == "arcface")
@@ -492,21 +485,6 @@ def execute(args: argparse.Namespace, st: dict[str, Any], work: Path, results: d
             "runs_done": sum(1 for j in todo if j["key"] in results), "runs_planned": len(todo)}
 
 
-def execute_in_passes(args: argparse.Namespace, st: dict[str, Any], work: Path, results: dict[str, Any],
-                      timing: dict[str, Any], plan: Any, results_file: str, timing_file: str, done: Any,
-                      passes: int = 2) -> None:
-    """``execute`` for a plan that grows with its finished runs (``plan(lookup)``, e.g. test
-    seeds once the validation runs chose), again until a pass has nothing to run, at most
-    ``passes`` times: ``done`` holds the keys finished in an earlier checkout; each pass that
-    planned runs is appended to ``timing``."""
-    for _ in range(passes):
-        ran = execute(args, st, work, results, load_json(work / "results.json"),
-                      jobs=lambda info: plan(Lookup(results, done)), results_file=results_file, done_elsewhere=done)
-        if not ran["runs_planned"]:
-            break
-        save_invocation(work / timing_file, timing, ran)
-
-
 def pending(queue: list[dict[str, Any]], *done: Any) -> list[dict[str, Any]]:
     """The jobs of ``queue`` (in order) whose key is in none of ``done`` (containers of keys)."""
     return [j for j in queue if not any(j["key"] in d for d in done)]
@@ -527,24 +505,6 @@ def add_run_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every N rounds (0: on a timer)")
     ap.add_argument("--resume-runs", action="store_true",
                     help="a run whose folder holds a checkpoint (an interrupted attempt) continues from it")
-
-
-def open_experiment(description: str, real: Path, quick: Path, quick_work: str, results_file: str,
-                    timing_file: str, seeds_help: str) -> tuple[argparse.Namespace, Path, Path, dict, dict]:
-    """The command line of an experiment built on this runner (--work, --doc, --seeds and
-    ``add_run_flags``): the arguments, its work folder (``runs/<quick_work>`` with --quick),
-    its page (``real``, or ``quick`` with --quick), its results and its timing record."""
-    ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--work", default=str(ROOT / "runs" / "fedemb_glyphs"),
-                    help="fedemb_glyphs' work folder (data, pretraining; ignored with --quick)")
-    ap.add_argument("--doc", help=f"results page (default {real.relative_to(ROOT)}; --quick: {quick})")
-    ap.add_argument("--seeds", type=int, help=seeds_help)
-    add_run_flags(ap)
-    args = ap.parse_args()
-    work = ROOT / "runs" / quick_work if args.quick else Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
-    return (args, work, doc_path(args, real, quick), load_json(work / results_file),
-            load_json(work / timing_file) or {"invocations": []})
 
 
 def perf_of(args: argparse.Namespace) -> dict[str, Any]:

@@ -66,13 +66,10 @@ def own_range(note: str) -> tuple[str, str]:
 
 
 def test_the_exported_pages_quote_their_exports_own_epsilons_and_selection_runs():
-    data = json.loads((DOCS / "data" / "moonshot_results.json").read_text())
-    recs = [r for r in data["runs"].values() if r["job"]["kind"] == "fed"]
-    moonshot = [(r["eps_sim"], r["job"].get("eval_split") == "validation") for r in recs]
-    rows = [json.loads(ln) for ln in (DOCS / "data" / "long.jsonl").read_text().splitlines()]
-    long = [(r["privacy"]["epsilon_rdp"], r["settings"].get("data.eval_split") == "validation") for r in rows
-            if isinstance(r["privacy"], dict) and r["privacy"].get("epsilon_rdp") is not None]
-    for page, runs in (("RESULTS_MOONSHOT.md", moonshot), ("RESULTS_LONG.md", long)):
+    for page, study in (("RESULTS_MOONSHOT.md", "moonshot"), ("RESULTS_LONG.md", "long")):
+        rows = [json.loads(ln) for ln in (DOCS / "data" / f"{study}.jsonl").read_text().splitlines()]
+        runs = [(r["privacy"]["epsilon_rdp"], r["settings"].get("data.eval_split") == "validation") for r in rows
+                if isinstance(r["privacy"], dict) and r["privacy"].get("epsilon_rdp") is not None]
         runs = [(e, val) for e, val in runs if math.isfinite(e)]
         note = next(ln for ln in (DOCS / page).read_text().splitlines() if ln.startswith(LEAD))
         assert own_range(note) == (f"{min(runs)[0]:,.0f}", f"{max(runs)[0]:,.0f}"), page

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
 
 import harness as h  # noqa: E402
-from studies import long  # noqa: E402
+from studies import long, moonshot  # noqa: E402
 
 from dpemb.training.config import OptimConfig  # noqa: E402
 from dpemb.training.run_config import DataConfig, PrivacyRequest, TrainConfig  # noqa: E402
@@ -54,6 +54,57 @@ def test_the_study_plans_exactly_the_exported_runs_choosing_on_validation():
     assert not any(long.fedemb(s, c, 32).key in early for s in long.SEEDS for c in long.CELLS)
     assert all(r.config.data.eval_split == "validation" for c in long.CELLS for r in long.k_candidates(c).values())
     assert [h.choose(rows, long.k_candidates(c)) for c in long.CELLS] == [32, 32]
+
+
+# absolute numbers of docs/RESULTS_MOONSHOT.md's tables before the port (experiments/fedemb_moonshot.py)
+MOONSHOT_BEFORE = {
+    "moonshot-reference": ["0.945, 0.963, 0.948", "0.952 ± 0.010"],
+    "moonshot-levers": ["| 0.858 [1] |  | 0.0779 | 5.84e-03", "0.855 [1] | -0.003 | 0.1419 | 1.06e-02",
+                        "0.865 [1] | +0.007",
+                        "0.853 [1] | -0.005 | 0.0779 | 1.95e-03", "0.809 [1] | -0.049", "0.872 [1] | +0.014",
+                        "0.866 [1] | +0.008", "0.868 [1] | +0.010"],
+    "moonshot-stage2": ["0.856 [1] | -0.015", "0.879 [1] | +0.008", "0.870 [1] | -0.001 | 0.0779 | 3.90e-03",
+                        "0.875 [1] | +0.003", "0.856 [1] | -0.015 | 0.0779 | 2.92e-03",
+                        "0.811 [1] | -0.061 | 0.0779 | 1.46e-03", "0.871 [1] | -0.001 | 0.1030 | 7.72e-03"],
+    "moonshot-stage3": ["0.882 [1] | +0.003"],
+    "moonshot-ceilings": ["0.906 [1] | 0.858 [1] | +0.047", "0.837 [1] | 0.809 [1] | +0.028",
+                          "0.904 [1] | 0.882 [1] | +0.022"],
+    "moonshot-test": ["0.869, 0.861, 0.860 | 0.863 ± 0.005", "0.0779 | 5.84e-03 | 174, 1.695 | 2.000",
+                      "0.883, 0.875, 0.872 | 0.876 ± 0.006", "0.0802 | 6.02e-03 | 174, 1.745",
+                      "0.882, 0.874, 0.868 | 0.875 ± 0.007", "0.0802 | 3.01e-03 | 349, 1.749",
+                      "0.895, 0.904, 0.894 | 0.898 ± 0.005", "0.1064 | 3.99e-03 | 349, 2.321",
+                      "0.906, 0.910, 0.908 | 0.908 ± 0.002"],
+    "moonshot-probes": ["0.866 [1] | 0.872 [1] | -0.005", "0.878 [1] | 0.856 [1] | +0.022",
+                        "0.869 [1] | 0.811 [1] | +0.058",
+                        "0.881 [1] | 0.882 [1] | -0.001", "0.887 [1] | 0.882 [1] | +0.005"],
+    "moonshot-follow-up": ["0.887 [1] |  | 0.0779 | 2.92e-03", "0.899 [1] | +0.012 | 0.1029 | 3.86e-03"]}
+
+
+def test_the_moonshot_pages_are_rendered_from_its_export_and_its_configs_resolve_to_the_recorded_z():
+    from dpemb.training.runner import resolve_privacy
+
+    rows = h.load_rows(ROOT / "docs" / "data" / "moonshot.jsonl")
+    sections, seen = moonshot.sections(rows), set()
+    for page in moonshot.PAGES:
+        for name, text in h.marked_sections(page.read_text()).items():
+            if name.startswith("moonshot-"):
+                assert text == sections[name], f"{page.name}: {name} is not the export's (harness.py --render-only)"
+                seen.add(name)
+    assert seen == set(sections) == set(MOONSHOT_BEFORE)
+    for name, cells in MOONSHOT_BEFORE.items():  # the port kept every absolute number
+        assert all(c in sections[name] for c in cells), name
+    planned = {r.key: r for r in moonshot.plan(rows)}  # the plan chose, on validation, exactly the exported runs
+    assert set(planned) == {r["key"] for r in rows} and len(rows) == 44
+    assert {r.key for r in moonshot.plan([])} < set(planned)
+    specs = {}  # the recorded z of every distinct privacy request (the winner's: 0.10639604165947614)
+    for r in rows:
+        if isinstance(r["privacy"], dict) and not r["privacy"]["spec"]["nonprivate"]:
+            p = planned[r["key"]].config.privacy
+            specs[p.users_per_client, p.clients_per_round, p.rounds, p.accountant, p.noise_multiplier] = r
+    assert len(specs) == 9
+    for r in specs.values():
+        z = resolve_privacy(planned[r["key"]].config, r["privacy"]["spec"]["population"]).noise_multiplier
+        assert abs(z / r["privacy"]["spec"]["noise_multiplier"] - 1) < 1e-9, r["name"]
 
 
 def test_choose_keeps_the_first_on_a_tie_and_waits_for_every_candidate():
