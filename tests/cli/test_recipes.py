@@ -77,6 +77,15 @@ def test_dpemb_recipes_lists_every_recipe_and_shows_each(capsys):
     assert capsys.readouterr().out == recipe_text("hand-1m-eps2")
 
 
+def test_the_docs_list_every_recipe_with_its_result():
+    page, readme = (ROOT / "docs" / "RECIPES.md").read_text(), (ROOT / "README.md").read_text()
+    for name in RECIPES:
+        _, info = load_recipe(name)
+        row = next(ln for ln in page.splitlines() if ln.startswith(f"| `{name}` |"))
+        assert info.reproduces[0].value.split(" (")[0] in row and info.time_2cores.split(" (")[0] in row
+        assert f"`{name}`" in readme.split("## Recipes", 1)[1].split("\n## ", 1)[0]
+
+
 @pytest.mark.parametrize("name", RECIPES)
 def test_every_recipe_runs_at_toy_size(name, tiny_data_dir, tmp_path, capsys):
     assert main(toy_args(name, tiny_data_dir, tmp_path / "run")) == 0
