@@ -198,7 +198,10 @@ def describe_run(name: str, config: TrainConfig) -> str:
     recipe, info = load_recipe(name)
     lines = [f"recipe {name}: {info.description}"]
     lines += [f"  measured: {r.line()} ({r.source})" for r in info.reproduces]
-    changed = _changed(recipe.to_dict(), config.to_dict())
+    changed = [(k, v) for k, v in _changed(recipe.to_dict(), config.to_dict()) if k not in ("data.path", "model.init")]
+    if info.init_recipe and config.model.init == "random":
+        lines.append("  --init random: trains from scratch; the measured result started from the public "
+                     f"pretraining of recipe {info.init_recipe}")
     if changed:
         lines.append("  changed by flags (the measured result does not cover them): "
                      + ", ".join(f"{k} = {v!r}" for k, v in changed))
