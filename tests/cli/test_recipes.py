@@ -126,6 +126,14 @@ def test_the_public_start_the_exclusive_config_and_a_noise_multiplier_over_a_rec
         with pytest.raises(SystemExit) as e:
             main(["train", *argv, *out])
         assert e.value.code == 2 and says in capsys.readouterr().err
+    # a margin flag over an ArcFace recipe is the recipe's loss with that margin
+    from dpemb.cli.main import build_parser
+    from dpemb.cli.train import config_from_args
+
+    args = build_parser().parse_args(["train", "--recipe", "face-1m-eps1", *out, "--init", "random",
+                                      "--loss-margin", "0.3", "--target-population", "1000000"])
+    loss = config_from_args(args)[0].loss
+    assert (loss.kind, loss.scale, loss.margin) == ("arcface", 30.0, 0.3)
     # a flag choosing another privacy request replaces the recipe's target epsilon and population
     config, info = load_recipe("face-1m-eps1")
     given = {"privacy.noise_multiplier", "model.init"}

@@ -298,7 +298,7 @@ def config_from_args(args: argparse.Namespace):
         settings.setdefault("loss.scale", None)
         settings.setdefault("loss.margin", None)
     if given.get("loss", "softmax") == "softmax" and ("loss_scale" in given or "loss_margin" in given) and \
-            ("loss" in given or not getattr(args, "config", None)):
+            ("loss" in given or not (getattr(args, "config", None) or getattr(args, "recipe", None))):
         raise UsageError("--loss-scale and --loss-margin apply to --loss cosface or arcface only")
     recipe = getattr(args, "recipe", None)
     if recipe and getattr(args, "config", None):

@@ -87,7 +87,7 @@ def recipe_text(name: str) -> str:
     """The recipe file's text; ConfigError naming the recipes when there is none by that name."""
     path = resources.files("dpemb.recipes") / f"{name}.toml"
     if not path.is_file():
-        raise ConfigError(f"--recipe {name}: no such recipe; the recipes are: {', '.join(list_recipes())} "
+        raise ConfigError(f"no such recipe {name!r}; the recipes are: {', '.join(list_recipes())} "
                           "(`dpemb recipes` lists them)")
     return path.read_text()
 
