@@ -16,6 +16,7 @@ import sys
 COMMAND_MODULES = [
     "dpemb.cli.data",
     "dpemb.cli.train",
+    "dpemb.cli.recipes",
     "dpemb.cli.evaluate",
     "dpemb.cli.embed",
     "dpemb.cli.export",

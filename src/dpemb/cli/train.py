@@ -37,6 +37,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE",
                    help="a run configuration (TOML or JSON; a run's own config.json is one): every setting not "
                         "given as a flag comes from it (docs/API.md)")
+    p.add_argument("--recipe", metavar="NAME",
+                   help="a shipped recipe (`dpemb recipes` lists them) as the configuration: every setting not "
+                        "given as a flag comes from it; not with --config")
     p.add_argument("--data", help="dataset directory (from `dpemb data make`); required unless --config names it")
     p.add_argument("--out", required=True, help="run directory to write")
     p.add_argument("--algorithm", choices=ALGORITHMS,
@@ -300,11 +303,22 @@ def config_from_args(args: argparse.Namespace):
         settings.setdefault("loss.scale", None)
         settings.setdefault("loss.margin", None)
     if given.get("loss", "softmax") == "softmax" and ("loss_scale" in given or "loss_margin" in given) and \
-            ("loss" in given or not getattr(args, "config", None)):
+            ("loss" in given or not (getattr(args, "config", None) or getattr(args, "recipe", None))):
         raise UsageError("--loss-scale and --loss-margin apply to --loss cosface or arcface only")
-    base = load_config(args.config) if getattr(args, "config", None) else \
-        with_settings(TrainConfig(), getattr(args, "default_settings", {}))  # (dpemb audit: dp-fedemb)
+    recipe = getattr(args, "recipe", None)
+    if recipe and getattr(args, "config", None):
+        raise UsageError("--recipe and --config are exclusive: both are the whole configuration (a recipe as a "
+                         f"file: `dpemb recipes {recipe} --toml > mine.toml`, then --config mine.toml)")
+    if recipe:
+        from dpemb.training.recipes import check_recipe_run, load_recipe
+
+        base, info = load_recipe(recipe)
+    else:
+        base = load_config(args.config) if getattr(args, "config", None) else \
+            with_settings(TrainConfig(), getattr(args, "default_settings", {}))  # (dpemb audit: dp-fedemb)
     config = with_settings(base, settings)
+    if recipe:  # its rules: the extrapolation accepted explicitly, the public start given
+        config = check_recipe_run(config, info, set(settings))
     if not config.federated_run:  # a privacy flag given explicitly, even at its default value
         from dpemb.training.run_config import NOT_PRIVACY_KNOBS
         from dpemb.training.runner import centralized_refusal
@@ -333,6 +347,10 @@ def run(args: argparse.Namespace) -> int:
     from dpemb.training.runner import train
 
     config, perf = config_from_args(args)
+    if getattr(args, "recipe", None):
+        from dpemb.training.recipes import describe_run
+
+        print(describe_run(args.recipe, config))
     report = train(config, args.out, perf=perf, resume=RESUME[args.resume], overwrite=args.overwrite,
                    audit_score=getattr(args, "audit_score", "final"))
     env = DistributedEnv.from_environ()

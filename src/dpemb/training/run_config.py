@@ -168,6 +168,7 @@ class TrainConfig:
         """The config a ``to_dict`` (or a config file) describes; unknown keys are refused."""
         data = dict(data)
         data.pop("resolved", None)  # what a run derived (its PrivacySpec): recomputed from the request
+        data.pop("recipe", None)  # a recipe file's description (dpemb.training.recipes): not a setting
         fmt = data.pop("format", CONFIG_FORMAT)
         if fmt != CONFIG_FORMAT:
             raise ConfigError(f"not a dpemb training configuration (format {fmt!r}, expected {CONFIG_FORMAT!r})")

@@ -286,6 +286,7 @@ def calibrated_at_population(r: PrivacyRequest, fields: dict[str, Any], populati
     same noise on the average), has ``r.target_epsilon``; prints both epsilons, the
     extrapolation labelled as such."""
     from dpemb.privacy.accounting import describe_epsilon, epsilon_for, extrapolate
+    from dpemb.privacy.advice import PLD_MAX_RDP_EPSILON
     from dpemb.privacy.calibration import calibrate_noise_multiplier
 
     if r.target_population < population:
@@ -295,14 +296,16 @@ def calibrated_at_population(r: PrivacyRequest, fields: dict[str, Any], populati
     ex = extrapolate(base, r.target_population, r.accountant)
     z_big = calibrate_noise_multiplier(ex.spec, r.target_epsilon, r.accountant)
     spec = replace(base, noise_multiplier=z_big / ex.factor)
-    own = epsilon_for(spec, r.accountant)
+    own, own_accountant = epsilon_for(spec, "rdp"), "rdp"  # PLD only where it is not vacuous (its cost ~ 1/z^2)
+    if r.accountant == "pld" and own <= PLD_MAX_RDP_EPSILON:
+        own, own_accountant = epsilon_for(spec, "pld"), "pld"
     kw = dict(accountant=r.accountant, unit=spec.unit, relation=spec.relation)
     print(f"calibrated noise multiplier z = {spec.noise_multiplier:.4f} so that this run EXTRAPOLATED to "
           f"{r.target_population:,} users (the paper's convention: {ex.clients_per_round:,} clients per round and "
           f"noise multiplier {z_big:.4g}, the same noise on the average; {ex.delta_note}) has "
           + describe_epsilon(r.target_epsilon, delta=ex.delta, **kw)
           + f". This run's own epsilon, on its {population:,} users: "
-          + describe_epsilon(own, delta=spec.resolved_delta, **kw))
+          + describe_epsilon(own, delta=spec.resolved_delta, **{**kw, "accountant": own_accountant}))
     return spec
 
 

@@ -1,0 +1,1 @@
+"""The recipes shipped with dpemb: one TOML file each (``dpemb.training.recipes``)."""
