@@ -159,7 +159,17 @@ def toy(argv: list[str]) -> list[str]:
     if argv[:2] == ["data", "make"]:
         _set(argv, "--no-progress")
     if argv[0] in ("train", "audit"):
-        central = argv[0] == "train" and _flags(argv).get("--algorithm", "centralized") == "centralized"
+        recipe = _flags(argv).get("--recipe")
+        algorithm = "centralized"
+        if recipe:  # a recipe's algorithm, and its extrapolation accepted (to 1,000 users: cheap to calibrate)
+            from dpemb.training.recipes import load_recipe
+
+            config, info = load_recipe(recipe)
+            algorithm = config.algorithm
+            if info.extrapolates and "--target-population" not in argv:
+                # (an audit adds 1,000 canary users to the population)
+                _set(argv, "--target-population", "5000" if argv[0] == "audit" else "1000")
+        central = argv[0] == "train" and _flags(argv).get("--algorithm", algorithm) == "centralized"
         for flag, value in (CENTRAL_TOY if central else FEDERATED_TOY).items():
             _set(argv, flag, value)
         for flag in ("--audit-canaries", "--canaries"):
