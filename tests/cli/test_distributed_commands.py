@@ -65,6 +65,7 @@ def test_embed_under_torchrun_equals_one_process(setup, tmp_path):
     np.testing.assert_allclose(np.load(tmp_path / "f2.npy"), np.load(tmp_path / "f1.npy"), atol=1e-5)
 
 
+@pytest.mark.slow  # make test keeps embed's torchrun case: the same row sharding (training.shards)
 def test_eval_under_torchrun_equals_one_process(setup, tmp_path, capsys):
     flags = ["eval", str(setup / "model"), "--data", str(setup / "data"), "--json", "--device", "cpu"]
     assert dpemb(flags) == 0
@@ -81,6 +82,7 @@ def test_eval_under_torchrun_equals_one_process(setup, tmp_path, capsys):
         assert m["recall_at_far_0.001"] == pytest.approx(one["recall_at_far_0.001"], abs=1e-6)
 
 
+@pytest.mark.slow  # as eval's
 def test_features_under_torchrun_equal_one_process(setup, tmp_path):
     from dpemb.transfer.features import load_features
 
