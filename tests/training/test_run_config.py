@@ -160,3 +160,18 @@ def test_the_evaluation_subset_of_a_run_is_the_one_dpemb_eval_scores(tmp_path, t
     scored = json.loads(capsys.readouterr().out)
     for k in ("recall_at_far_0.01", "roc_auc", "precision_at_1", "map_at_r"):
         assert scored[k] == pytest.approx(final[k], abs=1e-6), k
+
+
+def test_every_train_split_trains_on_its_users(tiny_data_dir):
+    """--train-split private, public and all pick the dataset's parts (all: both)."""
+    from dpemb.data.dataset import UserDataset
+    from dpemb.training.run_config import DataConfig
+    from dpemb.training.runner import training_splits
+
+    ds = UserDataset.load(tiny_data_dir)
+    users = {}
+    for split in ("private", "public", "all"):
+        config = TrainConfig(data=DataConfig(path=tiny_data_dir, train_split=split))
+        users[split] = training_splits(ds, config)[0].num_users
+    assert users["private"] == ds.split().train.num_users and users["public"] == ds.split().public.num_users
+    assert users["all"] == users["private"] + users["public"] > users["private"] > 0

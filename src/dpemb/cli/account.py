@@ -126,8 +126,7 @@ def apply_config(args: argparse.Namespace) -> None:
     if args.population is None and config.data.path is not None:
         from dpemb.data.dataset import UserDataset
 
-        name = {"private": "train", "public": "public", "all": "train_and_public"}[config.data.train_split]
-        users = getattr(UserDataset.load(config.data.path).split(), name).num_users
+        users = UserDataset.load(config.data.path).split().get(config.data.train_part).num_users
         args.population = [users + (r.audit_canaries or 0)]
     if args.noise_multiplier is None and args.target_epsilon is None:
         if r.nonprivate:

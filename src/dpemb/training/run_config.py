@@ -50,6 +50,11 @@ class DataConfig:
     # `dpemb eval --max-examples N` scores the same); None: all of them
     eval_max_examples: int | None = None
 
+    @property
+    def train_part(self) -> str:
+        """The part of the dataset's ``split()`` trained on (``Splits.get``)."""
+        return {"private": "train", "public": "public", "all": "train_and_public"}[self.train_split]
+
     def __post_init__(self) -> None:
         if self.train_split not in ("private", "public", "all"):
             raise ConfigError(f"--train-split must be private, public or all, got {self.train_split!r}")

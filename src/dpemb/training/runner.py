@@ -217,8 +217,7 @@ def training_splits(dataset: UserDataset, config: TrainConfig) -> tuple[UserData
             f"users); make it with `dpemb data make ... {flag} F` (F > 0; the default holds out "
             f"0.1) or re-split it with `dpemb data split {where}`"
         )
-    name = {"private": "train", "public": "public", "all": "train_and_public"}[config.data.train_split]
-    train_split = getattr(splits, name)
+    train_split = splits.get(config.data.train_part)
     if train_split.num_examples == 0:
         raise ConfigError(f"the {config.data.train_split} split of {where} is empty")
     return train_split, held_out
