@@ -109,23 +109,15 @@ def run_black_box(args: argparse.Namespace) -> None:
     from dpemb.training import runner
     from dpemb.training.audit_run import AuditError, check_audit
     from dpemb.training.blackbox_audit import DEFAULT_IMAGES_PER_USER, black_box_audit
-    from dpemb.training.provenance import Provenance
     from dpemb.training.run_config import ConfigError
 
     config, perf = config_from_args(args)
     request = config.privacy
     try:
-        runner.check_privacy_request(config)
-        runner.check_init_model(config)
-        runner.check_out(args.out, RESUME[args.resume], args.overwrite)
-        dataset = runner.UserDataset.load(config.data.path) if config.data.path else None
-        if dataset is None:
-            raise ConfigError("no data: give --data DIR (a dataset made with `dpemb data make`)")
-        train, held_out = runner.training_splits(dataset, config)
-        runner.init_caveats(config)
-        n = request.audit_canaries
+        run = runner.prepare(config, args.out, data=None, perf=perf, resume=RESUME[args.resume],
+                             overwrite=args.overwrite)
+        train, held_out, n = run.train, run.held_out, request.audit_canaries
         spec = runner.resolve_privacy(config, train.num_users + n)
-        run_cfg = runner.run_config(config, args.out, perf, args.overwrite)
     except ConfigError as e:
         raise UsageError(str(e)) from e
     try:
@@ -136,11 +128,9 @@ def run_black_box(args: argparse.Namespace) -> None:
           f"accountant counts {spec.population} users (sampling rate q = {spec.sampling_rate:.4g})")
     runner.print_privacy_advice(request, spec)
     k = args.canary_images if args.canary_images is not None else DEFAULT_IMAGES_PER_USER
-    prov = Provenance(dataset=config.data.path, train_split=config.data.train_split,
-                      allow_nonprivate_init=request.allow_nonprivate_init)
     try:
-        report = black_box_audit(train, held_out, config.model, config.federated, spec, run_cfg, canaries=n,
-                                 images_per_user=k, noise_seed=request.noise_seed, provenance=prov,
+        report = black_box_audit(train, held_out, config.model, config.federated, spec, run.run_cfg, canaries=n,
+                                 images_per_user=k, noise_seed=request.noise_seed, provenance=run.provenance,
                                  release=request.release_audit_run,
                                  device=device_from(argparse.Namespace(device=perf.device)))
     except AuditError as e:

@@ -286,9 +286,18 @@ def bind_defaults(p: argparse.ArgumentParser) -> None:
         for table, source in ((SETTINGS, config), (PERFORMANCE, perf)):
             if action.dest in table:
                 path = table[action.dest]
-                value = get_setting(source, path.lstrip("!"))
-                action.config_default = (not value) if path.startswith("!") else value
+                action.config_default = _through(path, get_setting(source, path.lstrip("!")))
                 action.default = argparse.SUPPRESS
+
+
+def _through(path: str, value):
+    """A flag's value as the setting at ``path`` takes it, and back ("!": inverted)."""
+    return (not value) if path.startswith("!") else value
+
+
+def _settings_given(table: dict[str, str], given: dict) -> dict:
+    """{setting: value} of the flags of ``table`` given on the command line."""
+    return {path.lstrip("!"): _through(path, given[d]) for d, path in table.items() if d in given}
 
 
 def config_from_args(args: argparse.Namespace):
@@ -297,8 +306,7 @@ def config_from_args(args: argparse.Namespace):
     from dpemb.training.run_config import PerformanceFlags, TrainConfig, load_config, with_settings
 
     given = vars(args)
-    settings = {path.lstrip("!"): (not given[d]) if path.startswith("!") else given[d]
-                for d, path in SETTINGS.items() if d in given}
+    settings = _settings_given(SETTINGS, given)
     if "loss.kind" in settings:  # a new kind takes its own scale and margin unless given
         settings.setdefault("loss.scale", None)
         settings.setdefault("loss.margin", None)
@@ -327,8 +335,7 @@ def config_from_args(args: argparse.Namespace):
                  and path.split(".")[1] not in NOT_PRIVACY_KNOBS]
         if flags:
             raise UsageError(str(centralized_refusal(flags)))
-    perf = {path.lstrip("!"): (not given[d]) if path.startswith("!") else given[d]
-            for d, path in PERFORMANCE.items() if d in given}
+    perf = _settings_given(PERFORMANCE, given)
     try:
         device_from(argparse.Namespace(device=perf.get("device", "auto")))  # an unknown device: before any work
         return config, PerformanceFlags(**perf)

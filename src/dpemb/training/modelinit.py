@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from dpemb.models import Backbone, build_backbone, freeze_batchnorm_stats, load_imagenet_mobilenet_v2, set_trainable
-from dpemb.training.artifact import init_provenance, load_artifact
+from dpemb.training.artifact import init_provenance, load_artifact, read_card, resolve_model
 from dpemb.training.checkpoint import CheckpointError
 from dpemb.training.lineage import read_lineage
 from dpemb.training.config import ModelConfig
@@ -26,8 +26,19 @@ def read_init(path: str | os.PathLike
     carries the provenance the init check reads."""
     model, card = load_artifact(path)
     b = card["backbone"]
+    provenance, privacy = _card_record(card, path)
+    return b["name"], b["kwargs"], model.state_dict(), provenance, privacy
+
+
+def read_init_card(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(provenance, the card's privacy section) of the artifact at ``path``, from its model
+    card alone (the checks before training need no weights)."""
+    return _card_record(read_card(resolve_model(path)), path)
+
+
+def _card_record(card: dict[str, Any], path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any] | None]:
     privacy = card.get("privacy") if isinstance(card.get("privacy"), dict) else None
-    return b["name"], b["kwargs"], model.state_dict(), init_provenance(card, path), privacy
+    return init_provenance(card, path), privacy
 
 
 def build_model(

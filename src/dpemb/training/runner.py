@@ -13,7 +13,7 @@ Every refusal is a ``ConfigError`` naming the setting by its flag and the fix.
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dpemb.data.dataset import UserDataset
@@ -23,7 +23,6 @@ from dpemb.training.run_config import NOT_PRIVACY_KNOBS, ConfigError, Performanc
 
 #: PrivacyRequest field -> its flag, for messages
 PRIVACY_FLAG = {f: "--" + f.replace("_", "-") for f in PrivacyRequest.__dataclass_fields__}
-PRIVACY_FLAG["secure_noise"] = "--secure-noise"
 
 
 def train(config: TrainConfig, out: str, *, data: UserDataset | None = None,
@@ -40,43 +39,65 @@ def train(config: TrainConfig, out: str, *, data: UserDataset | None = None,
         raise ConfigError("centralized training runs in one process; start it without torchrun")
     if env is not None and env.rank != 0:
         perf = replace(perf, progress=False)
-    check_privacy_request(config)
-    check_init_model(config)
-    check_out(out, resume, overwrite)
-    dataset = data if data is not None else _load(config)
-    train_split, held_out = training_splits(dataset, config)
-    run_cfg = run_config(config, out, perf, overwrite)
-    prov = Provenance(dataset=config.data.path, train_split=config.data.train_split,
-                      allow_nonprivate_init=_allow_nonprivate_init(config))
+    run = prepare(config, out, data=data, perf=perf, resume=resume, overwrite=overwrite)
     if not config.federated_run:
         from dpemb.training.centralized import train_centralized
 
         print("note: centralized training is not private (no clipping, no noise, no epsilon); for "
               "user-level DP use --algorithm dp-fedemb")
-        return train_centralized(train_split, held_out, config.model, config.optim, run_cfg, resume=resume,
-                                 provenance=prov, settings=config.to_dict())
+        return train_centralized(run.train, run.held_out, config.model, config.optim, run.run_cfg, resume=resume,
+                                 provenance=run.provenance, settings=config.to_dict())
     from dpemb.training.config import to_dict
     from dpemb.training.federated import train_federated
 
-    caveats = init_caveats(config)  # refuse a non-private init before anything else
     request = config.privacy
     canaries = request.audit_canaries or 0  # audit run: the canaries are users of the population
-    spec = resolve_privacy(config, train_split.num_users + canaries)
+    spec = resolve_privacy(config, run.train.num_users + canaries)
     if canaries:
-        print_audit_setup(request, spec, train_split.num_users, resume)
+        print_audit_setup(request, spec, run.train.num_users, resume)
     if env is None or env.rank == 0:  # (advice goes to stderr, which worker ranks keep for errors)
         print_privacy_advice(request, spec)
-    for c in caveats if request.target_epsilon is not None else []:
+    for c in run.caveats if request.target_epsilon is not None else []:
         print(f"  [the calibrated epsilon {c}]")
-    print_planned_total(config, spec)
+    print_planned_total(spec, run.init)
     if config.federated.public_negatives and public is None:
-        public = public_split(dataset, config)
-    return train_federated(train_split, held_out, config.model, config.federated, spec, run_cfg,
+        public = public_split(run.dataset, config)
+    return train_federated(run.train, run.held_out, config.model, config.federated, spec, run.run_cfg,
                            noise_seed=request.noise_seed, epsilon_budget=request.epsilon_budget, resume=resume,
-                           provenance=prov, audit_canaries=canaries, audit_release=request.release_audit_run,
-                           audit_score=audit_score, public=public if config.federated.public_negatives else None,
+                           provenance=run.provenance, audit_canaries=canaries,
+                           audit_release=request.release_audit_run, audit_score=audit_score,
+                           public=public if config.federated.public_negatives else None,
                            settings={**config.to_dict(), "resolved": {"privacy": to_dict(spec)}},
                            extrapolate_to=request.extrapolate_to, extrapolation_accountant=request.accountant)
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """What a run needs before training, all checked (``prepare``)."""
+
+    dataset: UserDataset
+    train: UserDataset  # the split trained on
+    held_out: UserDataset  # the split evaluated on
+    run_cfg: Any  # the training loops' RunConfig
+    provenance: Provenance
+    init: tuple[dict[str, Any], dict[str, Any] | None] | None  # a trained init: (provenance, card privacy)
+    caveats: list[str]  # what every epsilon of a DP run from that init must say
+
+
+def prepare(config: TrainConfig, out: str, *, data: UserDataset | None, perf: PerformanceFlags,
+            resume: bool | str, overwrite: bool) -> PreparedRun:
+    """Every check before any work (privacy settings, --init, --out, the splits, the init's
+    provenance: a non-private init of a DP run is refused unless allowed), with the data,
+    the splits and the init's record read once."""
+    check_privacy_request(config)
+    init = read_init_record(config)
+    check_out(out, resume, overwrite)
+    dataset = data if data is not None else _load(config)
+    train_split, held_out = training_splits(dataset, config)
+    prov = Provenance(dataset=config.data.path, train_split=config.data.train_split,
+                      allow_nonprivate_init=config.privacy.allow_nonprivate_init)
+    caveats = init_caveats(config, init) if config.federated_run else []
+    return PreparedRun(dataset, train_split, held_out, run_config(config, out, perf, overwrite), prov, init, caveats)
 
 
 def run_config(config: TrainConfig, out: str, perf: PerformanceFlags, overwrite: bool):
@@ -98,10 +119,6 @@ def _load(config: TrainConfig) -> UserDataset:
     if config.data.path is None:
         raise ConfigError("no data: give --data DIR (a dataset made with `dpemb data make`), or pass a dataset")
     return UserDataset.load(config.data.path)
-
-
-def _allow_nonprivate_init(config: TrainConfig) -> bool:
-    return config.privacy.allow_nonprivate_init
 
 
 # ------------------------------------------------------------------------------ checks
@@ -145,15 +162,18 @@ def centralized_refusal(flags: list[str]) -> ConfigError:
         "dp-fedemb (or dp-fedavg, dp-ftrl-fedemb); for a non-private baseline drop the privacy flags")
 
 
-def check_init_model(config: TrainConfig) -> None:
-    """--init names a release artifact or a run directory (not a private checkpoint)."""
+def read_init_record(config: TrainConfig) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
+    """The (provenance, card privacy) of a trained --init, read from its model card (None
+    for random or ImageNet weights); --init must name a release artifact or a run
+    directory, not a private checkpoint."""
     init = config.model.init
     if init in ("random", "imagenet"):
-        return
-    from dpemb.training.artifact import ArtifactError, resolve_model
+        return None
+    from dpemb.training.artifact import ArtifactError
+    from dpemb.training.modelinit import read_init_card
 
     try:
-        resolve_model(init)
+        return read_init_card(init)
     except ArtifactError as e:
         raise ConfigError(f"--init: {e}") from e
 
@@ -168,18 +188,16 @@ def check_out(out: str, resume: bool | str, overwrite: bool) -> None:
         raise ConfigError(str(e)) from e
 
 
-def init_caveats(config: TrainConfig) -> list[str]:
-    """A DP run from an init that saw private users without DP: refused unless
-    --allow-nonprivate-init; returns what every epsilon must then say."""
-    init = config.model.init
-    if config.privacy.nonprivate or init in ("random", "imagenet"):
+def init_caveats(config: TrainConfig, init: tuple[dict[str, Any], dict[str, Any] | None] | None) -> list[str]:
+    """A DP run from an init (``read_init_record``) that saw private users without DP:
+    refused unless --allow-nonprivate-init; returns what every epsilon must then say."""
+    if config.privacy.nonprivate or init is None:
         return []
-    from dpemb.training.modelinit import read_init
     from dpemb.training.provenance import InitProvenanceError, check_init
 
     try:
-        return check_init(read_init(init)[3], private_run=True, init_name=init,
-                          allow_nonprivate_init=_allow_nonprivate_init(config))
+        return check_init(init[0], private_run=True, init_name=config.model.init,
+                          allow_nonprivate_init=config.privacy.allow_nonprivate_init)
     except InitProvenanceError as e:
         raise ConfigError(str(e)) from e
 
@@ -325,21 +343,18 @@ def print_privacy_advice(request: PrivacyRequest, spec: PrivacySpec) -> None:
         print(f"warning: {w}", file=sys.stderr)
 
 
-def print_planned_total(config: TrainConfig, spec: PrivacySpec) -> None:
-    """For a DP run from a DP init that trained on these users: the total epsilon (RDP) of
-    both trainings once this run has spent its planned rounds."""
-    if spec.nonprivate or config.model.init in ("random", "imagenet"):
+def print_planned_total(spec: PrivacySpec, init: tuple[dict[str, Any], dict[str, Any] | None] | None) -> None:
+    """For a DP run from a DP init (``read_init_record``) that trained on these users: the
+    total epsilon (RDP) of both trainings once this run has spent its planned rounds."""
+    if spec.nonprivate or init is None:
         return
     from dpemb.privacy.accounting import compute_epsilon
     from dpemb.privacy.events import training_event
     from dpemb.training.artifact import init_total
     from dpemb.training.config import to_dict
-    from dpemb.training.modelinit import read_init
 
-    _, _, _, init, init_privacy = read_init(config.model.init)
     eps = compute_epsilon(training_event(spec), spec.resolved_delta, "rdp", relation=spec.relation)
-    total = init_total({"spec": to_dict(spec), "rounds_composed": spec.rounds, "epsilon_rdp": float(eps)},
-                       init, init_privacy)
+    total = init_total({"spec": to_dict(spec), "rounds_composed": spec.rounds, "epsilon_rdp": float(eps)}, *init)
     if total is not None:
         print(f"after {spec.rounds} rounds, {total['statement']}")
 
