@@ -46,7 +46,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT / "src"), str(HERE)]
 
-from dpemb.training.run_config import PerformanceFlags, TrainConfig  # noqa: E402
+from dpemb.training.config import flat_settings  # noqa: E402
+from dpemb.training.run_config import PerformanceFlags, TrainConfig, changed_settings  # noqa: E402
 
 METRIC = "recall_at_far_0.001"  # the metric tables show unless told otherwise
 #: report.json's held-out metrics that a row keeps (what the release reports on held-out users)
@@ -86,19 +87,12 @@ def run_dir(run: Run) -> str:
     return f"runs/{run.key}"
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out |= _flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
-    return out
-
-
-DEFAULTS = _flat(TrainConfig().to_dict())
+DEFAULTS = flat_settings(TrainConfig().to_dict())
 
 
 def settings_of(config: TrainConfig) -> dict[str, Any]:
     """The dotted settings where ``config`` differs from ``TrainConfig()``."""
-    return {k: v for k, v in _flat(config.to_dict()).items() if DEFAULTS.get(k) != v}
+    return changed_settings(TrainConfig(), config)
 
 
 def setting(row: dict[str, Any], path: str) -> Any:

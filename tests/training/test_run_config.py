@@ -175,3 +175,12 @@ def test_every_train_split_trains_on_its_users(tiny_data_dir):
         users[split] = training_splits(ds, config)[0].num_users
     assert users["private"] == ds.split().train.num_users and users["public"] == ds.split().public.num_users
     assert users["all"] == users["private"] + users["public"] > users["private"] > 0
+
+
+def test_account_refuses_a_population_sweep_for_a_config_calibrated_at_a_stated_population(tmp_path, capsys):
+    """Its noise depends on the population trained on: one N, or a silent wrong epsilon."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('algorithm = "dp-fedemb"\n[privacy]\ntarget_epsilon = 2.0\ntarget_population = 100000\n')
+    with pytest.raises(SystemExit):
+        main(["account", "--config", str(cfg), "--population", "1000,2000"])
+    assert "give one --population N" in capsys.readouterr().err

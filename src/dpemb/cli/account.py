@@ -13,6 +13,7 @@ and neighbouring relation.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
@@ -124,19 +125,19 @@ def apply_config(args: argparse.Namespace) -> None:
             setattr(args, dest, value)
 
     if args.population is None and config.data.path is not None:
-        from dpemb.data.dataset import UserDataset
+        from dpemb.training.runner import training_users
 
-        users = UserDataset.load(config.data.path).split().get(config.data.train_part).num_users
-        args.population = [users + (r.audit_canaries or 0)]
+        args.population = [training_users(config) + (r.audit_canaries or 0)]
     if args.noise_multiplier is None and args.target_epsilon is None:
         if r.nonprivate:
             raise UsageError(f"--config {args.config} is a non-private run: there is no epsilon to account")
-        if r.target_population is not None and args.population is not None and len(args.population) == 1:
-            # calibrated for the run extrapolated to N' users, as `dpemb train` does
+        if r.target_population is not None:  # calibrated for the run extrapolated to N' users, as in training
             from dpemb.training.runner import resolve_privacy
 
-            import contextlib
-
+            if args.population is None or len(args.population) != 1:
+                raise UsageError(f"--config {args.config} calibrates epsilon {r.target_epsilon:g} for "
+                                 f"{r.target_population:,} users from the population trained on: give one "
+                                 "--population N (or a config naming its dataset)")
             try:
                 with contextlib.redirect_stdout(sys.stderr):  # stdout holds the table (or --json) only
                     z = resolve_privacy(config, args.population[0]).noise_multiplier

@@ -11,7 +11,6 @@ This run is not private. Its report says so wherever epsilon would be.
 from __future__ import annotations
 
 import json
-
 import math
 import time
 from typing import Any

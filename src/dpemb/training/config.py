@@ -105,11 +105,12 @@ PERFORMANCE_ONLY = ("checkpoint_every", "checkpoint_interval_s", "threads", "eva
                     "client_batch", "bf16", "overwrite")
 
 
-def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+def flat_settings(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested settings dict as ``{dotted.path: value}``."""
     if isinstance(obj, dict):
         out: dict[str, Any] = {}
         for k, v in obj.items():
-            out.update(_flat(v, f"{prefix}{k}."))
+            out.update(flat_settings(v, f"{prefix}{k}."))
         return out
     return {prefix[:-1]: obj}
 
@@ -118,7 +119,7 @@ def config_differences(saved: str, current: str) -> list[str]:
     """The settings (dotted paths such as ``federated.client_lr``) whose values differ
     between two ``config_json`` texts, ignoring ``run.<PERFORMANCE_ONLY>``."""
     ignore = {f"run.{k}" for k in PERFORMANCE_ONLY}
-    a, b = _flat(json.loads(saved)), _flat(json.loads(current))
+    a, b = flat_settings(json.loads(saved)), flat_settings(json.loads(current))
     return sorted(k for k in a.keys() | b.keys() if k not in ignore and a.get(k, "<unset>") != b.get(k, "<unset>"))
 
 
@@ -126,7 +127,7 @@ def unset_settings(saved: str, current: str) -> list[str]:
     """The settings ``current`` holds and the ``saved`` config lacks (it was written by a
     pre-release dpemb, before they existed), ignoring ``run.<PERFORMANCE_ONLY>``."""
     ignore = {f"run.{k}" for k in PERFORMANCE_ONLY}
-    a, b = _flat(json.loads(saved)), _flat(json.loads(current))
+    a, b = flat_settings(json.loads(saved)), flat_settings(json.loads(current))
     return sorted(k for k in b.keys() - a.keys() if k not in ignore)
 
 
@@ -160,4 +161,4 @@ def config_json(**parts: Any) -> str:
 
 
 __all__ = ["ModelConfig", "OptimConfig", "RunConfig", "LossConfig", "PERFORMANCE_ONLY",
-           "config_differences", "describe_differences", "unset_settings", "to_dict", "config_json"]
+           "config_differences", "describe_differences", "flat_settings", "unset_settings", "to_dict", "config_json"]

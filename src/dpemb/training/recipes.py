@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from dpemb.training.run_config import ConfigError, TrainConfig
+from dpemb.training.run_config import ConfigError, TrainConfig, changed_settings
 
 #: what ``not measured`` is spelled as in a recipe
 NOT_MEASURED = "not measured"
@@ -166,7 +166,9 @@ def check_recipe_run(config: TrainConfig, info: RecipeInfo, given: set[str]) -> 
             "(or --init random to train from scratch, which the recipe's result does not cover)")
     if r.target_population is None or "privacy.target_population" in given or not config.federated_run:
         return config
-    population = training_population(config)
+    from dpemb.training.runner import training_users
+
+    population = training_users(config)
     if population is not None and population != info.population:
         raise ConfigError(
             f"--recipe {info.name} states its epsilon ({r.target_epsilon:g}) for the run EXTRAPOLATED to "
@@ -181,24 +183,13 @@ def check_recipe_run(config: TrainConfig, info: RecipeInfo, given: set[str]) -> 
     return config
 
 
-def training_population(config: TrainConfig) -> int | None:
-    """The users the run trains on (its ``data.train_split`` of ``data.path``); None when
-    the configuration names no dataset (the run itself then refuses)."""
-    if config.data.path is None:
-        return None
-    from dpemb.data.dataset import UserDataset
-    from dpemb.training.runner import training_splits
-
-    return training_splits(UserDataset.load(config.data.path), config)[0].num_users
-
-
 def describe_run(name: str, config: TrainConfig) -> str:
     """What ``dpemb train --recipe`` says before training: the recipe, the result it was
     measured to give, and the settings the flags changed (which that result does not cover)."""
     recipe, info = load_recipe(name)
     lines = [f"recipe {name}: {info.description}"]
     lines += [f"  measured: {r.line()} ({r.source})" for r in info.reproduces]
-    changed = [(k, v) for k, v in _changed(recipe.to_dict(), config.to_dict()) if k not in ("data.path", "model.init")]
+    changed = [(k, v) for k, v in changed_settings(recipe, config).items() if k not in ("data.path", "model.init")]
     if info.init_recipe and config.model.init == "random":
         lines.append("  --init random: trains from scratch; the measured result started from the public "
                      f"pretraining of recipe {info.init_recipe}")
@@ -206,14 +197,3 @@ def describe_run(name: str, config: TrainConfig) -> str:
         lines.append("  changed by flags (the measured result does not cover them): "
                      + ", ".join(f"{k} = {v!r}" for k, v in changed))
     return "\n".join(lines)
-
-
-def _changed(before: dict[str, Any], after: dict[str, Any], where: str = "") -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
-    for key, value in after.items():
-        old = before.get(key)
-        if isinstance(value, dict) and isinstance(old, dict):
-            out += _changed(old, value, f"{where}{key}.")
-        elif value != old:
-            out.append((f"{where}{key}", value))
-    return out

@@ -217,8 +217,7 @@ class RoundLog:
         })
         return {
             "algorithm": self.fed_cfg.algorithm,
-            "status": "complete" if stopped_by_budget or rnd >= self.spec.rounds else
-            f"incomplete: stopped at round {rnd} of {self.spec.rounds}",
+            "status": "complete",  # (a run stopped early writes incomplete_report instead)
             "loss": to_dict(self.fed_cfg.loss),
             "rounds": rnd,
             "stopped_by_epsilon_budget": stopped_by_budget,

@@ -26,7 +26,8 @@ from typing import Any
 from dpemb.algorithms.config import FederatedConfig
 from dpemb.models.margin import LossConfig
 from dpemb.privacy.spec import ACCOUNTANTS
-from dpemb.training.config import ModelConfig, OptimConfig
+from dpemb.training.config import ModelConfig, OptimConfig, flat_settings
+from dpemb.training.config import to_dict as json_ready
 
 #: every algorithm ``dpemb train`` runs (centralized: non-private, the baseline)
 ALGORITHMS = ("centralized", "dp-fedavg", "dp-fedemb", "dp-ftrl-fedemb")
@@ -162,7 +163,7 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, a valid input of ``from_dict`` (the copies of ``loss`` and
         ``algorithm`` inside ``optim`` and ``federated`` are left out)."""
-        out = _as_dict(self)
+        out = json_ready(self)
         out["optim"].pop("loss")
         out["federated"].pop("loss")
         out["federated"].pop("algorithm")
@@ -229,6 +230,13 @@ def get_setting(config: Any, path: str) -> Any:
     return config
 
 
+def changed_settings(base: TrainConfig, config: TrainConfig) -> dict[str, Any]:
+    """``{dotted.path: value}`` of the settings where ``config`` differs from ``base``
+    (``with_settings(base, changed_settings(base, config)) == config``)."""
+    before = flat_settings(base.to_dict())
+    return {k: v for k, v in flat_settings(config.to_dict()).items() if before.get(k) != v}
+
+
 def with_settings(config: TrainConfig, settings: dict[str, Any]) -> TrainConfig:
     """``config`` with the values at dotted paths replaced (flags over a config file)."""
     if not settings:
@@ -244,14 +252,6 @@ def with_settings(config: TrainConfig, settings: dict[str, Any]) -> TrainConfig:
 
 
 # ------------------------------------------------------------------------------ (de)serialising
-def _as_dict(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj):
-        return {f.name: _as_dict(getattr(obj, f.name)) for f in fields(obj)}
-    if isinstance(obj, (list, tuple)):
-        return [_as_dict(x) for x in obj]
-    return obj
-
-
 def _from_dict(cls: type, data: Any, where: str) -> Any:
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'the configuration'} must be a table of settings, got {data!r}")

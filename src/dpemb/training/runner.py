@@ -241,6 +241,14 @@ def training_splits(dataset: UserDataset, config: TrainConfig) -> tuple[UserData
     return train_split, held_out
 
 
+def training_users(config: TrainConfig) -> int | None:
+    """The users a run of ``config`` trains on (its ``data.train_split`` of ``data.path``;
+    audit canaries not counted); None when it names no dataset."""
+    if config.data.path is None:
+        return None
+    return UserDataset.load(config.data.path).split().get(config.data.train_part).num_users
+
+
 def public_split(dataset: UserDataset, config: TrainConfig) -> UserDataset:
     """The PUBLIC split (--public-negatives); ConfigError when it is empty."""
     public = dataset.split().public
