@@ -55,11 +55,11 @@ def evaluate(model: Backbone | str | os.PathLike, dataset: UserDataset | str | o
              split: str = "test") -> dict[str, Any]:
     """Exact Recall@FAR (all pairs), ROC AUC, P@1 and MAP@R of ``model`` on a split of
     ``dataset`` ("test", "validation", "train", "public"), as ``dpemb eval`` prints them."""
+    import torch
+
     from dpemb.training.evaluate import evaluate_embeddings
 
     ds = UserDataset.load(dataset) if isinstance(dataset, (str, os.PathLike)) else dataset
-    import torch
-
     part = ds.split().get(split)
     metrics, _ = evaluate_embeddings(torch.from_numpy(embed(model, part.images)), part.labels)
     return metrics

@@ -136,7 +136,10 @@ def test_total_with_init_falls_back_to_basic_composition_when_the_mechanism_is_n
 
     spec = PrivacySpec(population=100, clients_per_round=5, users_per_client=2, noise_multiplier=1.0, rounds=3,
                        delta=1e-6)
-    run = {"spec": to_dict(spec), "rounds_composed": 3, "epsilon_rdp": 0.25}
+    from dpemb.privacy.events import event_to_dict, training_event
+
+    run = {"spec": to_dict(spec), "rounds_composed": 3, "epsilon_rdp": 0.25,
+           "dp_event": event_to_dict(training_event(spec))}  # as a run's privacy section records it
     total = init_total(run, init, None)  # no card privacy: the init's mechanism cannot be rebuilt
     assert total["composition"] == "basic" and total["epsilon"] == pytest.approx(1.75)
     assert total["delta"] == pytest.approx(1e-5 + 1e-6)

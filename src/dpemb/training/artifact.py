@@ -33,7 +33,7 @@ import torch
 from dpemb.models import Backbone, build_backbone
 from dpemb.atomic import atomic_write, atomic_write_json
 from dpemb.privacy.accounting import PrivacySpec
-from dpemb.privacy.events import training_event
+from dpemb.privacy.events import event_from_dict
 from dpemb.training.checkpoint import CheckpointError, backbone_from_checkpoint, load_checkpoint
 from dpemb.training.composition import composed_total
 from dpemb.training.errors import RETRAIN, pre_release
@@ -294,17 +294,19 @@ class Release:
 
 
 def init_total(privacy: Any, init: Any, init_privacy: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The total epsilon (RDP) of a DP run with privacy section ``privacy`` and the DP
+    """The total epsilon (RDP) of a DP run with privacy section ``privacy`` (its spec, its
+    recorded ``dp_event`` and RDP epsilon) and the DP
     models of its init chain that may have trained on its users (``init``: its init's
     provenance; ``init_privacy``: the init card's privacy section); None when there are
     none, or the run is not private. See ``dpemb.training.composition``."""
-    if not isinstance(privacy, dict) or not isinstance(privacy.get("epsilon_rdp"), float) or "spec" not in privacy:
+    if not isinstance(privacy, dict) or not isinstance(privacy.get("epsilon_rdp"), float) or \
+            not {"spec", "dp_event"} <= privacy.keys():
         return None
     dp_models = tuple(p for _, p in included_ancestors(init) if p.get("private_training"))
     if not dp_models:
         return None
     spec = PrivacySpec(**privacy["spec"])
-    event = training_event(spec, int(privacy["rounds_composed"]), accountant="rdp")
+    event = event_from_dict(privacy["dp_event"])  # the run's mechanism, as its privacy section records it
     return composed_total(event, run_epsilon=privacy["epsilon_rdp"], delta=spec.resolved_delta, accountant="rdp",
                           unit=spec.unit, dp_models=dp_models, direct=init, direct_privacy=init_privacy,
                           label="total with the initialisation",

@@ -357,12 +357,14 @@ def print_planned_total(spec: PrivacySpec, init: tuple[dict[str, Any], dict[str,
     if spec.nonprivate or init is None:
         return
     from dpemb.privacy.accounting import compute_epsilon
-    from dpemb.privacy.events import training_event
+    from dpemb.privacy.events import event_to_dict, training_event
     from dpemb.training.artifact import init_total
     from dpemb.training.config import to_dict
 
-    eps = compute_epsilon(training_event(spec), spec.resolved_delta, "rdp", relation=spec.relation)
-    total = init_total({"spec": to_dict(spec), "rounds_composed": spec.rounds, "epsilon_rdp": float(eps)}, *init)
+    event = training_event(spec)
+    eps = compute_epsilon(event, spec.resolved_delta, "rdp", relation=spec.relation)
+    planned = {"spec": to_dict(spec), "dp_event": event_to_dict(event), "epsilon_rdp": float(eps)}
+    total = init_total(planned, *init)
     if total is not None:
         print(f"after {spec.rounds} rounds, {total['statement']}")
 
