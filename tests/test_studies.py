@@ -31,16 +31,20 @@ LONG_BEFORE = {"long-reference": ["0.648", "0.945, 0.963, 0.948", "0.952 ± 0.01
 
 
 def test_the_pages_marked_tables_are_rendered_from_the_committed_export():
-    rows = h.load_rows(ROOT / "docs" / "data" / "long.jsonl")
-    sections = long.sections(rows)
-    seen = set()
-    for page in long.PAGES:
+    assert_pages_rendered_from_export(long, h.load_rows(ROOT / "docs" / "data" / "long.jsonl"), "long-", LONG_BEFORE)
+
+
+def assert_pages_rendered_from_export(study, rows, prefix: str, before: dict) -> None:
+    """Every marked section of the study's pages is what the renderer makes of its export,
+    and holds every absolute number the page had before the port (``before``)."""
+    sections, seen = study.sections(rows), set()
+    for page in study.PAGES:
         for name, text in h.marked_sections(page.read_text()).items():
-            if name.startswith("long-"):
+            if name.startswith(prefix):
                 assert text == sections[name], f"{page.name}: {name} is not the export's (harness.py --render-only)"
                 seen.add(name)
-    assert seen == set(sections) == set(LONG_BEFORE)
-    for name, cells in LONG_BEFORE.items():  # the port kept every absolute number
+    assert seen == set(sections) == set(before)
+    for name, cells in before.items():  # the port kept every absolute number
         assert all(c in sections[name] for c in cells), name
 
 
@@ -84,15 +88,7 @@ def test_the_moonshot_pages_are_rendered_from_its_export_and_its_configs_resolve
     from dpemb.training.runner import resolve_privacy
 
     rows = h.load_rows(ROOT / "docs" / "data" / "moonshot.jsonl")
-    sections, seen = moonshot.sections(rows), set()
-    for page in moonshot.PAGES:
-        for name, text in h.marked_sections(page.read_text()).items():
-            if name.startswith("moonshot-"):
-                assert text == sections[name], f"{page.name}: {name} is not the export's (harness.py --render-only)"
-                seen.add(name)
-    assert seen == set(sections) == set(MOONSHOT_BEFORE)
-    for name, cells in MOONSHOT_BEFORE.items():  # the port kept every absolute number
-        assert all(c in sections[name] for c in cells), name
+    assert_pages_rendered_from_export(moonshot, rows, "moonshot-", MOONSHOT_BEFORE)
     planned = {r.key: r for r in moonshot.plan(rows)}  # the plan chose, on validation, exactly the exported runs
     assert set(planned) == {r["key"] for r in rows} and len(rows) == 44
     assert {r.key for r in moonshot.plan([])} < set(planned)
