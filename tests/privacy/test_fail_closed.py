@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from dpemb.privacy._checks import MAX_NOISE_MULTIPLIER, MIN_NOISE_MULTIPLIER
+from dpemb.privacy.spec import MAX_NOISE_MULTIPLIER, MIN_NOISE_MULTIPLIER
 from dpemb.privacy.accounting import (
     CalibrationError,
     PrivacySpec,

@@ -22,7 +22,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from dpemb.privacy._checks import MAX_NOISE_MULTIPLIER, MIN_NOISE_MULTIPLIER, positive_finite, positive_int
+from dpemb.privacy._checks import positive_finite, positive_int
+from dpemb.privacy.spec import MAX_NOISE_MULTIPLIER, MIN_NOISE_MULTIPLIER
 from dpemb.privacy.delta import is_large_delta
 from dpemb.privacy.events import (
     _check_accountant,

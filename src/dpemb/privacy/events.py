@@ -45,9 +45,9 @@ try:
 except ImportError as e:  # one line naming the fix (dependency.py), not a traceback
     raise accountant_missing(e) from None
 
-from dpemb.privacy._checks import check_noise_multiplier, positive_int
+from dpemb.privacy._checks import positive_int
 from dpemb.privacy.relations import Relation, to_dp_accounting
-from dpemb.privacy.spec import ACCOUNTANTS, PrivacySpec
+from dpemb.privacy.spec import ACCOUNTANTS, PrivacySpec, check_noise_multiplier
 from dpemb.privacy.tree_accounting import TreeParticipation
 
 # dp_accounting's RDP logs a warning for every fractional order whose series does not

@@ -42,7 +42,8 @@ from typing import Any, Protocol
 
 import torch
 
-from dpemb.privacy._checks import check_noise_multiplier, positive_finite  # noqa: F401  (re-exported)
+from dpemb.privacy._checks import positive_finite  # noqa: F401  (re-exported)
+from dpemb.privacy.spec import check_noise_multiplier
 from dpemb.privacy.clipping import ClippedSum
 
 SECURE_DRAWS = 2

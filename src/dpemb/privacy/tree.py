@@ -38,7 +38,8 @@ from typing import Any
 import torch
 
 from dpemb.privacy.clipping import ClippedSum
-from dpemb.privacy.noise import check_kind, check_noise_multiplier, secure_seed, standard_normal
+from dpemb.privacy.noise import check_kind, secure_seed, standard_normal
+from dpemb.privacy.spec import check_noise_multiplier
 
 
 def node_variances(levels: int, efficient: bool) -> list[float]:

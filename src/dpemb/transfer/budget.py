@@ -36,12 +36,11 @@ from dpemb.privacy.accounting import (
     describe_epsilon,
     gaussian_releases_event,
 )
-from dpemb.privacy._checks import check_noise_multiplier
 from dpemb.privacy.clipping import ClippedSum
 from dpemb.privacy.delta import delta_warning, resolve_delta
 from dpemb.privacy.noise import GaussianNoise, describe_sampler
 from dpemb.privacy.relations import Relation
-from dpemb.privacy.spec import ACCOUNTANTS
+from dpemb.privacy.spec import ACCOUNTANTS, check_noise_multiplier
 from dpemb.privacy.statements import NONPRIVATE_STATEMENT
 
 RELATION = Relation.ADD_REMOVE
@@ -99,7 +98,7 @@ class PrivacyRequest:
                 "run without noise ask for it explicitly (non-private)"
             )
         if self.noise_multiplier is not None:
-            try:  # the range in which the accountant is exact (privacy._checks)
+            try:  # the range in which the accountant is exact (privacy.spec)
                 check_noise_multiplier(self.noise_multiplier, allow_nonprivate=False)
             except ValueError as e:
                 raise PrivacyConfigError(str(e)) from None
