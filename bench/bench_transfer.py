@@ -4,8 +4,9 @@ LogisticRegression on the same real features, as ratios, in one run.
 Features: the ImageNet-MobileNetV2 features (64 px) of the first ``--n`` Fashion-MNIST
 training images (default 10,000 of 60,000: extracting all 60,000 takes about 20 minutes
 on 2 cores) and of the first ``--n-test`` test images (held out, default 2,000), built
-once by ``experiments/transfer_fashion_mnist.py``'s ``features`` and cached in
-``runs/transfer_fashion_mnist/`` (gitignored). Without the data (``make fashion-mnist``)
+once by ``features`` (the retired study experiments/transfer_fashion_mnist.py's, commit
+9d06b53, whose cache names it keeps) and cached in ``runs/transfer_fashion_mnist/``
+(gitignored). Without the data (``make fashion-mnist``)
 or the weights (``make weights``) and without cached features, the benchmark says so and
 exits with status 2: it never falls back to other data.
 
@@ -45,20 +46,37 @@ OBJECTIVE_RTOL = 1e-3  # both solvers stop near the same optimum of a strictly c
 TOP1_ATOL = 0.01  # held-out top-1 of the two fits of that objective
 
 
+def feature_path(cache_dir: Path, split: str, size: int, limit: int | None) -> Path:
+    """Where ``features`` caches a split's features (the names the retired study gave them)."""
+    return cache_dir / f"features_{split}_{size}px{f'_first{limit}' if limit else ''}.npz"
+
+
+def features(split: str, size: int, cache_dir: Path, limit: int | None = None):
+    """The ImageNet-MobileNetV2 features of one Fashion-MNIST split at ``size`` px, cached
+    in ``cache_dir`` (extracted on the first call); ``limit``: only the first ``limit`` images."""
+    from dpemb.transfer.features import extract_features, load_backbone, load_features, load_image_dataset, save_features
+
+    path = feature_path(cache_dir, split, size, limit)
+    if path.is_file():
+        return load_features(path)
+    ds, spec = load_image_dataset(f"fashion-mnist:{split}")
+    if limit is not None and limit < ds.num_examples:
+        ds = ds.select(np.arange(ds.num_examples) < limit)
+        spec = f"{spec}[:{limit}]"
+    model, desc = load_backbone("imagenet-mobilenetv2", in_channels=1, image_size=size)
+    fs = extract_features(ds, model, progress=True, meta={"data": spec, **desc})
+    save_features(path, fs)
+    return fs
+
+
 def real_features(n: int, n_test: int):
     """(train, test) FeatureSets of Fashion-MNIST, cached; exits 2 naming what is missing."""
     from dpemb.data.dataset import DataError
     from dpemb.data.importers.fashion_mnist import find_fashion_mnist_dir
     from dpemb.models.pretrained import imagenet_weights_available
 
-    sys.path.insert(0, str(ROOT))
-    from experiments.transfer_fashion_mnist import features
-
-    def path(split: str, limit: int | None) -> Path:  # the name experiments/transfer_fashion_mnist.py gives
-        return CACHE / f"features_{split}_{IMAGE_SIZE}px{f'_first{limit}' if limit else ''}.npz"
-
     want = {"train": None if n >= FASHION_MNIST_TRAIN else n, "test": None if n_test >= FASHION_MNIST_TEST else n_test}
-    if not all(path(split, limit).is_file() for split, limit in want.items()):
+    if not all(feature_path(CACHE, split, IMAGE_SIZE, limit).is_file() for split, limit in want.items()):
         missing = []
         try:
             find_fashion_mnist_dir()

@@ -1,8 +1,12 @@
 """experiments/harness.py and its studies: a page's marked tables are the renderer's output
-on the committed export; a study's configs are the export's keys; the runner trains each
-configuration once, through dpemb's training path, and exports only what a run releases."""
+on the committed export, with every absolute number the page had before the port; a
+study's plan is the export's runs, chosen on validation only; the runner trains each
+configuration once (keyed by its hash) through dpemb's training path and skips finished
+ones; an export holds only what a run releases (docs/PRIVACY.md's study row)."""
 
 import json
+import math
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,56 +19,28 @@ sys.path.insert(0, str(ROOT / "experiments"))
 import harness as h  # noqa: E402
 from studies import long, moonshot  # noqa: E402
 
+from dpemb.algorithms.round import RoundStats  # noqa: E402
 from dpemb.training.config import OptimConfig  # noqa: E402
+from dpemb.training.round_log import diagnostics  # noqa: E402
 from dpemb.training.run_config import DataConfig, PrivacyRequest, TrainConfig  # noqa: E402
 from tests.conftest import make_tiny_dataset  # noqa: E402
 
-# absolute metrics of docs/RESULTS_LONG.md's tables before the port (experiments/fedemb_long_report.py)
-LONG_BEFORE = {"long-reference": ["0.648", "0.945, 0.963, 0.948", "0.952 ± 0.010", "| 128000 | 0.949 |"],
-               "long-goal": ["0.922 ± 0.005", "0.915 ± 0.002", "0.946 ± 0.005", "0.926 ± 0.004",
-                             "none (no noise) | 16 | 0.922"],
-               "long-validation": ["0.905", "0.931", "0.904", "0.919"],
-               "long-privacy": ["| 10M | 16 | 1200 | 0.5 | 0.00430 | 3.22e-04 | 17,429 | 9.367 | 0.500 | 1e-07 |",
-                                "| 1M | 16 | 1200 | 1 | 0.02063 | 1.55e-03 | 1,743 | 4.496 | 1.000 | 1e-06 |",
-                                "| 10M | 32 | 1200 | 0.5 | 0.00855 | 6.41e-04 | 17,429 | 18.624 | 0.500 | 1e-07 |",
-                                "| 1M | 32 | 1200 | 1 | 0.04059 | 3.04e-03 | 1,743 | 8.843 | 1.000 | 1e-06 |"]}
-
-
-def test_the_pages_marked_tables_are_rendered_from_the_committed_export():
-    assert_pages_rendered_from_export(long, h.load_rows(ROOT / "docs" / "data" / "long.jsonl"), "long-", LONG_BEFORE)
-
-
-def assert_pages_rendered_from_export(study, rows, prefix: str, before: dict) -> None:
-    """Every marked section of the study's pages is what the renderer makes of its export,
-    and holds every absolute number the page had before the port (``before``)."""
-    sections, seen = study.sections(rows), set()
-    for page in study.PAGES:
-        for name, text in h.marked_sections(page.read_text()).items():
-            if name.startswith(prefix):
-                assert text == sections[name], f"{page.name}: {name} is not the export's (harness.py --render-only)"
-                seen.add(name)
-    assert seen == set(sections) == set(before)
-    for name, cells in before.items():  # the port kept every absolute number
-        assert all(c in sections[name] for c in cells), name
-
-
-def test_the_study_plans_exactly_the_exported_runs_choosing_on_validation():
-    rows = h.load_rows(ROOT / "docs" / "data" / "long.jsonl")
-    planned = long.plan(rows)
-    assert {r.key for r in planned} == {r["key"] for r in rows} and len(rows) == 22
-    assert all(h.settings_of(r.config) == next(x for x in rows if x["key"] == r.key)["settings"] for r in planned)
-    # before validation ran: no K = 32 test seed; the validation runs are scored on validation
-    early = {r.key for r in long.plan([])}
-    assert not any(long.fedemb(s, c, 32).key in early for s in long.SEEDS for c in long.CELLS)
-    assert all(r.config.data.eval_split == "validation" for c in long.CELLS for r in long.k_candidates(c).values())
-    assert [h.choose(rows, long.k_candidates(c)) for c in long.CELLS] == [32, 32]
-
-
-# absolute numbers of docs/RESULTS_MOONSHOT.md's tables before the port (experiments/fedemb_moonshot.py)
-MOONSHOT_BEFORE = {
+DOCS = ROOT / "docs"
+LEAD = "**What this ε covers.**"  # the note beside every results page's headline
+#: training's private diagnostics (docs/PRIVACY.md), also under the names old run records gave them
+PRIVATE_NAMES = set(diagnostics(RoundStats())) | {"train_examples", "train_identities", "images_per_second",
+                                                  "rounds_per_second", "final_loss", "preclip_norm", "seconds"}
+# absolute numbers of the pages' tables before the port (experiments/fedemb_long_report.py, fedemb_moonshot.py)
+BEFORE = {"long": {
+    "long-reference": ["0.648", "0.945, 0.963, 0.948", "0.952 ± 0.010", "| 128000 | 0.949 |"],
+    "long-goal": ["0.922 ± 0.005", "0.915 ± 0.002", "0.946 ± 0.005", "0.926 ± 0.004", "none (no noise) | 16 | 0.922"],
+    "long-validation": ["0.905", "0.931", "0.904", "0.919"],
+    "long-privacy": ["| 10M | 16 | 1200 | 0.5 | 0.00430 | 3.22e-04 | 17,429 | 9.367 | 0.500 | 1e-07 |",
+                     "| 1M | 16 | 1200 | 1 | 0.02063 | 1.55e-03 | 1,743 | 4.496 | 1.000 | 1e-06 |",
+                     "| 10M | 32 | 1200 | 0.5 | 0.00855 | 6.41e-04 | 17,429 | 18.624 | 0.500 | 1e-07 |",
+                     "| 1M | 32 | 1200 | 1 | 0.04059 | 3.04e-03 | 1,743 | 8.843 | 1.000 | 1e-06 |"]}, "moonshot": {
     "moonshot-reference": ["0.945, 0.963, 0.948", "0.952 ± 0.010"],
-    "moonshot-levers": ["| 0.858 [1] |  | 0.0779 | 5.84e-03", "0.855 [1] | -0.003 | 0.1419 | 1.06e-02",
-                        "0.865 [1] | +0.007",
+    "moonshot-levers": ["| 0.858 [1] |  | 0.0779 | 5.84e-03", "0.855 [1] | -0.003 | 0.1419 | 1.06e-02", "0.865 [1] | +0.007",
                         "0.853 [1] | -0.005 | 0.0779 | 1.95e-03", "0.809 [1] | -0.049", "0.872 [1] | +0.014",
                         "0.866 [1] | +0.008", "0.868 [1] | +0.010"],
     "moonshot-stage2": ["0.856 [1] | -0.015", "0.879 [1] | +0.008", "0.870 [1] | -0.001 | 0.0779 | 3.90e-03",
@@ -78,17 +54,52 @@ MOONSHOT_BEFORE = {
                       "0.882, 0.874, 0.868 | 0.875 ± 0.007", "0.0802 | 3.01e-03 | 349, 1.749",
                       "0.895, 0.904, 0.894 | 0.898 ± 0.005", "0.1064 | 3.99e-03 | 349, 2.321",
                       "0.906, 0.910, 0.908 | 0.908 ± 0.002"],
-    "moonshot-probes": ["0.866 [1] | 0.872 [1] | -0.005", "0.878 [1] | 0.856 [1] | +0.022",
-                        "0.869 [1] | 0.811 [1] | +0.058",
+    "moonshot-probes": ["0.866 [1] | 0.872 [1] | -0.005", "0.878 [1] | 0.856 [1] | +0.022", "0.869 [1] | 0.811 [1] | +0.058",
                         "0.881 [1] | 0.882 [1] | -0.001", "0.887 [1] | 0.882 [1] | +0.005"],
-    "moonshot-follow-up": ["0.887 [1] |  | 0.0779 | 2.92e-03", "0.899 [1] | +0.012 | 0.1029 | 3.86e-03"]}
+    "moonshot-follow-up": ["0.887 [1] |  | 0.0779 | 2.92e-03", "0.899 [1] | +0.012 | 0.1029 | 3.86e-03"]}}
 
 
-def test_the_moonshot_pages_are_rendered_from_its_export_and_its_configs_resolve_to_the_recorded_z():
+def rows_of(study) -> list[dict]:
+    return h.load_rows(DOCS / "data" / f"{study.NAME}.jsonl")
+
+
+@pytest.mark.parametrize("study", [long, moonshot], ids=lambda s: s.NAME)
+def test_the_pages_marked_tables_are_rendered_from_the_committed_export(study):
+    rows, before = rows_of(study), BEFORE[study.NAME]
+    sections, seen = study.sections(rows), set()
+    for page in study.PAGES:
+        for name, text in h.marked_sections(page.read_text()).items():
+            if name.startswith(study.NAME + "-"):
+                assert text == sections[name], f"{page.name}: {name} is not the export's (harness.py --render-only)"
+                seen.add(name)
+    assert seen == set(sections) == set(before)
+    for name, cells in before.items():  # the port kept every absolute number
+        assert all(c in sections[name] for c in cells), name
+    # the hand-written note beside the headline quotes the export's own epsilons and selection runs
+    runs = [(r["privacy"]["epsilon_rdp"], h.setting(r, "data.eval_split") == "validation") for r in rows
+            if isinstance(r["privacy"], dict) and math.isfinite(r["privacy"].get("epsilon_rdp") or math.inf)]
+    note = next(ln for ln in study.PAGES[0].read_text().splitlines() if ln.startswith(LEAD))
+    m = re.search(r"own ε, at their [\d,]+ users, is ([\d.,]+)(?: to ([\d.,]+))?", note)
+    assert (m.group(1), m.group(2) or m.group(1)) == (f"{min(runs)[0]:,.0f}", f"{max(runs)[0]:,.0f}")
+    assert f"{sum(v for _, v in runs)} DP runs on the same training users, scored on the validation split" in note
+    assert f"({len(runs)} DP runs in all" in note and note in (DOCS / "RESULTS.md").read_text()
+
+
+def test_long_plans_exactly_the_exported_runs_choosing_k_on_validation():
+    rows = rows_of(long)
+    planned = long.plan(rows)
+    assert {r.key for r in planned} == {r["key"] for r in rows} and len(rows) == 22
+    assert all(h.settings_of(r.config) == next(x for x in rows if x["key"] == r.key)["settings"] for r in planned)
+    early = {r.key for r in long.plan([])}  # before validation ran: no K = 32 test seed
+    assert not any(long.fedemb(s, c, 32).key in early for s in long.SEEDS for c in long.CELLS)
+    assert all(r.config.data.eval_split == "validation" for c in long.CELLS for r in long.k_candidates(c).values())
+    assert [h.choose(rows, long.k_candidates(c)) for c in long.CELLS] == [32, 32]
+
+
+def test_moonshot_plans_exactly_the_exported_runs_and_its_configs_resolve_to_the_recorded_z():
     from dpemb.training.runner import resolve_privacy
 
-    rows = h.load_rows(ROOT / "docs" / "data" / "moonshot.jsonl")
-    assert_pages_rendered_from_export(moonshot, rows, "moonshot-", MOONSHOT_BEFORE)
+    rows = rows_of(moonshot)
     planned = {r.key: r for r in moonshot.plan(rows)}  # the plan chose, on validation, exactly the exported runs
     assert set(planned) == {r["key"] for r in rows} and len(rows) == 44
     assert {r.key for r in moonshot.plan([])} < set(planned)
@@ -103,12 +114,44 @@ def test_the_moonshot_pages_are_rendered_from_its_export_and_its_configs_resolve
         assert abs(z / r["privacy"]["spec"]["noise_multiplier"] - 1) < 1e-9, r["name"]
 
 
-def test_choose_keeps_the_first_on_a_tie_and_waits_for_every_candidate():
-    a, b = (h.Run(n, TrainConfig(seed=s)) for n, s in (("a", 0), ("b", 1)))
-    rows = [{"key": a.key, "metrics": {h.METRIC: 0.5}}]
+def release_table() -> dict[str, str]:
+    """docs/PRIVACY.md's table of experiment exports: part -> its fields cell."""
+    section = (DOCS / "PRIVACY.md").read_text().split("### Experiment exports", 1)[1].split("\n\n")
+    lines = next(b for b in section if b.startswith("| part |")).splitlines()[2:]
+    return {c[0]: c[1] for c in ([x.strip() for x in ln.strip("|").split("|")] for ln in lines)}
+
+
+def keys_in(obj) -> set[str]:
+    if isinstance(obj, dict):
+        return set(obj) | {k for v in obj.values() for k in keys_in(v)}
+    return {k for v in obj for k in keys_in(v)} if isinstance(obj, list) else set()
+
+
+def test_every_committed_export_holds_only_what_the_release_table_allows():
+    table = release_table()
+    assert set(table) == {"study row"} and set(re.findall(r"`([^`]+)`", table["study row"])) == set(h.ROW_FIELDS)
+    assert {"train_loss", "preclip_norm_mean", "fraction_clipped"} <= PRIVATE_NAMES
+    files = sorted(p for p in DOCS.rglob("*") if p.suffix in (".json", ".jsonl", ".csv"))
+    assert [p.name for p in files] == ["long.jsonl", "moonshot.jsonl"]  # the studies' exports, nothing else
+    for path in files:
+        for row in map(json.loads, path.read_text().splitlines()):
+            assert tuple(sorted(row)) == tuple(sorted(h.ROW_FIELDS)) and not keys_in(row) & PRIVATE_NAMES, row["name"]
+            assert set(row["metrics"]) <= set(h.RELEASED_METRICS) and set(row["initial"]) <= set(h.RELEASED_METRICS)
+            seeded = isinstance(row["privacy"], dict) and row["privacy"]["noise_seeded"]
+            assert seeded or "privacy.noise_seed" not in row["settings"], row["name"]
+            if isinstance(row["privacy"], dict):
+                assert set(row["privacy"]) <= set(h.RELEASED_PRIVACY), row["name"]
+
+
+def test_choose_picks_on_validation_only_keeps_the_first_on_a_tie_and_waits_for_every_candidate():
+    a, b = (h.Run(n, TrainConfig(seed=s, data=DataConfig(eval_split="validation"))) for n, s in (("a", 0), ("b", 1)))
+    test_of = {c: h.Run(f"{c}/test", TrainConfig(seed=s)) for c, s in (("a", 0), ("b", 1))}
+    rows = [{"key": a.key, "metrics": {h.METRIC: 0.5}}, {"key": test_of["b"].key, "metrics": {h.METRIC: 0.99}}]
     assert h.choose(rows, {"a": a, "b": b}) is None
-    assert h.choose_then_test(rows, {"a": a, "b": b}, lambda c: [h.Run("t", TrainConfig(seed=9))]) == [a, b]
-    rows.append({"key": b.key, "metrics": {h.METRIC: 0.5}})
+    assert h.choose_then_test(rows, {"a": a, "b": b}, lambda c: [test_of[c]]) == [a, b]
+    rows.append({"key": b.key, "metrics": {h.METRIC: 0.5}})  # a tie on validation; b's test score does not count
+    assert h.choose_then_test(rows, {"a": a, "b": b}, lambda c: [test_of[c]]) == [a, b, test_of["a"]]
+    rows.append({"key": test_of["a"].key, "metrics": {h.METRIC: 0.1}})  # nor does a's
     assert h.choose(rows, {"a": a, "b": b}) == "a"
 
 
@@ -139,7 +182,7 @@ def test_the_runner_trains_each_config_once_and_exports_only_the_release(tmp_pat
     row = rows[1]
     assert row["settings"]["privacy.noise_seed"] == 1 and row["privacy"]["noise_seeded"] is True
     assert "epsilon_rdp" in row["privacy"] and "dp_event" not in row["privacy"]
-    assert h.METRIC in row["metrics"] and "train_loss" not in json.dumps(rows)
+    assert h.METRIC in row["metrics"] and not keys_in(rows) & PRIVATE_NAMES and "train_loss" not in json.dumps(rows)
     # finished runs are not trained again; a finished run without its row gets it from report.json
     monkeypatch.setattr(h, "train_one", lambda *a: pytest.fail("trained again"))
     assert h.run_study(study, tmp_path / "work", jobs=0, export=export) == rows

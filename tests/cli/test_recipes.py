@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -152,10 +151,8 @@ def test_the_recipes_encode_the_experiments_and_their_calibrated_noise():
     0.41% more: the runs were calibrated on 2026-11-24, before the PLD accountant's
     refinement of 2026-11-25 (an upper bound within 1% of a finer PLD), which states
     epsilon 2.0098 for their noise."""
-    sys.path.insert(0, str(ROOT / "experiments"))
-    import fedemb_glyphs as fg
-
     from dpemb.cli.demo import demo_noise_multiplier
+    from dpemb.privacy.accounting import PrivacySpec, calibrate_noise_multiplier, extrapolate
     from dpemb.training.run_config import TrainConfig
     from dpemb.training.runner import resolve_privacy
 
@@ -188,8 +185,12 @@ def test_the_recipes_encode_the_experiments_and_their_calibrated_noise():
             assert differ == {"noise_multiplier", "target_epsilon", "target_population", "report_populations"}
             assert p.report_populations == (100_000,) and config.privacy.extrapolate_to == ran.privacy.extrapolate_to
             assert z == pytest.approx(p.noise_multiplier, rel=0.0042)
+    # the retired study's calibration (experiments/fedemb_glyphs.py's make_spec and calibrate at
+    # commit 9d06b53): z for the run extrapolated to 1M users, scaled back to its 1,620 users
     hand, _ = load_recipe("hand-1m-eps2")
-    spec = fg.make_spec(1620, {"algorithm": "dp-fedavg", "M": 8, "K": 4}, 150)
-    assert z_of(hand, 1620) == fg.calibrate(spec, 2.0, 1_000_000)
+    spec = PrivacySpec(population=1620, clients_per_round=8, users_per_client=4, noise_multiplier=1.0,
+                       clip_norm=0.3, rounds=150, mechanism="gaussian")
+    ex = extrapolate(spec, 1_000_000, "rdp")
+    assert z_of(hand, 1620) == calibrate_noise_multiplier(ex.spec, 2.0, "rdp") / ex.factor
     demo, _ = load_recipe("demo")
     assert z_of(demo, 448) == demo_noise_multiplier(448, 40, 1.0, 1_000_000)
