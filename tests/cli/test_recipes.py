@@ -33,10 +33,10 @@ def toy_args(name: str, data: str, out: Path) -> list[str]:
     users, the init and the extrapolation (to 1,000 users: cheap to calibrate) accepted."""
     config, info = load_recipe(name)
     argv = ["train", "--recipe", name, "--data", data, "--out", str(out), "--eval-every", "2", "--no-progress"]
+    argv += ["--init", "random"] if info.init_recipe else []
     if not config.federated_run:
         return argv + ["--steps", "2"]
     argv += ["--rounds", "2", "--clients-per-round", "2", "--users-per-client", "2"]
-    argv += ["--init", "random"] if info.init_recipe else []
     return argv + (["--target-population", "1000"] if info.extrapolates else [])
 
 
@@ -185,6 +185,10 @@ def test_the_recipes_encode_the_experiments_and_their_calibrated_noise():
             assert differ == {"noise_multiplier", "target_epsilon", "target_population", "report_populations"}
             assert p.report_populations == (100_000,) and config.privacy.extrapolate_to == ran.privacy.extrapolate_to
             assert z == pytest.approx(p.noise_multiplier, rel=0.0042)
+    # the face-like reference: the long study's centralized/64000 run, setting for setting
+    ran = with_settings(TrainConfig(), next(r for r in (json.loads(x) for x in (
+        ROOT / "docs" / "data" / "long.jsonl").read_text().splitlines()) if r["name"] == "centralized/64000/s0")["settings"])
+    assert same_run(ran, load_recipe("face-reference")[0]) == {}
     # the retired study's calibration (experiments/fedemb_glyphs.py's make_spec and calibrate at
     # commit 9d06b53): z for the run extrapolated to 1M users, scaled back to its 1,620 users
     hand, _ = load_recipe("hand-1m-eps2")
