@@ -116,15 +116,16 @@ class VirtualClientSampler:
     def _rng(self, *key: int) -> np.random.Generator:
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence(self._entropy, spawn_key=key)))
 
-    def _poisson(self, rng: np.random.Generator) -> np.ndarray:
-        """Indices of a Bernoulli(q) sample of range(N), via geometric gaps (exact)."""
+    def _poisson(self, rng: np.random.Generator, size: int | None = None) -> np.ndarray:
+        """Indices of a Bernoulli(q) sample of range(size) (default N), via geometric gaps (exact)."""
+        n = self.num_users if size is None else int(size)
         chunks, last = [], -1
-        while last < self.num_users - 1:
+        while last < n - 1:
             idx = last + np.cumsum(rng.geometric(self._q, size=self._gap_chunk))
             chunks.append(idx)
             last = int(idx[-1])
-        users = np.concatenate(chunks)
-        return users[users < self.num_users].astype(np.int64)
+        users = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+        return users[users < n].astype(np.int64)
 
     def _epoch_block(self, rnd: int) -> np.ndarray:
         epoch, i = divmod(rnd, self.rounds_per_epoch)
