@@ -1,0 +1,224 @@
+"""BandMF noise: correlated Gaussian noise from a banded Toeplitz strategy (DP-FTRL).
+
+The mechanism (Choquette-Choo et al., NeurIPS 2023, arXiv 2306.08153). Stack the
+rounds' clipped sums as the rows of x (T x d). A strategy C (T x T, lower triangular)
+releases C x + Z, Z with iid N(0, sigma^2) entries; the server decodes with C^{-1},
+i.e. it uses x + C^{-1} Z. So round t's noised SUM is x_t plus the t-th row of
+C^{-1} Z: noise correlated across rounds, whose prefix sums (what the model follows)
+carry less noise than independent noise of the same privacy. C = identity is
+independent Gaussian noise (DP-FedEmb).
+
+The strategy here: lower-triangular Toeplitz with b bands, C[i, j] = c_{i-j} for
+0 <= i - j < b, else 0, with the coefficients of the banded inverse square root of
+the prefix-sum matrix (Kalinin, McKenna, Upadhyay, Lampert, arXiv 2505.12128): the
+power series of (1 - x)^(-1/2), c_0 = 1, c_k = c_{k-1} (2k - 1) / (2k), cut after b
+terms. No optimiser. ``normalize`` divides them by the largest column norm, so that
+norm is 1 (the convention of the accountant below and of jax_privacy).
+
+Sensitivity. Column j of C is nonzero only in rows j..j+b-1. If a user takes part at
+most once in any b consecutive rounds (b-min-separation, enforced by
+``dpemb.privacy.cyclic_sampling``), the columns of the rounds it touches have
+disjoint support, so changing its data moves C x by
+||C (x - x')||_F^2 = sum over its rounds t of ||C[:, t]||^2 ||x_t - x'_t||^2
+<= (its rounds) x (max column norm)^2 x Delta^2, Delta = the per-round sensitivity
+(``ClippedSum.sensitivity``, from ``relations.user_sensitivity``). The largest column
+norm is that of column 0, sqrt(c_0^2 + ... + c_{b-1}^2) (``max_column_norm``).
+
+The noise multiplier z (what the accountant sees, ``dpemb.privacy.bandmf_accounting``)
+is relative to Delta x (max column norm of C): Z has std sigma = z x Delta x
+max_column_norm(C). With the normalised C (column norm 1) that is sigma = z x Delta,
+which is what ``BandMFNoise`` uses. The noise actually added, C^{-1} Z, is the same
+random variable under either convention (scaling C by 1/s scales C^{-1} by s and sigma
+by 1/s), so normalising changes no number but the stated z. Its covariance across
+rounds (per coordinate) is sigma^2 C^{-1} C^{-T}.
+
+Streaming: C^{-1} Z is never formed. Round t solves C w = Z forward:
+w_t = (Z_t - sum_{k=1}^{b-1} c_k w_{t-k}) / c_0, keeping only the last b - 1 vectors
+w (memory (b - 1) x model size, plus one draw). The positive decreasing c_k put every
+root of sum_k c_k x^k outside the unit disk (Enestrom-Kakeya), so the recurrence is
+stable. One band (b = 1): w_t = Z_t, independent Gaussian noise of std z x Delta,
+through the same code (bit for bit the draw of ``GaussianNoise`` with the same seed).
+
+Randomness and fail-closed rules are those of ``dpemb.privacy.noise``: the OS's
+secure source unless seeded (``seeded`` then True: an experiment, not a release),
+``secure`` for the floating-point-hardened sampler, a zero, negative, NaN or infinite
+z refused unless ``allow_nonprivate`` (z = 0: nothing added). The state (the buffer of
+past w, the generator) is PRIVATE: with the released sums it reveals the raw sums.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections import deque
+from typing import Any
+
+import torch
+
+from dpemb.privacy._checks import positive_int
+from dpemb.privacy.clipping import ClippedSum
+from dpemb.privacy.noise import check_kind, secure_seed, standard_normal
+from dpemb.privacy.spec import check_noise_multiplier
+
+
+def banded_sqrt_coefficients(bands: int, rounds: int | None = None, *, normalize: bool = True) -> list[float]:
+    """The strategy's coefficients c_0..c_{m-1}, m = min(bands, rounds) (rounds None: bands).
+
+    c_k are the coefficients of (1 - x)^(-1/2): c_0 = 1, c_k = c_{k-1} (2k - 1) / (2k)
+    (1, 1/2, 3/8, 5/16, ...). ``normalize``: divided by sqrt(sum c_k^2), the largest column
+    norm of the strategy, which is then 1.
+    """
+    b = positive_int("bands (b)", bands)
+    m = b if rounds is None else min(b, positive_int("rounds", rounds))
+    coeffs = [1.0]
+    for k in range(1, m):
+        coeffs.append(coeffs[-1] * (2 * k - 1) / (2 * k))
+    if normalize:
+        norm = math.sqrt(sum(c * c for c in coeffs))
+        coeffs = [c / norm for c in coeffs]
+    return coeffs
+
+
+def strategy_matrix(coefficients: list[float], rounds: int) -> torch.Tensor:
+    """C (rounds x rounds, float64): lower-triangular Toeplitz, C[i, j] = c_{i-j} for
+    0 <= i - j < len(coefficients). For tests and reports; the noise never forms it."""
+    n = positive_int("rounds", rounds)
+    c = torch.zeros(n, n, dtype=torch.float64)
+    for k, ck in enumerate(coefficients[:n]):
+        c += ck * torch.diag(torch.ones(n - k, dtype=torch.float64), -k)
+    return c
+
+
+def max_column_norm(coefficients: list[float], rounds: int | None = None) -> float:
+    """The largest L2 column norm of the banded Toeplitz strategy over ``rounds`` rounds
+    (None: at least as many rounds as bands): that of column 0, sqrt(sum of the first
+    min(bands, rounds) c_k^2). The sensitivity factor of one participation under
+    b-min-separation."""
+    m = len(coefficients) if rounds is None else min(len(coefficients), positive_int("rounds", rounds))
+    return math.sqrt(sum(c * c for c in coefficients[:m]))
+
+
+class BandMFNoise:
+    """Round t's noised SUM: clipped sum + sigma x w_t, w = C^{-1} Z / sigma streamed (a
+    ``NoiseMechanism``, see ``dpemb.privacy.noise``).
+
+    ``bands`` = b; the strategy is the normalised banded inverse square root
+    (``banded_sqrt_coefficients``), so sigma = ``noise_multiplier`` x sensitivity and the
+    accountant's noise multiplier is exactly ``noise_multiplier`` (module docstring). The
+    guarantee needs every user in at most one of any b consecutive rounds
+    (``CyclicPoissonSampler``) and the same sensitivity every round (refused otherwise: the
+    buffered noise was scaled for the first). Memory: b - 1 noise vectors of the model's size.
+    """
+
+    def __init__(
+        self,
+        noise_multiplier: float,
+        *,
+        bands: int,
+        seed: int | None = None,
+        allow_nonprivate: bool = False,
+        secure: bool = False,
+    ) -> None:
+        self.noise_multiplier = check_noise_multiplier(noise_multiplier, allow_nonprivate)
+        if secure and seed is not None:
+            raise ValueError("a secure noise mechanism cannot be seeded; drop the seed or secure=True")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
+        self.bands = positive_int("bands (b)", bands)
+        self.coefficients = tuple(banded_sqrt_coefficients(self.bands))
+        self.secure = bool(secure)
+        self._seeded = seed is not None
+        self._generator = torch.Generator().manual_seed(int(seed) if seed is not None else secure_seed())
+        self._sensitivity: float | None = None
+        self._rounds = 0
+        self._past: deque[list[torch.Tensor]] = deque(maxlen=self.bands - 1)  # w_{t-1}, w_{t-2}, ...
+
+    @property
+    def seeded(self) -> bool:
+        """True when the noise comes from a user-given seed (reproducible, not for release)."""
+        return self._seeded
+
+    @property
+    def private(self) -> bool:
+        return self.noise_multiplier > 0
+
+    @property
+    def rounds(self) -> int:
+        """Rounds released so far."""
+        return self._rounds
+
+    def std(self, sensitivity: float) -> float:
+        """sigma: the std of each entry of Z (normalised strategy) for a per-round sensitivity."""
+        return self.noise_multiplier * float(sensitivity)
+
+    def _next_w(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
+        """w_t = (Z_t / sigma - sum_{k>=1} c_k w_{t-k}) / c_0, in units of sigma; kept in the buffer."""
+        c = self.coefficients
+        w = standard_normal(like, self._generator, secure=self.secure)
+        for k, past in enumerate(self._past, start=1):
+            w = [wi - c[k] * p.to(wi.device, wi.dtype) for wi, p in zip(w, past)]
+        w = [wi / c[0] for wi in w]
+        if self.bands > 1:
+            self._past.appendleft(w)
+        return w
+
+    def release(self, clipped: ClippedSum) -> list[torch.Tensor]:
+        """``clipped.value`` + sigma x w_t (new tensors): round t's noised SUM."""
+        if not isinstance(clipped, ClippedSum):
+            raise TypeError(f"BandMFNoise.release takes a ClippedSum, got {type(clipped).__name__}")
+        if self._sensitivity is None:
+            self._sensitivity = clipped.sensitivity
+        elif clipped.sensitivity != self._sensitivity:
+            raise ValueError(
+                f"the sensitivity changed from {self._sensitivity} to {clipped.sensitivity}: the correlated "
+                "noise of earlier rounds was scaled for the first one; keep the clip norm and K fixed"
+            )
+        value = clipped.value
+        if self._past and (len(self._past[0]) != len(value)
+                           or any(p.shape != v.shape for p, v in zip(self._past[0], value))):
+            raise ValueError("the clipped sum changed shape between rounds")
+        self._rounds += 1
+        if not self.private:
+            return [v.clone() for v in value]
+        sigma = self.std(self._sensitivity)
+        with torch.no_grad():
+            w = self._next_w(value)
+            return [v + sigma * wi for v, wi in zip(value, w)]
+
+    def add_to_count(self, count: float, std: float) -> float:
+        """Refused: adaptive clipping is not combined with correlated noise."""
+        raise ValueError("adaptive clipping is not supported with BandMF noise; use a fixed clip norm")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Exact state: the generator, the last b - 1 noise vectors (units of sigma), the rounds.
+        PRIVATE (with the released sums it reveals the raw sums)."""
+        return {
+            "kind": "bandmf",
+            "noise_multiplier": self.noise_multiplier,
+            "bands": self.bands,
+            "secure": self.secure,
+            "seeded": self._seeded,
+            "generator": self._generator.get_state(),
+            "sensitivity": self._sensitivity,
+            "rounds": self._rounds,
+            "past": [[t.detach().cpu().clone() for t in w] for w in self._past],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore exactly; refuses a state saved with another z, number of bands or sampler."""
+        check_kind(state, "bandmf")
+        mine = (self.noise_multiplier, self.bands, self.secure)
+        theirs = (float(state["noise_multiplier"]), int(state["bands"]), bool(state["secure"]))
+        if mine != theirs:
+            raise ValueError(
+                f"BandMF noise state was saved with (noise multiplier, bands, secure) = {theirs}, this "
+                f"mechanism has {mine}"
+            )
+        past = state["past"]
+        if len(past) > self.bands - 1:
+            raise ValueError(f"BandMF noise state holds {len(past)} past vectors, more than b - 1 = {self.bands - 1}")
+        self._seeded = bool(state["seeded"])
+        self._generator.set_state(torch.as_tensor(state["generator"], dtype=torch.uint8).cpu())
+        self._sensitivity = None if state["sensitivity"] is None else float(state["sensitivity"])
+        self._rounds = int(state["rounds"])
+        self._past = deque(([t.clone() for t in w] for w in past), maxlen=self.bands - 1)
