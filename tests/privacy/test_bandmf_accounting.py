@@ -78,7 +78,7 @@ def test_independent_computation(setting):
 def test_the_equivalent_spec():
     spec = SPECS[1]
     eq = equivalent_spec(spec, 7)
-    assert eq.sampling_rate == 7 * spec.sampling_rate and eq.rounds == math.ceil(300 / 7)
+    assert eq.sampling_rate == pytest.approx(7 * spec.sampling_rate, rel=1e-15) and eq.rounds == math.ceil(300 / 7)
     assert (eq.population, eq.users_per_client, eq.noise_multiplier, eq.resolved_delta, eq.relation) == (
         spec.population, spec.users_per_client, spec.noise_multiplier, spec.resolved_delta, spec.relation)
     with pytest.raises(ValueError, match="fewer bands"):
