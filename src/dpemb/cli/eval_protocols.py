@@ -4,7 +4,6 @@ on image files (LFW-style pair lists with k-fold accuracy; IJB-style template 1:
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from dpemb.cli.common import DefaultsHelpFormatter, add_device_flag, add_secure_noise_flag, device_from, fmt, guarded
 from dpemb.cli.main import UsageError

@@ -9,13 +9,11 @@
   per medium first).
 * in_batch: the reference code's in-batch Recall@FAR approximation (for comparison).
 * retrieval: precision@1 and MAP@R, leave-one-out by cosine similarity.
-* accuracy: closed-set top-1 accuracy of a classification head.
 * plots: ROC curves to PNG.
 
 Imports nothing from dpemb.privacy or dpemb.algorithms.
 """
 
-from dpemb.metrics.accuracy import top1_accuracy
 from dpemb.metrics.far_table import TABLE_FARS, FarTable, far_table, format_far_tables
 from dpemb.metrics.in_batch import in_batch_recall_at_far
 from dpemb.metrics.pairs import FoldAccuracy, assign_folds, kfold_accuracy
@@ -45,6 +43,5 @@ __all__ = [
     "map_at_r",
     "plot_roc",
     "precision_at_1",
-    "top1_accuracy",
     "verification_metrics",
 ]

@@ -16,7 +16,7 @@ and ``nonprivate=True`` runs carry no guarantee and say so.
 """
 
 from dpemb.transfer.budget import NoisePlan, PrivacyConfigError, PrivacyRequest, ReleaseMechanism, plan_noise
-from dpemb.transfer.config import DP_METHODS, METHODS, TransferConfig
+from dpemb.transfer.config import METHODS, TransferConfig
 from dpemb.transfer.features import (
     FeatureRows,
     FeatureSet,
@@ -48,7 +48,7 @@ from dpemb.transfer.classifier import (
 )
 
 __all__ = [
-    "DP_METHODS", "METHODS", "Classifier", "FeatureRows", "FeatureSet", "LinearModel", "NoisePlan", "PreparedFeatures",
+    "METHODS", "Classifier", "FeatureRows", "FeatureSet", "LinearModel", "NoisePlan", "PreparedFeatures",
     "Predictions", "PrivacyConfigError", "PrivacyRequest", "ReleaseMechanism", "TransferConfig", "TransferRun",
     "classifier_card", "evaluate", "extract_features", "holdout_split", "load_backbone", "load_classifier",
     "load_features", "load_image_dataset", "plan_noise", "predict", "prepare_features", "prepare_train",

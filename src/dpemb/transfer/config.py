@@ -9,7 +9,6 @@ from typing import Any
 from .budget import PrivacyRequest
 
 METHODS: tuple[str, ...] = ("dp-ls", "dp-sgd", "dp-newton", "dp-fc", "non-private")
-DP_METHODS: tuple[str, ...] = METHODS[:-1]
 
 
 @dataclass(frozen=True)

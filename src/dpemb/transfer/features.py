@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from dpemb.data.dataset import DataError, UserDataset

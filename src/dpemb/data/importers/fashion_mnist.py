@@ -48,8 +48,6 @@ FILE_STEMS = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
-IMAGES_MAGIC = 0x00000803
-LABELS_MAGIC = 0x00000801
 
 
 def read_idx(path: str | os.PathLike, *, expect_dims: int) -> np.ndarray:

@@ -21,13 +21,12 @@ def import_inat(
     skip_bad: bool = False,
     strict_geometry: bool = False,
     progress: bool = True,
-    user_column: str | None = None,
 ) -> tuple[UserDataset, ImportReport]:
     """Import an iNaturalist user-split CSV (columns ``user_id,image_id,class``).
 
     TFF's ``iNaturalist_train.csv`` names the user column after the split
     (``user_120k``, ``geo_100``, ...): ``user_120k`` is accepted when ``user_id`` is
-    absent, or name the column with ``user_column``. Rows whose user is ``NA`` are
+    absent. Rows whose user is ``NA`` are
     outside the split and ignored (their count is kept in ``source``). Images are
     looked up flat, nested GLDv2-style, then anywhere below ``image_dir`` (the
     iNaturalist 2017 archive nests them as ``<super-category>/<species>/<id>.jpg``).
@@ -37,7 +36,7 @@ def import_inat(
         csv_path,
         image_dir,
         fmt="inat",
-        user_columns=(user_column.lower(),) if user_column else USER_COLUMNS,
+        user_columns=USER_COLUMNS,
         image_size=image_size,
         channels=channels,
         skip_bad=skip_bad,
