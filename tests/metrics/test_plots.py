@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 import pytest
@@ -31,10 +30,6 @@ def test_writes_a_valid_png_atomically(tmp_path):
     assert out.read_bytes() != first
 
 
-def test_rejects_results_without_a_curve(tmp_path):
-    res = _result(0, 1.0)
-    stripped = dataclasses.replace(res, roc_fpr=np.zeros(0), roc_tpr=np.zeros(0))
-    with pytest.raises(ValueError, match="include_roc"):
-        plot_roc({"x": stripped}, tmp_path / "roc.png")
+def test_rejects_no_results(tmp_path):
     with pytest.raises(ValueError):
         plot_roc({}, tmp_path / "roc.png")

@@ -115,7 +115,7 @@ class FarTable:
                 return r
         raise KeyError(far)
 
-    def to_dict(self, *, include_roc: bool = False) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         res = self.result
         d: dict[str, Any] = {
             "definition": self.definition,
@@ -127,9 +127,6 @@ class FarTable:
             "bootstrap": None if self.bootstrap is None else self.bootstrap.to_dict(),
             "bootstrap_note": self.bootstrap_note,
         }
-        if include_roc:
-            d["roc_fpr"] = [float(v) for v in res.roc_fpr]
-            d["roc_tpr"] = [float(v) for v in res.roc_tpr]
         return d
 
 

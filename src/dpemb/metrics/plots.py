@@ -39,11 +39,6 @@ def plot_roc(
     for name, res in results.items():
         if not isinstance(res, VerificationResult):
             raise TypeError(f"results[{name!r}] is {type(res).__name__}, not a VerificationResult")
-        if res.roc_fpr.size == 0:
-            raise ValueError(
-                f"results[{name!r}] holds no ROC curve (it was loaded from a dict saved "
-                "without include_roc=True)"
-            )
     path = Path(path)
     fig = Figure(figsize=(6.4, 4.8), dpi=120)
     FigureCanvasAgg(fig)

@@ -260,25 +260,6 @@ class VerificationResult:
         at zero false accepts."""
         return is_supported(far, self.num_negative_pairs)
 
-    def to_dict(self, *, include_roc: bool = False) -> dict[str, Any]:
-        """JSON-ready dict. FAR keys become strings (``"0.001"``); an infinite threshold
-        becomes None. The ROC arrays are included only with ``include_roc=True``."""
-        d: dict[str, Any] = {
-            "recall_at_far": {repr(f): float(v) for f, v in self.recall_at_far.items()},
-            "thresholds": {
-                repr(f): (float(t) if math.isfinite(t) else None)
-                for f, t in self.thresholds.items()
-            },
-            "auc": float(self.auc),
-            "num_positive_pairs": int(self.num_positive_pairs),
-            "num_negative_pairs": int(self.num_negative_pairs),
-            "exact": bool(self.exact),
-        }
-        if include_roc:
-            d["roc_fpr"] = [float(v) for v in self.roc_fpr]
-            d["roc_tpr"] = [float(v) for v in self.roc_tpr]
-        return d
-
 
 # ------------------------------------------------------------------ positive values
 def _fold(values: list[torch.Tensor], counts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
