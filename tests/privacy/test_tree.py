@@ -8,12 +8,25 @@ import torch
 from dpemb.privacy.clipping import ClippedSum
 from dpemb.privacy.noise import describe_sampler
 from dpemb.privacy.relations import Relation
-from dpemb.privacy.tree import TreeAggregationNoise, node_variances, prefix_noise_variance
+from dpemb.privacy.tree import TreeAggregationNoise, node_variances
 from tests.conftest import spy_standard_normal
 
 from .test_noise import std_matches
 
 N = 50_000  # independent coordinates: each is one independent run of the tree
+
+
+def prefix_noise_variance(t: int, efficient: bool = True, restart_every: int | None = None) -> float:
+    """Per-entry noise variance (units of sigma^2) of the noisy prefix sum after t rounds:
+    the theory the tree's noise is checked against."""
+    total = 0.0
+    if restart_every:
+        full, t = divmod(t, restart_every)
+        total += full * prefix_noise_variance(restart_every, efficient) if full else 0.0
+        if t == 0:
+            return total
+    v = node_variances(t.bit_length(), efficient)
+    return total + sum(v[h] for h in range(t.bit_length()) if (t >> h) & 1)
 
 
 def clipped(value, sensitivity=1.0):

@@ -50,20 +50,6 @@ def node_variances(levels: int, efficient: bool) -> list[float]:
     return v
 
 
-def prefix_noise_variance(t: int, efficient: bool = True, restart_every: int | None = None) -> float:
-    """Per-entry noise variance (units of sigma^2) of the noisy prefix sum after t rounds."""
-    if t < 1:
-        raise ValueError(f"t must be >= 1, got {t}")
-    total = 0.0
-    if restart_every:
-        full, t = divmod(t, restart_every)
-        total += full * prefix_noise_variance(restart_every, efficient) if full else 0.0
-        if t == 0:
-            return total
-    v = node_variances(t.bit_length(), efficient)
-    return total + sum(v[h] for h in range(t.bit_length()) if (t >> h) & 1)
-
-
 class TreeAggregationNoise:
     """Noisy prefix sums of clipped per-round sums via online tree aggregation.
 
