@@ -154,7 +154,8 @@ def pack_rows(
     progress: bool,
     name: str,
 ) -> UserDataset:
-    """Decode ``rows`` into one preallocated array, grouped by user.
+    """Decode ``rows`` into one preallocated array, grouped by user; the dataset's
+    ``source`` is ``source`` followed by ``image_size`` and ``channels``.
 
     Bad images raise (or are skipped through ``bad``), and so do duplicates: a row
     naming the same file, or decoding to the same pixels, as an earlier row of the same
@@ -216,9 +217,9 @@ def pack_rows(
 
     kept = {user_names[u] for u in np.flatnonzero(np.bincount(users, minlength=len(user_names)))}
     report.users_dropped = natural_order(report.users_listed - kept)
-    source = {**source, "rows_skipped": report.rows_skipped, "duplicates_dropped": report.duplicates,
-              "users_dropped": len(report.users_dropped), "images_upscaled": report.upscaled,
-              "images_cropped": report.cropped}
+    source = {**source, "image_size": image_size, "channels": channels, "rows_skipped": report.rows_skipped,
+              "duplicates_dropped": report.duplicates, "users_dropped": len(report.users_dropped),
+              "images_upscaled": report.upscaled, "images_cropped": report.cropped}
     return assemble(images, labels, users, user_names, label_names, source)
 
 

@@ -113,22 +113,8 @@ def import_user_image_csv(
             )
             continue
         rows.append(Row(where, path, user, label))
-    source = {
-        "format": fmt,
-        "path": str(csv_path.resolve()),
-        "image_dir": str(image_root.resolve()),
-        "image_size": image_size,
-        "channels": channels,
-    }
-    if outside:
-        source["rows_outside_split"] = outside
-    ds = pack_rows(
-        rows,
-        image_size=image_size,
-        channels=channels,
-        bad=bad,
-        source=source,
-        progress=progress,
-        name=str(csv_path),
-    )
+    source = {"format": fmt, "path": str(csv_path.resolve()), "image_dir": str(image_root.resolve()),
+              **({"rows_outside_split": outside} if outside else {})}
+    ds = pack_rows(rows, image_size=image_size, channels=channels, bad=bad, source=source, progress=progress,
+                   name=str(csv_path))
     return ds, report

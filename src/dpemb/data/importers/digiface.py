@@ -45,19 +45,7 @@ def import_digiface(
         for img in images:
             report.rows_total += 1
             rows.append(Row(str(img), img, d.name, d.name))
-    source = {
-        "format": "digiface",
-        "path": str(root_path.resolve()),
-        "image_size": image_size,
-        "channels": channels,
-    }
-    ds = pack_rows(
-        rows,
-        image_size=image_size,
-        channels=channels,
-        bad=bad,
-        source=source,
-        progress=progress,
-        name=str(root_path),
-    )
+    source = {"format": "digiface", "path": str(root_path.resolve())}
+    ds = pack_rows(rows, image_size=image_size, channels=channels, bad=bad, source=source, progress=progress,
+                   name=str(root_path))
     return ds, report

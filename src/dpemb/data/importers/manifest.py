@@ -55,20 +55,7 @@ def import_manifest(
             bad.bad(where, f"image file {path} not found")
             continue
         rows.append(Row(where, path, values["user"], values["label"]))
-    source = {
-        "format": "manifest",
-        "path": str(csv_path.resolve()),
-        "root": str(base.resolve()),
-        "image_size": image_size,
-        "channels": channels,
-    }
-    ds = pack_rows(
-        rows,
-        image_size=image_size,
-        channels=channels,
-        bad=bad,
-        source=source,
-        progress=progress,
-        name=str(csv_path),
-    )
+    source = {"format": "manifest", "path": str(csv_path.resolve()), "root": str(base.resolve())}
+    ds = pack_rows(rows, image_size=image_size, channels=channels, bad=bad, source=source, progress=progress,
+                   name=str(csv_path))
     return ds, report

@@ -56,19 +56,7 @@ def import_tree(
                 f"user {user_dir.name!r} has no images (expected {user_dir}/<label>/<image>)",
                 rows=0,
             )
-    source = {
-        "format": "tree",
-        "path": str(root_path.resolve()),
-        "image_size": image_size,
-        "channels": channels,
-    }
-    ds = pack_rows(
-        rows,
-        image_size=image_size,
-        channels=channels,
-        bad=bad,
-        source=source,
-        progress=progress,
-        name=str(root_path),
-    )
+    source = {"format": "tree", "path": str(root_path.resolve())}
+    ds = pack_rows(rows, image_size=image_size, channels=channels, bad=bad, source=source, progress=progress,
+                   name=str(root_path))
     return ds, report
