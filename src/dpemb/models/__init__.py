@@ -10,8 +10,7 @@ torch, so the command line starts quickly.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from dpemb.lazy import lazy_exports
 
 # public name -> submodule that defines it
 _WHERE = {
@@ -25,16 +24,4 @@ _WHERE = {
     "freeze_batchnorm_stats": "trainable", "set_trainable": "trainable",
     "LOSSES": "margin", "LossConfig": "margin", "head_loss": "margin", "imprint_": "margin",
 }
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'dpemb.models' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _WHERE)

@@ -14,8 +14,7 @@ import torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from dpemb.lazy import lazy_exports
 
 _WHERE = {
     "relations": ("Relation", "user_sensitivity", "describe_relation"),
@@ -40,18 +39,4 @@ _WHERE = {
     "advice": ("cohort_warnings",),
     "plan": ("PrivacyPlan", "make_accumulator", "make_noise", "make_sampler"),
 }
-_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dpemb.privacy' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"dpemb.privacy.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {n: module for module, names in _WHERE.items() for n in names})

@@ -11,24 +11,11 @@ its defaults from) does not load torch; the renderer loads on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from dpemb.lazy import lazy_exports
 
 # public name -> submodule that defines it
 _WHERE = {
     "GlyphConfig": "config", "GlyphConfigError": "config", "FontInfo": "fonts",
     "available_fonts": "make", "make_glyphs": "make",
 }
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'dpemb.data.glyphs' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _WHERE)
