@@ -290,14 +290,9 @@ def run_transfer(args: argparse.Namespace) -> int:
         for method in methods:
             if method == "non-private":
                 cfg = TransferConfig(method=method, **common)  # adds no noise: no sampler
-                run = train_transfer(train, cfg, test, progress=args.progress, device=device)
-                baseline = run.top1
-                print(run.report())
-                results.append(run.to_dict())
-                diagnostics.append(run.private_diagnostics())
-                trained.append(run)
-                continue
-            if sweep:
+                runs = [train_transfer(train, cfg, test, progress=args.progress, device=device)]
+                baseline = runs[0].top1
+            elif sweep:
                 cfg = TransferConfig(method=method, epsilon=sweep[0], secure_noise=secure, **common)
                 runs = sweep_epsilon(train, test, cfg, sweep, progress=args.progress, device=device)
             else:
@@ -309,7 +304,7 @@ def run_transfer(args: argparse.Namespace) -> int:
                 results.append(run.to_dict())
                 diagnostics.append(run.private_diagnostics())
                 trained.append(run)
-            if args.audit_canaries is not None:
+            if args.audit_canaries is not None and method != "non-private":
                 results[-1]["audit"] = _audit(train, cfg, args, device, runs[-1].backbone)
     except ValueError as e:
         if isinstance(e, DataError):
