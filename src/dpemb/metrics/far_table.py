@@ -241,15 +241,13 @@ def _far(f: float) -> str:
     return f"{m}e{int(e)}" if int(e) else m
 
 
-def _ci(r: FarRow, digits: int) -> str:
+def _ci(r: FarRow) -> str:
     if r.ci is not None:
-        return f"[{r.ci[0]:.{digits}f}, {r.ci[1]:.{digits}f}]"
+        return f"[{r.ci[0]:.4f}, {r.ci[1]:.4f}]"
     return "-" if not r.supported or r.ci_note is None else "n/a"
 
 
-def format_far_tables(
-    tables: Mapping[str, FarTable], *, digits: int = 4
-) -> list[str]:
+def format_far_tables(tables: Mapping[str, FarTable]) -> list[str]:
     """The table as text lines: for one model FAR | TAR | CI | supported | threshold,
     for several one column per model (TAR and CI); then the footnotes."""
     if not tables:
@@ -267,7 +265,7 @@ def format_far_tables(
     if len(tables) == 1:
         head = ["FAR", "TAR (recall)", ci_head, "supported", "threshold"]
         body = [
-            [_far(r.far), f"{r.recall:.{digits}f}", _ci(r, digits), "yes" if r.supported else "no *",
+            [_far(r.far), f"{r.recall:.4f}", _ci(r), "yes" if r.supported else "no *",
              f"{r.threshold:.6f}" if math.isfinite(r.threshold) else "inf"]
             for r in first.rows
         ]
@@ -279,8 +277,8 @@ def format_far_tables(
             cells = [_far(f) + star]
             for t in tables.values():
                 r = t.rows[i]
-                ci = _ci(r, digits)
-                cells.append(f"{r.recall:.{digits}f}" + ("" if ci == "-" else f" {ci}"))
+                ci = _ci(r)
+                cells.append(f"{r.recall:.4f}" + ("" if ci == "-" else f" {ci}"))
             body.append(cells)
     widths = [max(len(row[c]) for row in [head] + body) for c in range(len(head))]
     lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -21,7 +21,6 @@ def plot_roc(
     path: str | os.PathLike,
     *,
     title: str | None = None,
-    legend_fars: Sequence[float] | None = None,
 ) -> Path:
     """Plot one ROC curve per named result (TAR against FAR on a log axis) to ``path``.
 
@@ -29,8 +28,8 @@ def plot_roc(
     Recall@FAR (hollow where the FAR is unsupported). FARs below ``1 / #negative pairs`` (which the pairs cannot resolve:
     Recall@FAR is measured there at zero false accepts) are shaded grey; ROC points
     with no false accept sit at the left edge of that band. The legend gives the AUC
-    and the Recall@FAR at ``legend_fars`` (default: every FAR when there are at most
-    three, else those of ``DEFAULT_FARS`` present); a sampled result is marked
+    and the Recall@FAR at every FAR when there are at most three, else at those of
+    ``DEFAULT_FARS`` present; a sampled result is marked
     "(sampled)". The PNG is written to a temporary file in the target folder and
     moved into place, so readers never see a partial file. Returns the path.
     """
@@ -45,8 +44,7 @@ def plot_roc(
     ax = fig.add_subplot(1, 1, 1)
     lowest = min(0.5 / max(r.num_negative_pairs, 1) for r in results.values())
     fars = sorted({f for r in results.values() for f in r.recall_at_far})
-    if legend_fars is None:
-        legend_fars = fars if len(fars) <= 3 else [f for f in fars if f in DEFAULT_FARS] or fars[-3:]
+    legend_fars = fars if len(fars) <= 3 else [f for f in fars if f in DEFAULT_FARS] or fars[-3:]
     left = min([lowest] + [0.5 * f for f in fars])
     resolvable = 1.0 / max(r.num_negative_pairs for r in results.values() if r.num_negative_pairs) \
         if any(r.num_negative_pairs for r in results.values()) else 1.0

@@ -90,7 +90,6 @@ def prepare_inputs(
     *,
     normalize: bool = True,
     device: torch.device | str | None = None,
-    min_examples: int = 2,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate ``embeddings (N, D)`` and integer ``labels (N,)``; return float64 and
     int64 tensors on ``device``, rows L2-normalised when ``normalize``.
@@ -109,8 +108,8 @@ def prepare_inputs(
     if x.ndim != 2:
         raise DataError(f"embeddings must be a 2-D array (N, D); got shape {tuple(x.shape)}")
     n = x.shape[0]
-    if n < min_examples:
-        raise DataError(f"need at least {min_examples} embeddings; got {n}")
+    if n < 2:
+        raise DataError(f"need at least 2 embeddings; got {n}")
     if x.shape[1] == 0:
         raise DataError("embeddings have dimension 0")
 

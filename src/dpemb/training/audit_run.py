@@ -57,7 +57,7 @@ from dpemb.privacy.audit_report import (
     fdp_k_grid,
     k_grid,
 )
-from dpemb.privacy.canaries import DEFAULT_NORM_FACTOR, CanaryClients, needs_host
+from dpemb.privacy.canaries import CanaryClients, needs_host
 from dpemb.privacy.clipping import ClipAndSum, ClippedSum
 from dpemb.privacy.spec import PrivacySpec
 
@@ -136,9 +136,9 @@ class AuditRun:
 
     ``num_real_users`` real users are users 0..N-1 of ``spec.population`` = N + n; the
     rest are the canaries. ``server_params`` are the aggregated parameters (their
-    values now are the initial model the score is measured from). ``canary_kind``:
-    "auto", "gaussian" or "dirac" (``dpemb.privacy.canaries.choose_kind``); ``score``:
-    "final" (the total move) or "rounds" (needs ``after_round`` after every server step).
+    values now are the initial model the score is measured from). The canaries' kind is
+    chosen by ``dpemb.privacy.canaries.choose_kind`` ("auto"); ``score``: "final" (the
+    total move) or "rounds" (needs ``after_round`` after every server step).
     """
 
     def __init__(
@@ -151,8 +151,6 @@ class AuditRun:
         seed: int | None = None,
         resume: Any = False,
         release: bool = False,
-        norm_factor: float = DEFAULT_NORM_FACTOR,
-        canary_kind: str = "auto",
         score: str = "final",
     ) -> None:
         check_audit(n, spec, resume=resume)
@@ -167,8 +165,7 @@ class AuditRun:
         self.initial = parameters_to_vector(server_params).detach().to("cpu", torch.float64).clone()
         self.canaries = CanaryClients(
             int(n), self.initial.numel(), first_user=num_real_users,
-            host=needs_host(spec.users_per_client, spec.relation), seed=seed, norm_factor=norm_factor,
-            kind=canary_kind,
+            host=needs_host(spec.users_per_client, spec.relation), seed=seed,
         )
         self._picked = np.zeros(0, dtype=np.int64)
         self._last = self.initial.clone()

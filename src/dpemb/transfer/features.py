@@ -305,7 +305,6 @@ def load_backbone(
     name: str | None = "imagenet-mobilenetv2",
     *,
     model: str | os.PathLike | None = None,
-    checkpoint: str | os.PathLike | None = None,
     in_channels: int = 1,
     image_size: int = 64,
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
@@ -319,11 +318,10 @@ def load_backbone(
     card's provenance and privacy section (``dpemb.transfer.backbone`` reads them). A
     training checkpoint holds private state and is refused (``dpemb export`` writes the
     artifact).
-    ``checkpoint`` is an old name of ``model``.
     """
     from dpemb.models.registry import build_backbone
 
-    where = model if model is not None else checkpoint
+    where = model
     if where is not None:
         from dpemb.training.artifact import init_provenance, load_artifact
 

@@ -14,7 +14,6 @@ def plot_sweep(
     path: str | os.PathLike,
     *,
     baseline: float | None = None,
-    baseline_label: str = "non-private logistic regression",
     title: str = "DP classification from features",
 ) -> Path:
     """Write a PNG of top-1 vs epsilon (log axis). ``rows``: dicts with ``method``,
@@ -36,7 +35,8 @@ def plot_sweep(
         xs, ys, es = zip(*pts)
         ax.errorbar(xs, ys, yerr=es if any(es) else None, marker="o", capsize=3, label=method)
     if baseline is not None:
-        ax.axhline(baseline, color="black", linestyle="--", linewidth=1, label=f"{baseline_label} ({baseline:.3f})")
+        ax.axhline(baseline, color="black", linestyle="--", linewidth=1,
+                   label=f"non-private logistic regression ({baseline:.3f})")
     ax.set_xscale("log")
     ax.set_xlabel("epsilon")
     ax.set_ylabel("top-1 accuracy (held-out split)")

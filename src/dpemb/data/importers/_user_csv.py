@@ -28,9 +28,8 @@ NOT_IN_SPLIT = frozenset({"NA", "N/A", "nan"})
 class ImageLocator:
     """Finds the file of an image id below ``image_dir``."""
 
-    def __init__(self, image_dir: Path, extension: str = ".jpg", progress: bool = True) -> None:
+    def __init__(self, image_dir: Path, progress: bool = True) -> None:
         self.image_dir = image_dir
-        self.extension = extension
         self.progress = progress
         self._index: dict[str, Path] | None = None
 
@@ -39,7 +38,7 @@ class ImageLocator:
         candidates = []
         if is_image_file(image_id):  # the id already names a file (relative path)
             candidates.append(self.image_dir / image_id)
-        name = image_id + self.extension
+        name = image_id + ".jpg"
         candidates.append(self.image_dir / name)
         if len(image_id) >= 3 and "/" not in image_id:
             candidates.append(self.image_dir / image_id[0] / image_id[1] / image_id[2] / name)
