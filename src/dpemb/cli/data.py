@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dpemb.cli.main import UsageError
-from dpemb.data.dataset import DataError, UserDataset
+from dpemb.data.dataset import DataError, UserDataset, check_replaceable
 from dpemb.data.glyphs.config import GlyphConfig
 from dpemb.data.images import DEFAULT_IMAGE_SIZE
 from dpemb.data.splits import DEFAULT_EVAL_IDENTITY_FRACTION, DEFAULT_VALIDATION_IDENTITY_FRACTION
@@ -383,13 +383,7 @@ def _fail(e: object) -> int:
 
 
 def _check_out(out: str) -> None:
-    path = Path(out)
-    if path.exists() and not (path / "meta.json").is_file():
-        if not path.is_dir() or any(path.iterdir()):
-            raise DataError(
-                f"{path} exists and is not a dpemb dataset; refusing to replace it "
-                "(choose another --out or remove it)"
-            )
+    check_replaceable(Path(out), " (choose another --out or remove it)")
 
 
 def _load_source(args: argparse.Namespace) -> tuple[UserDataset, Any]:

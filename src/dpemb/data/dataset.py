@@ -260,11 +260,7 @@ class UserDataset:
         """Write atomically: into a temporary sibling directory, then rename."""
         _role_arrays(self)  # refuse to write overlapping roles
         path = Path(path)
-        if path.exists() and not (path / "meta.json").is_file():
-            if not path.is_dir() or any(path.iterdir()):
-                raise DataError(
-                    f"{path} exists and is not a dpemb dataset; refusing to replace it"
-                )
+        check_replaceable(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; a dataset is an ordinary folder
@@ -451,6 +447,13 @@ def _save_images(file: Path, images: np.ndarray | RowView) -> None:
         np.lib.format.write_array_header_1_0(f, header)  # what np.save writes (version 1.0)
         for batch in images.batches(images.chunk_rows()):
             f.write(np.ascontiguousarray(batch).data)
+
+
+def check_replaceable(path: Path, advice: str = "") -> None:
+    """Refuse (:class:`DataError`) a ``path`` that exists and is neither a dpemb dataset
+    nor an empty folder: saving a dataset there would replace it."""
+    if path.exists() and not (path / "meta.json").is_file() and (not path.is_dir() or any(path.iterdir())):
+        raise DataError(f"{path} exists and is not a dpemb dataset; refusing to replace it{advice}")
 
 
 def _name(ds: UserDataset) -> str:
