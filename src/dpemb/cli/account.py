@@ -13,6 +13,7 @@ and neighbouring relation.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import contextlib
 import itertools
 import json
@@ -124,6 +125,10 @@ def apply_config(args: argparse.Namespace) -> None:
         if getattr(args, dest) is _DEFAULTS.get(dest) and value is not None:
             setattr(args, dest, value)
 
+    def fill_list(*dests: str) -> None:  # a list flag: the config's one value, if it has one
+        for dest in dests:
+            fill(dest, None if getattr(r, dest) is None else [getattr(r, dest)])
+
     if args.population is None and config.data.path is not None:
         from dpemb.training.runner import training_users
 
@@ -145,12 +150,8 @@ def apply_config(args: argparse.Namespace) -> None:
                 raise UsageError(str(e)) from e
             fill("noise_multiplier", [z])
         else:
-            fill("noise_multiplier", [r.noise_multiplier] if r.noise_multiplier is not None else None)
-            fill("target_epsilon", [r.target_epsilon] if r.target_epsilon is not None else None)
-    for dest in ("clients_per_round", "users_per_client", "rounds"):
-        fill(dest, [getattr(r, dest)])
-    fill("delta", [r.delta] if r.delta is not None else None)
-    fill("epsilon_budget", [r.epsilon_budget] if r.epsilon_budget is not None else None)
+            fill_list("noise_multiplier", "target_epsilon")
+    fill_list("clients_per_round", "users_per_client", "rounds", "delta", "epsilon_budget")
     fill("clip_norm", r.clip_norm)
     fill("sampling", r.sampling)
     fill("mechanism", "tree" if config.algorithm == "dp-ftrl-fedemb" else None)
@@ -240,7 +241,7 @@ def compute_row(combo: dict[str, Any], args: argparse.Namespace) -> dict[str, An
             if not (0 < target < math.inf):
                 raise UsageError(f"--target-epsilon must be positive and finite, got {target}")
             calib_acc = "pld" if args.accountant == "pld" else "rdp"
-            spec = _replace(spec, noise_multiplier=calibrate_noise_multiplier(spec, target, calib_acc))
+            spec = dataclasses.replace(spec, noise_multiplier=calibrate_noise_multiplier(spec, target, calib_acc))
         row: dict[str, Any] = {
             "population": spec.population, "clients_per_round": spec.clients_per_round,
             "users_per_client": spec.users_per_client, "rounds": spec.rounds,
@@ -280,12 +281,6 @@ def compute_row(combo: dict[str, Any], args: argparse.Namespace) -> dict[str, An
         raise
     except ValueError as e:  # invalid spec values, calibration failures
         raise UsageError(str(e)) from e
-
-
-def _replace(spec: Any, **kw: Any) -> Any:
-    from dataclasses import replace
-
-    return replace(spec, **kw)
 
 
 # ---------------------------------------------------------------------------- output

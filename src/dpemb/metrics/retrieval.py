@@ -85,8 +85,10 @@ def _ranked_relevance(
 
 
 def _setup(
-    embeddings: Any, labels: Any, device: Any
+    embeddings: Any, labels: Any, device: Any, block_size: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    if int(block_size) < 1:
+        raise ValueError(f"block_size must be a positive integer; got {block_size}")
     x, y = prepare_inputs(embeddings, labels, normalize=True, device=device)
     _, inverse, counts = torch.unique(y, return_inverse=True, return_counts=True)
     r = counts[inverse] - 1  # other examples of the same label
@@ -107,10 +109,8 @@ def precision_at_1(
     device: torch.device | str | None = None,
 ) -> float:
     """Leave-one-out nearest-neighbour accuracy by cosine similarity (see module doc)."""
-    if int(block_size) < 1:
-        raise ValueError(f"block_size must be a positive integer; got {block_size}")
     with torch.no_grad():
-        x, y, queries, _ = _setup(embeddings, labels, device)
+        x, y, queries, _ = _setup(embeddings, labels, device, block_size)
         ones = torch.ones_like(queries)
         hits = 0
         for _, relevant in _ranked_relevance(x, y, queries, ones, int(block_size)):
@@ -126,10 +126,8 @@ def map_at_r(
     device: torch.device | str | None = None,
 ) -> float:
     """MAP@R (Musgrave et al. 2020) by cosine similarity, leave-one-out (see module doc)."""
-    if int(block_size) < 1:
-        raise ValueError(f"block_size must be a positive integer; got {block_size}")
     with torch.no_grad():
-        x, y, queries, r = _setup(embeddings, labels, device)
+        x, y, queries, r = _setup(embeddings, labels, device, block_size)
         total = 0.0
         for kq, relevant in _ranked_relevance(x, y, queries, r, int(block_size)):
             rel = relevant.to(torch.float64)
