@@ -83,9 +83,9 @@ def privacy_section(privacy: Any) -> dict[str, Any]:
             out[k] = v
     spec = privacy.get("spec")
     if private and isinstance(spec, dict):
-        out["unit"] = spec.get("unit", "user")
-        out["relation"] = spec.get("relation")
-        out["delta"] = _resolved_delta(spec)
+        out["unit"] = spec["unit"]
+        out["relation"] = spec["relation"]
+        out["delta"] = PrivacySpec(**spec).resolved_delta
     if isinstance(privacy.get("extrapolated"), list):
         out["extrapolated"] = [
             {"label": EXTRAPOLATED_LABEL, **{k: ex[k] for k in _EXTRAPOLATION_KEYS if k in ex}}
@@ -94,15 +94,6 @@ def privacy_section(privacy: Any) -> dict[str, Any]:
     if privacy.get("noise_seeded"):
         out["note"] = SEEDED_NOTE
     return out
-
-
-def _resolved_delta(spec: dict[str, Any]) -> float | None:
-    try:
-        from dpemb.privacy.accounting import PrivacySpec
-
-        return PrivacySpec(**spec).resolved_delta
-    except Exception:  # a spec from another version: say what it says
-        return spec.get("delta")
 
 
 INTENDED_USE = ("L2-normalised image embeddings for verification (cosine similarity of two images against "
