@@ -128,12 +128,9 @@ def save_features(path: str | os.PathLike, fs: FeatureSet) -> Path:
     if fs.users is not None:
         arrays["users"] = fs.users.astype(np.int64)
 
-    def write(tmp: Path) -> None:
+    def write(tmp: Path) -> None:  # atomic_write gives the file the umask's permissions
         with open(tmp, "wb") as fh:  # a file object: np.savez would append ".npz" to a name
             np.savez(fh, **arrays)
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
 
     return atomic_write(path, write)
 
