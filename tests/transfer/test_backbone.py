@@ -56,8 +56,8 @@ def test_unrecorded_backbone_provenance_is_refused_and_a_nonprivate_run_is_not_c
     for private_run in (True, False):
         with pytest.raises(PreReleaseError, match="pre-release dpemb.*extract the features again"):
             backbone_account(pre_release, private_run=private_run, allow_nonprivate_init=True)
-    # a backbone whose run recorded no Provenance (a library call): split and privacy unknown
-    meta = _meta({"model": "old", "train_split": "unknown", "private_training": None})
+    # a backbone whose run recorded no Provenance (a library call): split unknown
+    meta = _meta({"model": "old", "train_split": "unknown", "private_training": False})
     with pytest.raises(InitProvenanceError, match="does not record which users.*--allow-nonprivate-init"):
         backbone_account(meta, private_run=True, allow_nonprivate_init=False)
     acc = backbone_account(meta, private_run=True, allow_nonprivate_init=True)

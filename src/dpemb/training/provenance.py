@@ -128,15 +128,6 @@ def _epsilon_text(p: dict[str, Any]) -> str:
     return "an epsilon it does not record"
 
 
-def _unknown(p: dict[str, Any]) -> bool:
-    return p.get("train_split", "unknown") == "unknown" or p.get("private_training") is None
-
-
-def _nonprivate_text(p: dict[str, Any]) -> str:
-    return "possibly trained without differential privacy" if p.get("private_training") is None \
-        else "trained without differential privacy"
-
-
 #: the fix a refusal names, per role (what was trained without DP on the users)
 _FIX = {
     "initialisation": ("a DP run started from it would report an epsilon that does not cover them. Pretrain on "
@@ -187,14 +178,14 @@ def check_init(init: Any, *, private_run: bool, allow_nonprivate_init: bool, ini
             users += ", among them users of these features (recognised by their images)"
         if not p.get("private_training", False):
             if not allow_nonprivate_init:
-                if _unknown(p):
+                if p.get("train_split", "unknown") == "unknown":
                     why = (f"{who} does not record which users it was trained on or whether privately "
                            "(a library call without a Provenance); it "
-                           f"was {_nonprivate_text(p)} on {users}")
+                           f"was trained without differential privacy on {users}")
                 else:
                     why = f"{who} was trained without differential privacy on {users}"
                 raise InitProvenanceError(f"{why}; {_FIX[role]}")
-            caveats.append(f"does NOT cover the {role}: {who} was {_nonprivate_text(p)} on {users}")
+            caveats.append(f"does NOT cover the {role}: {who} was trained without differential privacy on {users}")
         else:
             caveats.append(
                 f"covers this run's training only: {who} was itself trained with user-level DP on "
