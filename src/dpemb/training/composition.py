@@ -7,9 +7,8 @@ of them changes both trainings, and the guarantee for the pair is their COMPOSIT
 ``composed_total`` states it, in one of two ways:
 
 * one ledger: when the only DP model of the chain is the direct init/backbone and its
-  model card records its privacy spec, its mechanism is rebuilt (checked to reproduce
-  the card's own epsilon) and composed with this run's by dp_accounting, at this run's
-  delta;
+  model card records its mechanism (``dp_event``, checked to reproduce the card's own
+  epsilon), it is composed with this run's by dp_accounting, at this run's delta;
 * basic composition otherwise: the epsilons and the deltas the models record, summed
   (always valid, looser).
 
@@ -25,7 +24,7 @@ from typing import Any
 import dp_accounting
 
 from dpemb.privacy.accounting import PrivacySpec, compute_epsilon, describe_epsilon
-from dpemb.privacy.events import event_from_dict, supported_accountants, training_event
+from dpemb.privacy.events import event_from_dict, supported_accountants
 from dpemb.privacy.relations import Relation
 from dpemb.privacy.statements import format_epsilon
 
@@ -92,21 +91,16 @@ def composed_total(
 
 def rebuilt_event(privacy: dict[str, Any] | None, accountant: str) -> dp_accounting.DpEvent | None:
     """A model's training mechanism from its card's privacy section (the ``dp_event`` it
-    records, for PLD ``dp_event_pld`` where the tree has one; else rebuilt from ``spec``
-    and ``rounds_composed``), when that reproduces the card's own epsilon; else None."""
+    records, for PLD ``dp_event_pld`` where the tree has one), when that reproduces the
+    card's own epsilon; else None."""
     sec = privacy or {}
     try:
         spec = PrivacySpec(**sec["spec"])
-        rounds = int(sec["rounds_composed"])
         recorded = float(sec[f"epsilon_{accountant}"])
+        if spec.nonprivate or accountant not in supported_accountants(spec) or spec.relation != RELATION:
+            return None
+        event = event_from_dict(sec["dp_event_pld" if accountant == "pld" and "dp_event_pld" in sec else "dp_event"])
     except (KeyError, TypeError, ValueError):
-        return None
-    if spec.nonprivate or accountant not in supported_accountants(spec) or spec.relation != RELATION:
-        return None
-    stored = sec.get("dp_event_pld" if accountant == "pld" and "dp_event_pld" in sec else "dp_event")
-    try:
-        event = event_from_dict(stored) if stored is not None else training_event(spec, rounds, accountant=accountant)
-    except ValueError:
         return None
     again = compute_epsilon(event, spec.resolved_delta, accountant, relation=spec.relation)
     return event if math.isclose(again, recorded, rel_tol=REBUILD_TOLERANCE) else None
