@@ -222,26 +222,14 @@ def _add_glyphs(sources: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--regime", choices=["shared", "owned"], help=f"(default: {d['regime']})")
-    p.add_argument(
-        "--users", dest="num_users", type=_positive_int, metavar="N",
-        help=f"number of users (default: {d['num_users']})",
-    )
-    p.add_argument(
-        "--identities-per-user", type=_positive_int, metavar="K",
-        help=f"characters each user writes (default: {d['identities_per_user']})",
-    )
-    p.add_argument(
-        "--users-per-identity", type=_positive_int, metavar="U",
-        help=f"owners of each identity in the 'owned' regime (default: {d['users_per_identity']})",
-    )
-    p.add_argument(
-        "--images-per-identity", type=_positive_int, metavar="I",
-        help=f"images a user holds of each of its characters (default: {d['images_per_identity']})",
-    )
-    p.add_argument(
-        "--image-size", type=_positive_int, metavar="S",
-        help=f"image side in pixels (default: {d['image_size']})",
-    )
+    for flag, dest, metavar, what in (
+        ("--users", "num_users", "N", "number of users"),
+        ("--identities-per-user", "identities_per_user", "K", "characters each user writes"),
+        ("--users-per-identity", "users_per_identity", "U", "owners of each identity in the 'owned' regime"),
+        ("--images-per-identity", "images_per_identity", "I", "images a user holds of each of its characters"),
+        ("--image-size", "image_size", "S", "image side in pixels"),
+    ):
+        p.add_argument(flag, dest=dest, type=_positive_int, metavar=metavar, help=f"{what} (default: {d[dest]})")
     p.add_argument(
         "--max-identities", type=_positive_int, metavar="N",
         help="cap the identity pool (in the shared regime, a cap above the 764 non-CJK "
