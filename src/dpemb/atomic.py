@@ -77,15 +77,12 @@ def make_private_dir(path: str | os.PathLike) -> Path:
 
 
 def _default(o: Any) -> Any:
-    try:
-        import numpy as np
+    import numpy as np
 
-        if isinstance(o, np.generic):
-            return o.item()
-        if isinstance(o, np.ndarray):
-            return o.tolist()
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")

@@ -130,10 +130,7 @@ def split_noise_multiplier(total: float, count_stddev: float, count_sens: float)
             f"--clip-count-stddev (count_stddev) above {z * count_sens:g} (a few times more leaves most of "
             "the budget to the update), or use a smaller noise multiplier (a larger --target-epsilon)"
         )
-    z_value = rest**-0.5
-    if not (math.isfinite(z_value) and z_value > 0):  # pragma: no cover - guarded above
-        raise AdaptiveClippingError(f"adaptive clipping: value noise multiplier {z_value!r} is not finite")
-    return z_value, z_count
+    return rest**-0.5, z_count  # finite and > 0: 0 < rest < 1/z^2, both finite
 
 
 class _CountNoise(Protocol):
