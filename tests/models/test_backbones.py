@@ -35,19 +35,10 @@ def test_output_shapes(name, size, channels):
     assert torch.allclose(emb, model.embedding(feats), atol=1e-6)
 
 
-@pytest.mark.parametrize("name", BACKBONES)
-def test_spec_rebuilds_the_same_architecture(name):
-    kwargs = dict(in_channels=3, image_size=32, embedding_dim=20, width=0.5)
-    if name.endswith("gn"):
-        kwargs["groups"] = 4
-    model = build_backbone(name, **kwargs)
-    spec = model.spec()
-    assert spec == {"name": name, "groups": None, **kwargs}
-    rebuilt = build_backbone(**spec)
-    shapes = lambda m: {k: v.shape for k, v in m.state_dict().items()}  # noqa: E731
-    assert shapes(rebuilt) == shapes(model)
-    if name.endswith("gn"):
-        assert all(m.num_groups == 4 for m in rebuilt.modules() if isinstance(m, torch.nn.GroupNorm))
+@pytest.mark.parametrize("name", [b for b in BACKBONES if b.endswith("gn")])
+def test_groups_sets_every_group_norm(name):
+    model = build_backbone(name, in_channels=3, image_size=32, embedding_dim=20, width=0.5, groups=4)
+    assert all(m.num_groups == 4 for m in model.modules() if isinstance(m, torch.nn.GroupNorm))
 
 
 def test_lenet_feature_dim_is_the_flattened_conv_map():

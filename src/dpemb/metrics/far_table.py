@@ -109,12 +109,6 @@ class FarTable:
     bootstrap_note: str | None = None
     definition: str = field(default=DEFINITION)
 
-    def row(self, far: float) -> FarRow:
-        for r in self.rows:
-            if r.far == far:
-                return r
-        raise KeyError(far)
-
     def to_dict(self) -> dict[str, Any]:
         res = self.result
         d: dict[str, Any] = {

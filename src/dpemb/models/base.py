@@ -66,12 +66,6 @@ class Backbone(nn.Module):
     def _features(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def spec(self) -> dict:
-        """The ``build_backbone`` arguments that rebuild this architecture (for configs
-        and checkpoints): ``build_backbone(**model.spec())``."""
-        return {"name": self.name, "in_channels": self.in_channels, "image_size": self.image_size,
-                "embedding_dim": self.embedding_dim, "width": self.width, "groups": self.groups}
-
     # ---------------------------------------------------------------------- helpers
     def _check_input(self, x: Tensor) -> None:
         """Shape, dtype and channel checks; written in the subset of Python that

@@ -25,7 +25,7 @@ of the training set, and a given delta >= 1/N is refused unless forced
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from torch import Tensor
@@ -200,9 +200,6 @@ class ReleaseRecord:
     noise_multiplier: float
     noise_std: float
     entries: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
