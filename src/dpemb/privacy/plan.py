@@ -6,7 +6,7 @@
     ... clients add their deltas to acc (in this process or any other: the executor) ...
     noised = plan.release(acc.result())        # noise ONCE on the sum (+ adaptive clip's count)
     plan.ledger.step()                         # account the round
-    plan.dp_event                              # the dp_accounting event of the rounds so far
+    plan.ledger.dp_event()                     # the dp_accounting event of the rounds so far
 
 The plan holds the sampler, the clients' keyed randomness, the ONE noise mechanism
 (``noise.NoiseMechanism``: Gaussian or tree aggregation behind the same ``release``),
@@ -30,7 +30,7 @@ accumulator is one virtual client of the slots ``sample_round`` returned.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -43,9 +43,6 @@ from dpemb.privacy.noise import GaussianNoise, NoiseMechanism
 from dpemb.privacy.sampling import VirtualClientSampler
 from dpemb.privacy.spec import PrivacySpec
 from dpemb.privacy.tree import TreeAggregationNoise
-
-if TYPE_CHECKING:
-    import dp_accounting
 
 
 def make_noise(
@@ -140,12 +137,6 @@ class PrivacyPlan:
             self.clip_state.update(release_count(clipped, self.mechanism, self.spec.count_stddev),
                                    self.spec.expected_reporting_clients)
         return noised
-
-    @property
-    def dp_event(self) -> "dp_accounting.DpEvent":
-        """The dp_accounting event of the rounds released so far (the ledger's, RDP form):
-        the mechanism this plan has run, as the accountant composes it."""
-        return self.ledger.dp_event()
 
     @property
     def expected_clients(self) -> int:
