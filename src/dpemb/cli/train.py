@@ -383,16 +383,12 @@ def print_summary(report: dict) -> None:
             print(f"extrapolated: {ex['statement']}")
         if priv.get("noise_seeded"):
             print("note: noise and sampling were SEEDED (reproducible experiment, not for release)")
-        from dpemb.privacy.noise import describe_sampler
-
-        spec = priv.get("spec") or {}
-        print(priv.get("noise_sampler")
-              or describe_sampler(bool(spec.get("secure_noise")), bool(priv.get("noise_seeded"))))
+        print(priv["noise_sampler"])
     if isinstance(priv, dict) and isinstance(priv.get("adaptive_clipping"), dict):
         a = priv["adaptive_clipping"]
         print(f"adaptive clipping: target quantile {a['target_quantile']:g}, clip norm "
-              f"{a['initial_clip_norm']:.4g} -> {fmt(a.get('final_clip_norm'))}"
-              + ("" if a.get("count_noised", True) else " (count not noised: non-private run)"))
+              f"{a['initial_clip_norm']:.4g} -> {fmt(a['final_clip_norm'])}"
+              + ("" if a["count_noised"] else " (count not noised: non-private run)"))
     audit = priv.get("audit") if isinstance(priv, dict) else None
     if isinstance(audit, dict):
         print(f"audit: {audit['statement']}")
