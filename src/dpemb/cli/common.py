@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any, Callable
 
-from dpemb.data.dataset import DataError, UserDataset
+from dpemb.data.dataset import DataError
 
 
 class UsageError(Exception):
@@ -16,10 +16,6 @@ class UsageError(Exception):
 
     Defined here, not in ``main``, so that ``python -m dpemb.cli.main`` (which loads
     ``main`` twice) raises and catches the same class."""
-
-
-def load_dataset(path: str) -> UserDataset:
-    return UserDataset.load(path)
 
 
 def guarded(fn: Callable[[argparse.Namespace], int], name: str) -> Callable[[argparse.Namespace], int]:

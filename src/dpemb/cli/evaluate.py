@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dpemb.cli.common import UsageError, add_device_flag, device_from, fmt, guarded, load_dataset, print_json
+from dpemb.cli.common import UsageError, add_device_flag, device_from, fmt, guarded, print_json
 from dpemb.cli.model_input import add_resize_flag
 
 
@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     from dpemb.metrics import plot_roc
     from dpemb.metrics.far_table import far_table, format_far_tables
     from dpemb.training.artifact import load_artifact
+    from dpemb.data.dataset import UserDataset
 
     modes = [m for m, v in (("--data", args.data), ("--pairs", args.pairs), ("--templates", args.templates))
              if v is not None]
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     paths = list(args.model) + list(args.compare)
     names = run_names(paths)
     shards, device = RowShards.join(device_from(args))  # under torchrun: each rank embeds a share
-    ds = load_dataset(args.data)
+    ds = UserDataset.load(args.data)
     part = ds if args.split == "all" else ds.split().get(args.split)
     if args.max_examples is not None:
         from dpemb.data.splits import held_out_subsets
