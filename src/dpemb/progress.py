@@ -8,7 +8,7 @@ log of a long run stays short and readable.
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable, TextIO
+from typing import TextIO
 
 LOG_INTERVAL_S = 30.0
 
@@ -30,14 +30,12 @@ class _Lines:
 
 
 def progress(
-    iterable: Iterable[Any] | None = None,
     *,
     total: int | None = None,
     desc: str | None = None,
     unit: str = "it",
     initial: int = 0,
     enabled: bool = True,
-    leave: bool = True,
     interval: float = LOG_INTERVAL_S,
     stream: TextIO | None = None,
 ):
@@ -47,13 +45,13 @@ def progress(
     stream = stream or sys.stderr
     common = dict(total=total, desc=desc, unit=unit, initial=initial)
     if not enabled:
-        return tqdm(iterable, disable=True, **common)
+        return tqdm(disable=True, **common)
     if getattr(stream, "isatty", lambda: False)():
-        return tqdm(iterable, leave=leave, file=stream, **common)
+        return tqdm(file=stream, **common)
 
     class PeriodicLines(tqdm):
         def set_postfix(self, ordered_dict=None, refresh=True, **kwargs):  # noqa: ARG002
             super().set_postfix(ordered_dict, refresh=False, **kwargs)  # shown with the next line
 
-    return PeriodicLines(iterable, file=_Lines(stream), mininterval=interval, maxinterval=interval * 2,
+    return PeriodicLines(file=_Lines(stream), mininterval=interval, maxinterval=interval * 2,
                          ascii=True, ncols=100, leave=True, **common)
