@@ -13,13 +13,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from dpemb.algorithms.config import _check
 from dpemb.models import BACKBONES, TRAINABLE_CHOICES
 from dpemb.models.margin import LossConfig, as_loss_config
-
-
-def _check(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ValueError(msg)
 
 
 @dataclass(frozen=True)
