@@ -30,7 +30,7 @@ _WHERE = {
         "compute_epsilon", "epsilon_for", "gaussian_releases_event", "round_event",
         "supported_accountants", "training_event",
     ),
-    "statements": ("describe_epsilon", "describe_mechanism"),
+    "statements": ("describe_epsilon", "describe_mechanism", "describe_schedule"),
     "ledger": ("PrivacyLedger", "PrivacyStateError"),
     "calibration": (
         "CalibrationError", "Extrapolation", "calibrate_gaussian_releases",

@@ -17,13 +17,17 @@ multiplier z / (max column norm of C) = z for the normalised C:
     SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)), ceil(T / b)).
 
 It is the DP-FedEmb event (``dpemb.privacy.events``, gaussian + poisson) of
-ceil(T / b) rounds at rate q, which is how epsilon is computed here: the
-``equivalent_spec`` is a gaussian + poisson ``PrivacySpec`` with the same population,
-K, z, delta and relation, b M clients per round (so its rate b M K / N is the rate
-within a group) and ceil(T / b) rounds, and ``events.epsilon_for`` gives its RDP or PLD
-epsilon by the same path as DP-FedEmb's (the PLD with its truncation and refined
-interval). With b = 1 the equivalent spec is the spec itself: BandMF with one band is
-DP-FedEmb, epsilon for epsilon.
+ceil(T / b) rounds at rate q. Since BandMF is a ``PrivacySpec`` mechanism
+(``mechanism="bandmf"``, ``bands`` = b, ``sampling="cyclic-poisson"``), the event and the
+epsilon are defined once, in ``dpemb.privacy.events`` (``amplified_bandmf_event``,
+``bandmf_equivalent_spec``, ``training_event``, ``epsilon_for``, ``EpsilonCurve``): the
+``equivalent_spec`` is a gaussian + poisson ``PrivacySpec`` with the same population, K,
+z, delta and relation, b M clients per round (so its rate b M K / N is the rate within a
+group) and ceil(T / b) rounds, and epsilon is its RDP or PLD epsilon by the same path as
+DP-FedEmb's (the PLD with its truncation and refined interval). With b = 1 the equivalent
+spec is the spec itself: BandMF with one band is DP-FedEmb, epsilon for epsilon. The
+functions here take a DP-FedEmb spec and a number of bands (``bandmf_spec`` turns them
+into the bandmf spec) and go through those definitions.
 
 Compared with jax_privacy's ``accounting.amplified_bandmf_event`` (read, not copied):
 the same event, with its ``sampling_prob`` = q (the rate within a group) and its
@@ -40,47 +44,34 @@ default), given to dp_accounting explicitly.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from dpemb.privacy.dependency import accountant_missing
 
 try:
     import dp_accounting
-    from dp_accounting import dp_event as dpe
 except ImportError as e:  # one line naming the fix (dependency.py), not a traceback
     raise accountant_missing(e) from None
 
-from dpemb.privacy._checks import positive_finite, positive_int
+from dpemb.privacy._checks import positive_int
 from dpemb.privacy.calibration import calibrate_noise_multiplier
-from dpemb.privacy.events import epsilon_for, training_event
-from dpemb.privacy.spec import PrivacySpec, PrivacySpecError, check_noise_multiplier
+from dpemb.privacy.events import (  # noqa: F401  (re-exported: the one definition lives in events)
+    amplified_bandmf_event,
+    bandmf_equivalent_spec,
+    bandmf_participations,
+    epsilon_for,
+    training_event,
+)
+from dpemb.privacy.spec import PrivacySpec
 
 
-def bandmf_participations(rounds: int, bands: int) -> int:
-    """The most rounds one user can take part in among T rounds with b bands: ceil(T / b)."""
-    return math.ceil(positive_int("rounds", rounds) / positive_int("bands (b)", bands))
-
-
-def amplified_bandmf_event(noise_multiplier: float, rounds: int, *, bands: int,
-                           sampling_rate: float) -> dp_accounting.DpEvent:
-    """ceil(T / b) compositions of a Poisson-sampled (rate q, within a group) Gaussian with
-    noise multiplier z, z relative to the per-round sensitivity x the strategy's largest
-    column norm (the normalised strategy of ``bandmf``: z itself)."""
-    z = check_noise_multiplier(noise_multiplier, allow_nonprivate=False)
-    q = positive_finite("sampling rate", sampling_rate)
-    if q > 1:
-        raise ValueError(f"sampling rate must lie in (0, 1], got {sampling_rate!r}")
-    return dpe.SelfComposedDpEvent(dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(z)),
-                                   bandmf_participations(rounds, bands))
-
-
-def equivalent_spec(spec: PrivacySpec, bands: int) -> PrivacySpec:
-    """The DP-FedEmb spec with BandMF's epsilon: ``spec`` (gaussian + poisson, describing N,
-    M clients of K users per round, z, T rounds, delta, relation) with b M clients per round
-    (rate b M K / N, the rate within a group) and ceil(T / b) rounds."""
+def bandmf_spec(spec: PrivacySpec, bands: int) -> PrivacySpec:
+    """The bandmf ``PrivacySpec`` (b = ``bands``, cyclic Poisson sampling) of a gaussian +
+    poisson ``spec`` describing N, M clients of K users per round, z, T rounds, delta and the
+    relation; a ValueError naming the fix otherwise (another mechanism or sampling, adaptive
+    clipping, b M K > N)."""
     if not isinstance(spec, PrivacySpec):
-        raise TypeError(f"equivalent_spec takes a PrivacySpec, got {type(spec).__name__}")
+        raise TypeError(f"bandmf_spec takes a PrivacySpec, got {type(spec).__name__}")
     b = positive_int("bands (b)", bands)
     if spec.mechanism != "gaussian" or spec.sampling != "poisson":
         raise ValueError(
@@ -89,43 +80,36 @@ def equivalent_spec(spec: PrivacySpec, bands: int) -> PrivacySpec:
         )
     if spec.adaptive_clipping is not None:
         raise ValueError("adaptive clipping is not supported with BandMF noise; use a fixed clip norm")
-    per_round = spec.clients_per_round * spec.users_per_client
-    if b * per_round > spec.population:
-        raise ValueError(
-            f"cyclic Poisson sampling over b = {b} groups needs b*M*K = {b * per_round} <= N = "
-            f"{spec.population} (the rate within a group, b*M*K/N, would exceed 1); use fewer bands, "
-            "fewer clients per round or users per client, or a larger population"
-        )
-    try:
-        return replace(spec, clients_per_round=b * spec.clients_per_round,
-                       rounds=bandmf_participations(spec.rounds, b))
-    except PrivacySpecError as e:  # pragma: no cover - every field was valid in spec
-        raise ValueError(f"no equivalent DP-FedEmb spec for BandMF with {b} bands: {e}") from None
+    return replace(spec, mechanism="bandmf", sampling="cyclic-poisson", bands=b)
+
+
+def equivalent_spec(spec: PrivacySpec, bands: int) -> PrivacySpec:
+    """The DP-FedEmb spec with BandMF's epsilon (``events.bandmf_equivalent_spec``): ``spec``
+    (gaussian + poisson, describing N, M clients of K users per round, z, T rounds, delta,
+    relation) with b M clients per round (rate b M K / N, the rate within a group) and
+    ceil(T / b) rounds."""
+    return bandmf_equivalent_spec(bandmf_spec(spec, bands))
 
 
 def bandmf_event(spec: PrivacySpec, bands: int, rounds: int | None = None) -> dp_accounting.DpEvent:
-    """The whole run's DpEvent (``rounds`` default ``spec.rounds``): ``amplified_bandmf_event``
-    at the rate within a group."""
+    """The whole run's DpEvent (``rounds`` default ``spec.rounds``): ``events.training_event`` of
+    the bandmf spec, ``amplified_bandmf_event`` at the rate within a group."""
     t = spec.rounds if rounds is None else positive_int("rounds", rounds)
-    if spec.nonprivate:
-        return dpe.NonPrivateDpEvent()
-    return training_event(equivalent_spec(replace(spec, rounds=t), bands))
+    return training_event(bandmf_spec(replace(spec, rounds=t), bands))
 
 
 def bandmf_epsilon(spec: PrivacySpec, bands: int, accountant: str = "rdp", rounds: int | None = None) -> float:
     """Epsilon of BandMF with ``bands`` bands after ``rounds`` (default ``spec.rounds``) rounds
-    at the spec's delta, from dp_accounting's RDP or PLD accountant via ``events.epsilon_for``
-    on the ``equivalent_spec`` (math.inf when non-private)."""
-    if spec.nonprivate:
-        return math.inf
+    at the spec's delta, from dp_accounting's RDP or PLD accountant: ``events.epsilon_for`` of
+    the bandmf spec (math.inf when non-private)."""
     t = spec.rounds if rounds is None else positive_int("rounds", rounds)
-    return epsilon_for(equivalent_spec(replace(spec, rounds=t), bands), accountant)
+    return epsilon_for(bandmf_spec(replace(spec, rounds=t), bands), accountant)
 
 
 def calibrate_bandmf_noise_multiplier(target_epsilon: float, spec: PrivacySpec, bands: int,
                                       accountant: str = "rdp") -> float:
-    """Smallest z (``calibration.calibrate_noise_multiplier``'s search: relative 1e-4, rounded
-    up) with ``bandmf_epsilon`` <= ``target_epsilon``; ``spec.noise_multiplier`` is ignored.
-    The z is relative to the per-round sensitivity x the largest column norm of the strategy
-    (``BandMFNoise(z, bands=b)`` adds exactly that)."""
-    return calibrate_noise_multiplier(equivalent_spec(spec, bands), target_epsilon, accountant)
+    """Smallest z (``calibration.calibrate_noise_multiplier``'s search on the bandmf spec:
+    relative 1e-4, rounded up) with ``bandmf_epsilon`` <= ``target_epsilon``;
+    ``spec.noise_multiplier`` is ignored. The z is relative to the per-round sensitivity x the
+    largest column norm of the strategy (``BandMFNoise(z, bands=b)`` adds exactly that)."""
+    return calibrate_noise_multiplier(bandmf_spec(spec, bands), target_epsilon, accountant)

@@ -14,6 +14,12 @@ module only says which mechanism a configuration is:
   ``SingleEpochTreeAggregationDpEvent`` per epoch (RDP, replace-special). For PLD
   the same release is the Gaussian mechanism with noise multiplier z / sqrt(S)
   (``GaussianDpEvent``), whose privacy loss PLD computes tightly.
+- bandmf + cyclic-poisson (amplified BandMF with b bands, Choquette-Choo et al. 2023;
+  ``bandmf_accounting`` explains it): ceil(T / b) x PoissonSampledDpEvent(q, GaussianDpEvent(z))
+  with q = b M K / N, the rate within a group (``amplified_bandmf_event``, the one
+  definition). Its epsilon after t rounds is that of the ``bandmf_equivalent_spec`` (the
+  gaussian + poisson spec with b M clients per round and ceil(T / b) rounds) after
+  ceil(t / b) rounds: the same event, so the same RDP and PLD paths as DP-FedEmb.
 
 ``event_to_dict`` / ``event_from_dict`` write a DpEvent as JSON-ready data (class name and
 fields) and rebuild it, so a report or model card can record the event its epsilon is of.
@@ -29,6 +35,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+from dataclasses import replace
 from typing import Any, Callable
 
 import numpy as np
@@ -120,12 +127,48 @@ def epochs_touched(spec: PrivacySpec, rounds: int) -> int:
     return math.ceil(rounds / spec.rounds_per_epoch)
 
 
+# ---------------------------------------------------------------------- BandMF
+def bandmf_participations(rounds: int, bands: int) -> int:
+    """The most rounds one user can take part in among T rounds with b bands (cyclic
+    Poisson participation: its group's rounds t = g, g + b, ...): ceil(T / b)."""
+    return math.ceil(positive_int("rounds", rounds) / positive_int("bands (b)", bands))
+
+
+def amplified_bandmf_event(noise_multiplier: float, rounds: int, *, bands: int,
+                           sampling_rate: float) -> dp_accounting.DpEvent:
+    """THE event of amplified BandMF: ceil(T / b) compositions of a Poisson-sampled (rate q,
+    within a group) Gaussian with noise multiplier z, z relative to the per-round sensitivity
+    x the strategy's largest column norm (the normalised strategy of ``bandmf``: z itself)."""
+    z = check_noise_multiplier(noise_multiplier, allow_nonprivate=False)
+    if isinstance(sampling_rate, bool) or not isinstance(sampling_rate, numbers.Real) \
+            or not (0 < float(sampling_rate) <= 1):
+        raise ValueError(f"sampling rate must lie in (0, 1], got {sampling_rate!r}")
+    return dpe.SelfComposedDpEvent(dpe.PoissonSampledDpEvent(float(sampling_rate), dpe.GaussianDpEvent(z)),
+                                   bandmf_participations(rounds, bands))
+
+
+def bandmf_equivalent_spec(spec: PrivacySpec) -> PrivacySpec:
+    """The DP-FedEmb spec (gaussian + poisson) with the epsilon of the bandmf ``spec``: the same
+    population, K, z, delta, relation and noise sampler, b M clients per round (rate b M K / N,
+    the rate within a group) and ceil(T / b) rounds. Its ``training_event`` after ceil(t / b)
+    rounds IS ``amplified_bandmf_event`` after t rounds; with b = 1 it is ``spec`` as gaussian
+    + poisson (BandMF with one band is DP-FedEmb, epsilon for epsilon)."""
+    if not isinstance(spec, PrivacySpec) or spec.mechanism != "bandmf":
+        raise ValueError(f"bandmf_equivalent_spec takes a bandmf PrivacySpec, got {spec!r}")
+    b = spec.bands
+    return replace(spec, mechanism="gaussian", sampling="poisson", bands=1, clients_per_round=b * spec.clients_per_round,
+                   rounds=bandmf_participations(spec.rounds, b))
+
+
 # ---------------------------------------------------------------------- events
 def round_event(spec: PrivacySpec) -> dp_accounting.DpEvent:
-    """One round's mechanism (for epoch sampling and tree: the worst case of round 1)."""
+    """One round's mechanism (for epoch sampling and tree: the worst case of round 1; for
+    bandmf: a round of the user's group, Poisson-sampled at the rate within a group)."""
     z = spec.noise_multiplier
     if spec.nonprivate:
         return dpe.NonPrivateDpEvent()
+    if spec.mechanism == "bandmf":
+        return dpe.PoissonSampledDpEvent(spec.sampling_rate, dpe.GaussianDpEvent(z))
     if spec.mechanism == "tree":
         return training_event(spec, 1)
     if spec.sampling == "poisson":
@@ -154,6 +197,8 @@ def training_event(
     if t == 0:
         return dpe.NoOpDpEvent()
     z = spec.noise_multiplier
+    if spec.mechanism == "bandmf":
+        return amplified_bandmf_event(z, t, bands=spec.bands, sampling_rate=spec.sampling_rate)
     if spec.mechanism == "gaussian":
         if spec.sampling == "epoch":
             return dpe.SelfComposedDpEvent(dpe.GaussianDpEvent(z), epochs_touched(spec, t))
@@ -417,6 +462,7 @@ class EpsilonCurve:
     privacy loss distribution (one per discretisation interval tried) and self-composes
     it t times; the other mechanisms are a single Gaussian or its composition. The PLD
     interval is chosen per t by ``refined_pld_epsilon`` (``pld_interval(t)`` says which).
+    BandMF: the curve of its ``bandmf_equivalent_spec`` at ceil(t / b) (every method).
     ``epsilon_for(spec)`` is this curve at ``spec.rounds``.
     """
 
@@ -433,6 +479,14 @@ class EpsilonCurve:
         self._units: Callable[[int], int] | None = None
         self._base_plds: dict[float, pld_lib.PrivacyLossDistribution] = {}
         self._pld_intervals: dict[int, float] = {}
+        # BandMF: the equivalent DP-FedEmb curve, read at ceil(t / b) participations
+        self._equivalent: EpsilonCurve | None = (
+            epsilon_curve(bandmf_equivalent_spec(spec), accountant)
+            if spec.mechanism == "bandmf" and not spec.nonprivate else None)
+
+    def _participations(self, rounds: int) -> int:
+        """BandMF: the rounds of the equivalent curve after ``rounds`` rounds (ceil(t / b))."""
+        return math.ceil(int(rounds) / self.spec.bands)
 
     def _setup_rdp(self) -> None:
         spec = self.spec
@@ -451,6 +505,8 @@ class EpsilonCurve:
         """Poisson sampling: one round's PLD at ``interval`` (dp_accounting, pessimistic,
         connect-the-dots, truncation ``pld_truncation_bound`` for the spec's delta and rounds)."""
         spec = self.spec
+        if self._equivalent is not None:
+            return self._equivalent.base_pld(interval)
         if interval not in self._base_plds:
             self._base_plds[interval] = pld_lib.from_gaussian_mechanism(
                 spec.noise_multiplier,
@@ -468,6 +524,8 @@ class EpsilonCurve:
 
     def pld_compositions(self, rounds: int) -> int:
         """How many mechanisms the PLD of ``rounds`` rounds composes."""
+        if self._equivalent is not None:
+            return self._equivalent.pld_compositions(self._participations(rounds))
         if self.spec.sampling == "poisson":
             return int(rounds)
         return _compositions(training_event(self.spec, int(rounds), accountant="pld"))
@@ -476,6 +534,8 @@ class EpsilonCurve:
         """The PLD epsilon after ``rounds`` rounds at one given interval (an upper bound too)."""
         t = int(rounds)
         spec = self.spec
+        if self._equivalent is not None:
+            return self._equivalent.pld_epsilon_at(self._participations(t), interval)
         if spec.sampling == "poisson":
             return float(self.base_pld(interval).self_compose(t).get_epsilon_for_delta(spec.resolved_delta))
         return compute_epsilon(training_event(spec, t, accountant="pld"), spec.resolved_delta, "pld",
@@ -485,6 +545,8 @@ class EpsilonCurve:
         """The PLD discretisation interval behind ``self(rounds)`` (PLD curves only)."""
         if self.accountant != "pld" or self.spec.nonprivate or int(rounds) <= 0:
             raise ValueError("only a private PLD curve at rounds >= 1 has a discretisation interval")
+        if self._equivalent is not None:
+            return self._equivalent.pld_interval(self._participations(rounds))
         self(rounds)
         return self._pld_intervals[int(rounds)]
 
@@ -496,6 +558,8 @@ class EpsilonCurve:
             return math.inf if t > 0 else 0.0
         if t == 0:
             return 0.0
+        if self._equivalent is not None:
+            return self._equivalent(self._participations(t))
         if t not in self._memo:
             if self.accountant == "rdp":
                 if self._unit_rdp is None:

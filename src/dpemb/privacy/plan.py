@@ -9,7 +9,7 @@
     plan.ledger.dp_event()                     # the dp_accounting event of the rounds so far
 
 The plan holds the sampler, the clients' keyed randomness, the ONE noise mechanism
-(``noise.NoiseMechanism``: Gaussian or tree aggregation behind the same ``release``),
+(``noise.NoiseMechanism``: Gaussian, tree aggregation or BandMF behind the same ``release``),
 the adaptive clip state and the ledger, all built here from the same ``PrivacySpec``
 (``make_noise``, ``make_sampler``, ``make_accumulator``) so that what runs is what is
 accounted for. In the spirit of jax_privacy's execution plan: the training loop never
@@ -36,8 +36,10 @@ import numpy as np
 import torch
 
 from dpemb.privacy.adaptive_clipping import AdaptiveClipState, release_count
+from dpemb.privacy.bandmf import BandMFNoise
 from dpemb.privacy.client_keys import ClientRandomness, client_keys
 from dpemb.privacy.clipping import ClipAndSum, ClippedSum
+from dpemb.privacy.cyclic_sampling import CyclicPoissonSampler
 from dpemb.privacy.ledger import PrivacyLedger
 from dpemb.privacy.noise import GaussianNoise, NoiseMechanism
 from dpemb.privacy.sampling import VirtualClientSampler
@@ -49,7 +51,9 @@ def make_noise(
     spec: PrivacySpec, *, seed: int | None = None, efficient: bool = True, secure: bool | None = None
 ) -> NoiseMechanism:
     """The noise mechanism ``spec`` is accounted for, seeded from the OS unless ``seed``:
-    tree aggregation (restarted every epoch when ``spec.tree_restarts``) or the Gaussian,
+    tree aggregation (restarted every epoch when ``spec.tree_restarts``), BandMF with
+    ``spec.bands`` bands (``bandmf.BandMFNoise``: z relative to the sensitivity x the
+    normalised strategy's column norm, as the accountant reads it) or the Gaussian,
     whose multiplier is ``spec.value_noise_multiplier`` (z, or the update's part of z
     with adaptive clipping). The one place a mechanism is built from a spec.
 
@@ -62,11 +66,21 @@ def make_noise(
             spec.noise_multiplier, efficient=efficient, seed=seed, allow_nonprivate=spec.nonprivate,
             restart_every=spec.rounds_per_epoch if spec.tree_restarts else None, secure=secure,
         )
+    if spec.mechanism == "bandmf":
+        return BandMFNoise(spec.noise_multiplier, bands=spec.bands, seed=seed, allow_nonprivate=spec.nonprivate,
+                           secure=secure)
     return GaussianNoise(spec.value_noise_multiplier, seed=seed, allow_nonprivate=spec.nonprivate, secure=secure)
 
 
 def make_sampler(spec: PrivacySpec, *, seed: int | None = None) -> VirtualClientSampler:
-    """The user sampler ``spec`` is accounted for."""
+    """The user sampler ``spec`` is accounted for: for bandmf the cyclic Poisson sampler over
+    ``spec.bands`` groups at the rate within a group ``spec.sampling_rate`` = b M K / N, with
+    the "independent" group assignment (valid under add/remove and replace-special)."""
+    if spec.sampling == "cyclic-poisson":
+        return CyclicPoissonSampler(
+            spec.population, bands=spec.bands, clients_per_round=spec.clients_per_round,
+            users_per_client=spec.users_per_client, seed=seed, assignment="independent",
+        )
     return VirtualClientSampler(
         spec.population, clients_per_round=spec.clients_per_round,
         users_per_client=spec.users_per_client, sampling=spec.sampling, seed=seed,

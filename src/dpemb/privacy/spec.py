@@ -16,6 +16,13 @@ Consistent combinations (anything else is a ValueError):
 - gaussian + fixed: replace-one; Gaussian with sampling without replacement (RDP only).
 - gaussian + epoch: replace-special; one Gaussian per epoch touched.
 - tree + epoch: replace-special; tree aggregation (zCDP / single-epoch tree events).
+- bandmf + cyclic-poisson: add/remove (default) or replace-special; amplified BandMF
+  (``bands`` = b; ``dpemb.privacy.bandmf``): b groups of users keyed by the run key,
+  round t Poisson-samples group t mod b at rate q = b M K / N (so b M K <= N), each user
+  in at most ceil(T / b) rounds (``events.amplified_bandmf_event``). Accounted and
+  calibrated; not yet trainable (the training runner refuses it).
+
+``bands`` (default 1) applies to bandmf only; another mechanism with bands != 1 is refused.
 
 Adaptive clipping (``adaptive_clipping``, an ``AdaptiveClipping`` or None for a fixed
 clip): ``clip_norm`` is then the INITIAL clip, ``noise_multiplier`` stays the TOTAL z
@@ -26,7 +33,8 @@ follows from M, K, N and the sampling (``count_stddev``), so it is re-derived af
 ``dataclasses.replace``.
 
 ``sampling`` and ``relation`` default to the first consistent choice for the
-mechanism (gaussian: poisson / add-remove; tree: epoch / replace-special) and are
+mechanism (gaussian: poisson / add-remove; tree: epoch / replace-special; bandmf:
+cyclic-poisson / add-remove) and are
 stored resolved; to change the sampling or mechanism of an existing spec with
 ``dataclasses.replace``, pass ``sampling=None`` and ``relation=None`` too so they
 are resolved again.
@@ -52,8 +60,8 @@ from dpemb.privacy.adaptive_clipping import (
 from dpemb.privacy.delta import check_delta, default_delta
 from dpemb.privacy.relations import Relation, parse_relation, user_sensitivity
 
-MECHANISMS = ("gaussian", "tree")
-SAMPLINGS = ("poisson", "fixed", "epoch")
+MECHANISMS = ("gaussian", "tree", "bandmf")
+SAMPLINGS = ("poisson", "fixed", "epoch", "cyclic-poisson")
 UNITS = ("user", "example")
 #: the accountants epsilon is computed with (dp_accounting's RDP and PLD), in the order
 #: reports list them: the one definition (importing it loads neither torch nor dp_accounting)
@@ -64,6 +72,18 @@ _ALLOWED: dict[tuple[str, str], tuple[Relation, ...]] = {
     ("gaussian", "fixed"): (Relation.REPLACE_ONE,),
     ("gaussian", "epoch"): (Relation.REPLACE_SPECIAL,),
     ("tree", "epoch"): (Relation.REPLACE_SPECIAL,),
+    # the cyclic groups are drawn per user independently from the run key (cyclic_sampling's
+    # "independent" assignment, the one make_sampler builds): valid under both
+    ("bandmf", "cyclic-poisson"): (Relation.ADD_REMOVE, Relation.REPLACE_SPECIAL),
+}
+#: the sampling a mechanism gets when none is given (the first one it is accounted with)
+DEFAULT_SAMPLING = {"gaussian": "poisson", "tree": "epoch", "bandmf": "cyclic-poisson"}
+#: what each mechanism's sampling must be, for refusals
+_SAMPLING_NEEDED = {
+    "gaussian": "poisson, fixed or epoch sampling",
+    "tree": "sampling='epoch' (each user at most once per epoch of ceil(N / (M*K)) rounds)",
+    "bandmf": ("sampling='cyclic-poisson' (b groups of users, round t samples group t mod b: each user at most "
+               "once in any b consecutive rounds)"),
 }
 
 
@@ -147,8 +167,8 @@ class PrivacySpec:
     clip_norm: float = 1.0
     rounds: int = 1
     delta: float | None = None  # None -> 1 / (10 population) (``delta.default_delta``)
-    sampling: str | None = None  # None -> "poisson" (gaussian) or "epoch" (tree)
-    mechanism: str = "gaussian"  # "gaussian" | "tree"
+    sampling: str | None = None  # None -> "poisson" (gaussian), "epoch" (tree), "cyclic-poisson" (bandmf)
+    mechanism: str = "gaussian"  # "gaussian" | "tree" | "bandmf"
     relation: Relation | None = None  # None -> the default for (mechanism, sampling)
     unit: str = "user"  # "user" | "example"
     nonprivate: bool = False
@@ -156,6 +176,7 @@ class PrivacySpec:
     allow_large_delta: bool = False  # accept a given delta >= 1/population (forced; see delta.py)
     secure_noise: bool = False  # hardened noise sampler (noise.py); changes no epsilon
     adaptive_clipping: AdaptiveClipping | None = None  # None: fixed clip (adaptive_clipping.py)
+    bands: int = 1  # bandmf only: b, the bands of the strategy and the groups of cyclic Poisson sampling
 
     def __post_init__(self) -> None:
         try:
@@ -174,6 +195,7 @@ class PrivacySpec:
         self._set("users_per_client", positive_int("users per client (K)", self.users_per_client))
         self._set("rounds", positive_int("rounds", self.rounds))
         self._set("clip_norm", check_clip_norm(self.clip_norm))  # THE check of C (clipping trusts it)
+        self._set("bands", positive_int("bands (b)", self.bands))
         per_round = self.clients_per_round * self.users_per_client
         if per_round > self.population:
             raise PrivacySpecError(
@@ -194,6 +216,18 @@ class PrivacySpec:
         self._set("noise_multiplier", z)
         if self.mechanism not in MECHANISMS:
             raise PrivacySpecError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {self.mechanism!r}")
+        if self.bands != 1 and self.mechanism != "bandmf":
+            raise PrivacySpecError(
+                f"bands = {self.bands} applies to mechanism='bandmf' only (the bands of its strategy); use "
+                f"mechanism='bandmf' (--mechanism bandmf) or drop bands (--bands) for {self.mechanism} noise"
+            )
+        if self.mechanism == "bandmf" and self.bands * per_round > self.population:
+            raise PrivacySpecError(
+                f"cyclic Poisson sampling over b = {self.bands} groups needs b*M*K = {self.bands} x {per_round} = "
+                f"{self.bands * per_round} <= N = {self.population} users (the rate within a group, b*M*K/N, "
+                "would exceed 1); use fewer bands, fewer clients per round or users per client, or a larger "
+                "population"
+            )
         if self.unit not in UNITS:
             raise PrivacySpecError(f"unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
         for flag in ("allow_large_delta", "secure_noise"):
@@ -204,16 +238,14 @@ class PrivacySpec:
                                            unit=self.unit))
         if self.secure_noise and self.nonprivate:
             raise PrivacySpecError("a non-private spec adds no noise: secure_noise does not apply")
-        sampling = self.sampling if self.sampling is not None else (
-            "epoch" if self.mechanism == "tree" else "poisson")
+        sampling = self.sampling if self.sampling is not None else DEFAULT_SAMPLING[self.mechanism]
         if sampling not in SAMPLINGS:
             raise PrivacySpecError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
         allowed = _ALLOWED.get((self.mechanism, sampling))
         if allowed is None:
             raise PrivacySpecError(
-                f"mechanism {self.mechanism!r} cannot be accounted with {sampling!r} sampling: tree "
-                "aggregation needs sampling='epoch' (each user at most once per epoch of "
-                "ceil(N / (M*K)) rounds)"
+                f"mechanism {self.mechanism!r} cannot be accounted with {sampling!r} sampling: {self.mechanism} "
+                f"noise needs {_SAMPLING_NEEDED[self.mechanism]}"
             )
         self._set("sampling", sampling)
         relation = allowed[0] if self.relation is None else parse_relation(self.relation)
@@ -234,10 +266,15 @@ class PrivacySpec:
         if adaptive is not None:
             if not isinstance(adaptive, AdaptiveClipping):
                 raise PrivacySpecError(f"adaptive_clipping must be an AdaptiveClipping or None, got {adaptive!r}")
-            if self.mechanism != "gaussian":
+            if self.mechanism == "tree":
                 raise PrivacySpecError(
                     "adaptive clipping cannot be combined with tree aggregation (dp-ftrl-fedemb), as in TFF: "
                     "the tree's prefix sums assume one fixed clip norm; use a fixed --clip-norm, or dp-fedemb"
+                )
+            if self.mechanism == "bandmf":
+                raise PrivacySpecError(
+                    "adaptive clipping is not supported with BandMF noise: its correlated noise is scaled for one "
+                    "fixed sensitivity; use a fixed --clip-norm"
                 )
             if not self.nonprivate:
                 split_noise_multiplier(self.noise_multiplier, self.count_stddev, self.count_sensitivity)
@@ -245,8 +282,10 @@ class PrivacySpec:
     # ------------------------------------------------------------------ derived values
     @property
     def sampling_rate(self) -> float:
-        """q = M*K/N: the probability that a given user takes part in a round."""
-        return self.clients_per_round * self.users_per_client / self.population
+        """q = M*K/N: the probability that a given user takes part in a round. Cyclic Poisson
+        (bandmf): q = b*M*K/N, the probability that a user takes part in a round of its group
+        (the rate the accountant uses); a round still samples M*K users in expectation."""
+        return self.bands * self.clients_per_round * self.users_per_client / self.population
 
     @property
     def sensitivity(self) -> float:
@@ -305,6 +344,8 @@ class PrivacySpec:
         d["relation"] = self.relation.value if self.relation is not None else None
         if self.adaptive_clipping is None:
             del d["adaptive_clipping"]  # fixed-clip specs hash as before adaptive clipping existed
+        if self.mechanism != "bandmf":
+            del d["bands"]  # always 1 there: other specs hash as before BandMF existed
         return d
 
     def fingerprint(self) -> str:

@@ -21,11 +21,15 @@ def format_epsilon(epsilon: float) -> str:
 
 
 def describe_epsilon(
-    epsilon: float | None, *, accountant: str, delta: float, unit: str, relation: Relation
+    epsilon: float | None, *, accountant: str, delta: float, unit: str, relation: Relation,
+    schedule: str | None = None,
 ) -> str:
     """E.g. "epsilon = 3.90 (RDP accountant, delta = 1e-07, user-level, add/remove-one-user)".
 
-    ``None`` or an infinite epsilon reads "not private (epsilon = inf)".
+    ``schedule`` (``describe_schedule``: the mechanism and participation schedule where the
+    epsilon depends on more than the noise and the rate, e.g. "BandMF, 4 bands, cyclic
+    Poisson participation") is appended inside the parentheses. ``None`` or an infinite
+    epsilon reads "not private (epsilon = inf)".
     """
     if epsilon is None or math.isinf(epsilon):
         return "not private (epsilon = inf)"
@@ -39,7 +43,8 @@ def describe_epsilon(
     note = (f"; the RDP accountant's floor at this delta (its largest order): it cannot state less, so a "
             f"larger population with a smaller delta can read higher; PLD is tighter here"
             if epsilon <= 1.1 * floor else "")
-    return f"epsilon = {format_epsilon(epsilon)} ({name}, delta = {delta:.3g}, {unit}-level, {rel}{note})"
+    sched = f"; {schedule}" if schedule else ""
+    return f"epsilon = {format_epsilon(epsilon)} ({name}, delta = {delta:.3g}, {unit}-level, {rel}{sched}{note})"
 
 
 def rdp_floor(delta: float) -> float:
@@ -50,11 +55,25 @@ def rdp_floor(delta: float) -> float:
     return rdp_floor_epsilon(delta)
 
 
+def describe_schedule(spec: PrivacySpec) -> str | None:
+    """The mechanism and participation schedule an epsilon statement of ``spec`` names: for
+    BandMF "BandMF, 4 bands, cyclic Poisson participation" (its epsilon counts ceil(T / b)
+    participations, which the statement must not leave implicit); None for the other
+    mechanisms (their mechanism line says it)."""
+    if spec.mechanism != "bandmf":
+        return None
+    return f"BandMF, {spec.bands} band{'s' if spec.bands != 1 else ''}, cyclic Poisson participation"
+
+
 def describe_mechanism(spec: PrivacySpec) -> str:
     """One line: mechanism, sampling, sensitivity, noise, K, relation."""
     if spec.nonprivate:
         return NONPRIVATE_STATEMENT
-    if spec.mechanism == "tree":
+    if spec.mechanism == "bandmf":
+        noise = (f"{describe_schedule(spec)}: correlated noise (banded inverse-square-root strategy, "
+                 f"DP-FTRL), noise multiplier z = {spec.noise_multiplier:g} x sensitivity x the strategy's "
+                 "largest column norm")
+    elif spec.mechanism == "tree":
         noise = (f"tree aggregation (DP-FTRL), node noise std = {spec.noise_multiplier:g} x sensitivity"
                  + (", restarted every epoch" if spec.tree_restarts else ""))
     elif spec.adaptive_clipping is not None:
@@ -65,6 +84,10 @@ def describe_mechanism(spec: PrivacySpec) -> str:
         "poisson": f"Poisson sampling q = {spec.sampling_rate:.4g}",
         "fixed": f"fixed-size sampling of {spec.clients_per_round * spec.users_per_client:,} users",
         "epoch": f"each user once per epoch of {spec.rounds_per_epoch} rounds",
+        "cyclic-poisson": (f"{spec.bands} group{'s' if spec.bands != 1 else ''} of users keyed by the run key, round t samples group t mod "
+                           f"{spec.bands} at q = b*M*K/N = {spec.sampling_rate:.4g} (each user in at most "
+                           f"ceil(T / {spec.bands}) = {math.ceil(spec.rounds / spec.bands):,} of the "
+                           f"{spec.rounds:,} rounds)"),
     }[spec.sampling]
     factor = spec.sensitivity / spec.clip_norm
     sens = "C" if factor == 1 else f"{factor:g}C"
