@@ -158,3 +158,61 @@ def test_large_delta_refused_unless_forced_and_extrapolation_labels_the_paper_co
     assert status == 0 and "delta = 3.33e-07 (paper's convention: delta = 1/N'" in out
     status, out, _ = run([*argv, "--json"], capsys)
     assert json.loads(out)["extrapolation"]["delta_note"].startswith("paper's convention")
+
+
+# ---------------------------------------------------------------------- BandMF (issue #36)
+@pytest.mark.parametrize("bands", [1, 4, 16])
+def test_bandmf_prints_the_foundations_epsilon(bands, capsys):
+    from dpemb.privacy.bandmf_accounting import bandmf_epsilon
+
+    status, out, _ = run([*BASE, "--noise-multiplier", "1.0", "--mechanism", "bandmf", "--bands", str(bands),
+                          "--json"], capsys)
+    assert status == 0
+    obj = json.loads(out)
+    spec = PrivacySpec(population=10_000_000, clients_per_round=4096, rounds=1000, noise_multiplier=1.0)
+    for acc in ("rdp", "pld"):
+        assert obj[f"epsilon_{acc}"] == bandmf_epsilon(spec, bands, acc)
+        assert obj[f"statement_{acc}"].endswith(
+            f"; BandMF, {bands} band{'s' if bands > 1 else ''}, cyclic Poisson participation)")
+        if bands == 1:  # one band is DP-FedEmb, epsilon for epsilon
+            assert obj[f"epsilon_{acc}"] == epsilon_for(spec, acc)
+    assert (obj["mechanism"], obj["sampling"], obj["bands"], obj["participations"]) == (
+        "bandmf", "cyclic-poisson", bands, -(-1000 // bands))
+    assert obj["sampling_rate"] == bands * 4096 / 10_000_000
+
+
+def test_bandmf_text_calibration_and_sweep(capsys):
+    from dpemb.privacy.bandmf_accounting import calibrate_bandmf_noise_multiplier
+
+    status, out, _ = run([*BASE, "--noise-multiplier", "1.0", "--mechanism", "bandmf", "--bands", "4"], capsys)
+    assert status == 0
+    assert "b = 4 bands, sampling rate within a group q = b*M*K/N = 0.001638" in out
+    assert "at most ceil(T/b) = 250 participations per user" in out
+    assert "mechanism: BandMF, 4 bands, cyclic Poisson participation" in out
+    assert "(RDP accountant, delta = 1e-08, user-level, add/remove-one-user; BandMF, 4 bands" in out
+    status, out, _ = run([*BASE, "--target-epsilon", "2", "--accountant", "rdp", "--mechanism", "bandmf",
+                          "--bands", "8", "--json"], capsys)
+    obj = json.loads(out)
+    spec = PrivacySpec(population=10_000_000, clients_per_round=4096, rounds=1000)
+    assert status == 0 and obj["calibrated"] and obj["epsilon_rdp"] <= 2
+    assert obj["noise_multiplier"] == calibrate_bandmf_noise_multiplier(2.0, spec, 8, "rdp")
+    status, out, _ = run([*BASE, "--noise-multiplier", "1.0", "--mechanism", "bandmf", "--bands", "1,4",
+                          "--accountant", "rdp"], capsys)
+    lines = out.splitlines()
+    assert status == 0 and lines[0].split()[:5] == ["N", "M", "K", "T", "b"] and len(lines) == 4
+    assert "mechanism bandmf, sampling cyclic-poisson" in lines[-1]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--bands", "4"], "--bands applies to --mechanism bandmf"),
+    (["--bands", "4", "--mechanism", "tree"], "--bands applies to --mechanism bandmf"),
+    (["--bands", "1", "--mechanism", "gaussian"], "--bands applies to --mechanism bandmf"),
+    (["--mechanism", "bandmf", "--bands", "0"], "bands"),
+    (["--mechanism", "bandmf", "--bands", "5000"], "fewer bands"),
+    (["--mechanism", "bandmf", "--sampling", "poisson"], "cyclic-poisson"),
+    (["--mechanism", "gaussian", "--sampling", "cyclic-poisson"], "gaussian noise needs poisson"),
+    (["--mechanism", "bandmf", "--relation", "replace-one"], "add-remove or replace-special"),
+])
+def test_bandmf_refusals(argv, message, capsys):
+    status, _, err = run([*BASE, "--noise-multiplier", "1", *argv], capsys)
+    assert status == 2 and message in err

@@ -4,9 +4,9 @@ Answers: what epsilon does this configuration give (RDP and PLD accountants)? wh
 noise multiplier reaches a target epsilon? how many rounds fit in a budget? what is
 the epsilon of the same run scaled to a larger population (the paper's "noise z x k"
 extrapolation)? Any of --population, --clients-per-round, --users-per-client,
---rounds, --noise-multiplier, --delta, --target-epsilon, --extrapolate-to and
---epsilon-budget takes a comma-separated list; a list sweeps all combinations and
-prints a table. Every epsilon printed names its accountant, delta, unit of privacy
+--rounds, --noise-multiplier, --delta, --target-epsilon, --extrapolate-to,
+--epsilon-budget and --bands takes a comma-separated list; a list sweeps all
+combinations and prints a table. Every epsilon printed names its accountant, delta, unit of privacy
 and neighbouring relation.
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from dpemb.cli.main import UsageError
 from dpemb.privacy.delta import DEFAULT_DELTA_RULE
-from dpemb.privacy.spec import ACCOUNTANTS
+from dpemb.privacy.spec import ACCOUNTANTS, MECHANISMS, SAMPLINGS
 from dpemb.training.run_config import PrivacyRequest
 
 #: the defaults of `dpemb train` (one set: dpemb.training.run_config)
@@ -85,11 +85,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "the output warns")
     p.add_argument("--clip-norm", type=float, default=DEFAULT.clip_norm,
                    help="C (does not change epsilon; sets the printed noise std)")
-    p.add_argument("--sampling", choices=("poisson", "fixed", "epoch"), default=None,
-                   help="poisson (default for gaussian), fixed size without replacement, or epoch "
-                        "(each user once per epoch; default and only choice for tree)")
-    p.add_argument("--mechanism", choices=("gaussian", "tree"), default="gaussian",
-                   help="independent Gaussian noise per round, or tree aggregation (DP-FTRL)")
+    p.add_argument("--sampling", choices=SAMPLINGS, default=None,
+                   help="poisson (default for gaussian), fixed size without replacement, epoch "
+                        "(each user once per epoch; default and only choice for tree), or cyclic-poisson "
+                        "(b groups, round t samples group t mod b; default and only choice for bandmf)")
+    p.add_argument("--mechanism", choices=MECHANISMS, default="gaussian",
+                   help="independent Gaussian noise per round, tree aggregation (DP-FTRL), or BandMF "
+                        "(banded correlated noise with cyclic Poisson participation; accounted here, not yet "
+                        "trainable)")
+    p.add_argument("--bands", type=_list_of(_int, "--bands"), default=None, metavar="B",
+                   help="bandmf: b, the bands of the strategy and the groups of cyclic Poisson participation "
+                        "(default 1, which is DP-FedEmb's epsilon); each user takes part at rate b*M*K/N in at "
+                        "most ceil(T / b) rounds")
     p.add_argument("--relation", choices=("add-remove", "replace-one", "replace-special"), default=None,
                    help="neighbouring relation (default: the one the sampling is accounted under)")
     p.add_argument("--tree-restarts", action="store_true",
@@ -154,7 +161,9 @@ def apply_config(args: argparse.Namespace) -> None:
     fill_list("clients_per_round", "users_per_client", "rounds", "delta", "epsilon_budget")
     fill("clip_norm", r.clip_norm)
     fill("sampling", r.sampling)
-    fill("mechanism", "tree" if config.algorithm == "dp-ftrl-fedemb" else None)
+    fill("mechanism", r.mechanism if r.mechanism is not None else
+         "tree" if config.algorithm == "dp-ftrl-fedemb" else None)
+    fill("bands", None if r.bands == 1 else [r.bands])
     if r.tree_restarts:
         args.tree_restarts = True
     if r.allow_large_delta:
@@ -168,6 +177,9 @@ def _accountants(choice: str) -> tuple[str, ...]:
 
 
 def _spec_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    if args.bands is not None and args.mechanism != "bandmf":
+        raise UsageError(f"--bands applies to --mechanism bandmf (the bands of its strategy), not to "
+                         f"--mechanism {args.mechanism}; add --mechanism bandmf or drop --bands")
     return dict(
         clip_norm=args.clip_norm, sampling=args.sampling, mechanism=args.mechanism,
         relation=args.relation, unit=args.unit, tree_restarts=args.tree_restarts,
@@ -186,13 +198,14 @@ def _combinations(args: argparse.Namespace) -> list[dict[str, Any]]:
         "delta": args.delta or [None],
         "extrapolate_to": args.extrapolate_to or [None],
         "epsilon_budget": args.epsilon_budget or [None],
+        "bands": args.bands or [1],
     }
     keys = list(lists)
     return [dict(zip(keys, values)) for values in itertools.product(*(lists[k] for k in keys))]
 
 
 def _epsilons(spec: Any, accountants: tuple[str, ...]) -> dict[str, Any]:
-    from dpemb.privacy import describe_epsilon, epsilon_for, supported_accountants
+    from dpemb.privacy import describe_epsilon, describe_schedule, epsilon_for, supported_accountants
     from dpemb.privacy.advice import PLD_MAX_RDP_EPSILON
 
     out: dict[str, Any] = {}
@@ -210,7 +223,8 @@ def _epsilons(spec: Any, accountants: tuple[str, ...]) -> dict[str, Any]:
         eps = epsilon_for(spec, acc)
         out[f"epsilon_{acc}"] = None if math.isinf(eps) else eps
         out[f"statement_{acc}"] = describe_epsilon(
-            eps, accountant=acc, delta=spec.resolved_delta, unit=spec.unit, relation=spec.relation
+            eps, accountant=acc, delta=spec.resolved_delta, unit=spec.unit, relation=spec.relation,
+            schedule=describe_schedule(spec),
         )
     return out
 
@@ -233,7 +247,8 @@ def compute_row(combo: dict[str, Any], args: argparse.Namespace) -> dict[str, An
         spec = PrivacySpec(
             population=combo["population"], clients_per_round=combo["clients_per_round"],
             users_per_client=combo["users_per_client"], rounds=combo["rounds"],
-            noise_multiplier=1.0 if z is None else z, delta=combo["delta"], **_spec_kwargs(args),
+            noise_multiplier=1.0 if z is None else z, delta=combo["delta"], bands=combo["bands"],
+            **_spec_kwargs(args),
         )
         if "pld" in accountants and args.accountant == "pld" and spec.sampling == "fixed":
             raise UsageError("the PLD accountant does not support fixed-size sampling; use --accountant rdp")
@@ -256,6 +271,9 @@ def compute_row(combo: dict[str, Any], args: argparse.Namespace) -> dict[str, An
         }
         if spec.mechanism == "tree" or spec.sampling == "epoch":
             row["rounds_per_epoch"] = spec.rounds_per_epoch
+        if spec.mechanism == "bandmf":
+            row["bands"] = spec.bands
+            row["participations"] = math.ceil(spec.rounds / spec.bands)
         row.update(_epsilons(spec, accountants))
         budget = combo["epsilon_budget"]
         if budget is not None:
@@ -298,7 +316,9 @@ def _print_single(row: dict[str, Any]) -> None:
     print(
         f"configuration: N = {row['population']:,} {row['unit']}s, M = {row['clients_per_round']:,} "
         f"virtual clients per round x K = {row['users_per_client']}, T = {row['rounds']:,} rounds, "
-        f"sampling rate q = M*K/N = {row['sampling_rate']:.4g}"
+        + (f"b = {row['bands']} band{'s' if row['bands'] != 1 else ''}, sampling rate within a group "
+           f"q = b*M*K/N = {row['sampling_rate']:.4g}, at most ceil(T/b) = {row['participations']:,} "
+           "participations per user" if "bands" in row else f"sampling rate q = M*K/N = {row['sampling_rate']:.4g}")
     )
     print(f"mechanism: {row['mechanism_description']}")
     if row["calibrated"]:
@@ -332,6 +352,7 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
         ("M", lambda r: f"{r['clients_per_round']:,}"),
         ("K", lambda r: str(r["users_per_client"])),
         ("T", lambda r: f"{r['rounds']:,}"),
+        *([("b", lambda r: str(r["bands"]))] if any("bands" in r for r in rows) else []),
         ("z" + (" (calibrated)" if first["calibrated"] else ""), lambda r: _z_text(r["noise_multiplier"])),
         ("delta", lambda r: f"{r['delta']:.3g}"),
     ]
