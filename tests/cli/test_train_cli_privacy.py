@@ -51,6 +51,7 @@ def exit_code(argv) -> int:
     ["--epsilon-budget", "4"], ["--noise-seed", "1"], ["--sampling", "poisson"], ["--secure-noise"],
     ["--no-secure-noise"], ["--non-private"], ["--allow-large-delta"], ["--tree-restarts"],
     ["--adaptive-clip-quantile", "0.5"], ["--clip-lr", "0.1"], ["--clip-count-stddev", "1"],
+    ["--mechanism", "bandmf"], ["--bands", "4"],
 ])
 def test_privacy_flags_with_centralized_are_an_error(tiny_data_dir, tmp_path, capsys, flags):
     argv = ["train", "--data", tiny_data_dir, "--out", str(tmp_path / "c"), "--algorithm", "centralized", *flags]
@@ -181,3 +182,60 @@ def test_default_cohort_larger_than_the_population_is_a_usage_error_with_a_fit(t
     err = capsys.readouterr().err
     assert "need 128 users" in err and "--users-per-client 16" in err and "try --users-per-client 1" in err
     assert not (out / "private").exists()
+
+
+# ---------------------------------------------------------------------- BandMF: accounted, not yet trainable
+@pytest.mark.parametrize("flags", [
+    ["--algorithm", "dp-fedemb", "--mechanism", "bandmf", "--bands", "4"],
+    ["--algorithm", "dp-ftrl-fedemb", "--mechanism", "bandmf"],
+    ["--algorithm", "dp-fedavg", "--mechanism", "bandmf", "--bands", "1"],
+])
+def test_bandmf_training_is_refused_before_any_work(tmp_path, capsys, flags):
+    # no dataset at --data: the refusal comes before the data is read or --out is written
+    argv = ["train", "--data", str(tmp_path / "no-such-data"), "--out", str(tmp_path / "r"), "--noise-multiplier",
+            "1", *flags]
+    assert exit_code(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "BandMF is accounted and calibrated (`dpemb account --mechanism bandmf --bands B`) but not yet " \
+           "trainable" in err
+    assert "use --algorithm dp-ftrl-fedemb (tree noise) or --algorithm dp-fedemb (Gaussian noise) meanwhile" in err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--algorithm", "dp-fedemb", "--bands", "4"], "--bands 4: BandMF is accounted and calibrated"),
+    (["--algorithm", "dp-fedemb", "--mechanism", "tree"], "use --algorithm dp-ftrl-fedemb for tree noise"),
+    (["--algorithm", "dp-ftrl-fedemb", "--mechanism", "gaussian"], "use --algorithm dp-fedemb for gaussian noise"),
+])
+def test_mechanism_flags_that_contradict_the_algorithm_are_refused(tmp_path, capsys, flags, message):
+    argv = ["train", "--data", str(tmp_path / "no-such-data"), "--out", str(tmp_path / "r"), "--noise-multiplier",
+            "1", *flags]
+    assert exit_code(argv) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_algorithms_own_mechanism_may_be_named(tiny_data_dir, tmp_path, captured):
+    seen = run_stubbed(["train", "--data", tiny_data_dir, "--out", str(tmp_path / "r"), *FED,
+                        "--noise-multiplier", "1", "--mechanism", "gaussian"], captured)
+    assert seen["spec"].mechanism == "gaussian" and seen["spec"].bands == 1
+
+
+def test_bandmf_through_the_python_api_and_a_config_file_is_refused(tmp_path):
+    from dpemb import api
+    from dpemb.training.run_config import ConfigError, PrivacyRequest, TrainConfig, load_config
+
+    config = TrainConfig(algorithm="dp-fedemb", privacy=PrivacyRequest(noise_multiplier=1.0, mechanism="bandmf",
+                                                                       bands=4))
+    with pytest.raises(ConfigError, match="not yet trainable: issue #36 wires it into DP-FTRL-FedEmb"):
+        api.train(config, tmp_path / "r")  # no data given: refused before it is looked for
+    assert not (tmp_path / "r").exists()
+    (tmp_path / "c.toml").write_text('algorithm = "dp-fedemb"\n[privacy]\nnoise_multiplier = 1.0\n'
+                                     'sampling = "cyclic-poisson"\n')
+    with pytest.raises(ConfigError, match="not yet trainable"):
+        api.train(load_config(tmp_path / "c.toml"), tmp_path / "r")
+    with pytest.raises(ConfigError, match="--mechanism must be one of gaussian, tree, bandmf"):
+        PrivacyRequest(mechanism="bogus")
+    with pytest.raises(ConfigError, match="--bands must be a whole number >= 1"):
+        PrivacyRequest(bands=0)

@@ -7,7 +7,7 @@ import argparse
 from dpemb.cli.common import DefaultsHelpFormatter, add_device_flag, add_secure_noise_flag, device_from, fmt, guarded
 from dpemb.cli.main import UsageError
 from dpemb.models import BACKBONES, TRAINABLE_CHOICES
-from dpemb.privacy.spec import ACCOUNTANTS
+from dpemb.privacy.spec import ACCOUNTANTS, MECHANISMS
 from dpemb.training.run_config import ALGORITHMS
 
 #: --resume value -> the training loops' ``resume`` argument
@@ -169,6 +169,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "fixed = M*K users without replacement (replace-one relation, RDP only)")
     q.add_argument("--tree-restarts", action="store_true",
                    help="dp-ftrl-fedemb: restart the tree every epoch")
+    q.add_argument("--mechanism", choices=MECHANISMS,
+                   help="the noise mechanism (default: the algorithm's: gaussian, tree for dp-ftrl-fedemb). "
+                        "bandmf is accounted and calibrated (`dpemb account --mechanism bandmf --bands B`) but "
+                        "not yet trainable: refused")
+    q.add_argument("--bands", type=int, metavar="B",
+                   help="--mechanism bandmf: the bands of its strategy (not yet trainable)")
     q.add_argument("--adaptive-clip-quantile", type=float, metavar="GAMMA",
                    help="adaptive clipping (Andrew et al. 2021; dp-fedemb, dp-fedavg): move the clip norm "
                         "toward this quantile of the client update norms, starting from --clip-norm. The "
@@ -254,7 +260,8 @@ SETTINGS = {
     "loss": "loss.kind", "loss_scale": "loss.scale", "loss_margin": "loss.margin",
     **{d: f"privacy.{d}" for d in (
         "noise_multiplier", "target_epsilon", "accountant", "target_population", "report_populations", "clip_norm", "clients_per_round",
-        "users_per_client", "rounds", "delta", "allow_large_delta", "sampling", "tree_restarts",
+        "users_per_client", "rounds", "delta", "allow_large_delta", "sampling", "tree_restarts", "mechanism",
+        "bands",
         "adaptive_clip_quantile", "clip_lr", "clip_count_stddev", "epsilon_budget", "noise_seed", "secure_noise",
         "audit_canaries", "release_audit_run", "allow_nonprivate_init")},
 }

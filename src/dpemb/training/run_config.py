@@ -25,7 +25,7 @@ from typing import Any
 
 from dpemb.algorithms.config import FederatedConfig
 from dpemb.models.margin import LossConfig
-from dpemb.privacy.spec import ACCOUNTANTS
+from dpemb.privacy.spec import ACCOUNTANTS, MECHANISMS
 from dpemb.training.config import ModelConfig, OptimConfig, flat_settings
 from dpemb.training.config import to_dict as json_ready
 
@@ -92,6 +92,11 @@ class PrivacyRequest:
     allow_large_delta: bool = False
     sampling: str | None = None  # None: poisson (Gaussian noise) or epoch (tree noise)
     tree_restarts: bool = False
+    # the noise mechanism; None: the algorithm's (gaussian; tree for dp-ftrl-fedemb). "bandmf"
+    # (with ``bands``) is accounted and calibrated (`dpemb account --mechanism bandmf`) but not
+    # yet trainable: ``dpemb.training.runner.check_privacy_request`` refuses it before any work
+    mechanism: str | None = None
+    bands: int = 1  # bandmf only: b, the bands of the strategy and groups of cyclic Poisson sampling
     adaptive_clip_quantile: float | None = None
     clip_lr: float | None = None
     clip_count_stddev: float | None = None
@@ -105,6 +110,10 @@ class PrivacyRequest:
     def __post_init__(self) -> None:
         if self.accountant not in ACCOUNTANTS:
             raise ConfigError(f"--accountant must be rdp or pld, got {self.accountant!r}")
+        if self.mechanism is not None and self.mechanism not in MECHANISMS:
+            raise ConfigError(f"--mechanism must be one of {', '.join(MECHANISMS)}, got {self.mechanism!r}")
+        if isinstance(self.bands, bool) or not isinstance(self.bands, int) or self.bands < 1:
+            raise ConfigError(f"--bands must be a whole number >= 1, got {self.bands!r}")
         object.__setattr__(self, "report_populations", tuple(int(n) for n in self.report_populations))
         if self.target_population is not None and self.target_epsilon is None:
             raise ConfigError("--target-population applies to --target-epsilon: give the epsilon to calibrate "

@@ -23,6 +23,20 @@ from dpemb.training.run_config import NOT_PRIVACY_KNOBS, ConfigError, Performanc
 
 #: PrivacyRequest field -> its flag, for messages
 PRIVACY_FLAG = {f: "--" + f.replace("_", "-") for f in PrivacyRequest.__dataclass_fields__}
+#: the noise mechanism of each federated algorithm (``PrivacyRequest.mechanism`` None)
+ALGORITHM_MECHANISM = {"dp-fedemb": "gaussian", "dp-fedavg": "gaussian", "dp-ftrl-fedemb": "tree"}
+#: the refusal of a BandMF training request (one line, naming what to do instead)
+BANDMF_NOT_TRAINABLE = (
+    "BandMF is accounted and calibrated (`dpemb account --mechanism bandmf --bands B`) but "
+    "not yet trainable: issue #36 wires it into DP-FTRL-FedEmb; use --algorithm dp-ftrl-fedemb (tree noise) or "
+    "--algorithm dp-fedemb (Gaussian noise) meanwhile, without --mechanism and --bands"
+)
+
+
+def request_mechanism(config: TrainConfig) -> str:
+    """The noise mechanism a federated run uses: the request's, or its algorithm's."""
+    r = config.privacy
+    return r.mechanism if r.mechanism is not None else ALGORITHM_MECHANISM[config.algorithm]
 
 
 def train(config: TrainConfig, out: str, *, data: UserDataset | None = None,
@@ -134,6 +148,7 @@ def check_privacy_request(config: TrainConfig) -> None:
         if given:
             raise centralized_refusal(given)
         return
+    check_mechanism_request(config)
     given = [x is not None for x in (r.noise_multiplier, r.target_epsilon)] + [r.nonprivate]
     if sum(given) != 1:
         raise ConfigError("give exactly one of --noise-multiplier, --target-epsilon or --non-private")
@@ -152,6 +167,22 @@ def check_privacy_request(config: TrainConfig) -> None:
     if r.adaptive_clip_quantile is None and (r.clip_lr is not None or r.clip_count_stddev is not None):
         raise ConfigError("--clip-lr and --clip-count-stddev apply to adaptive clipping: give "
                           "--adaptive-clip-quantile GAMMA too (or drop them for a fixed --clip-norm)")
+
+
+def check_mechanism_request(config: TrainConfig) -> None:
+    """Refuse a mechanism the run cannot train with, before any work: BandMF (and its
+    --bands or cyclic-poisson sampling) is not yet trainable; an explicit --mechanism must
+    be the algorithm's own (the algorithm selects the noise)."""
+    r = config.privacy
+    if r.mechanism == "bandmf" or r.sampling == "cyclic-poisson" or r.bands != 1:
+        given = ("--mechanism bandmf" if r.mechanism == "bandmf" else
+                 "--sampling cyclic-poisson" if r.sampling == "cyclic-poisson" else f"--bands {r.bands}")
+        raise ConfigError(f"{given}: {BANDMF_NOT_TRAINABLE}")
+    own = ALGORITHM_MECHANISM[config.algorithm]
+    if r.mechanism is not None and r.mechanism != own:
+        algorithm = next(a for a, m in ALGORITHM_MECHANISM.items() if m == r.mechanism)
+        raise ConfigError(f"--mechanism {r.mechanism} with --algorithm {config.algorithm}, whose noise is {own}: "
+                          f"use --algorithm {algorithm} for {r.mechanism} noise, or drop --mechanism")
 
 
 def centralized_refusal(flags: list[str]) -> ConfigError:
@@ -274,7 +305,7 @@ def resolve_privacy(config: TrainConfig, population: int) -> PrivacySpec:
     fields = dict(
         population=population, clients_per_round=r.clients_per_round, users_per_client=r.users_per_client,
         clip_norm=r.clip_norm, rounds=r.rounds, delta=r.delta, sampling=r.sampling,
-        mechanism="tree" if config.algorithm == "dp-ftrl-fedemb" else "gaussian", nonprivate=r.nonprivate,
+        mechanism=request_mechanism(config), nonprivate=r.nonprivate,
         tree_restarts=r.tree_restarts, allow_large_delta=r.allow_large_delta, secure_noise=r.resolved_secure_noise,
     )
     try:
