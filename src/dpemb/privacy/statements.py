@@ -70,9 +70,8 @@ def describe_mechanism(spec: PrivacySpec) -> str:
     if spec.nonprivate:
         return NONPRIVATE_STATEMENT
     if spec.mechanism == "bandmf":
-        noise = (f"{describe_schedule(spec)}: correlated noise (banded inverse-square-root strategy, "
-                 f"DP-FTRL), noise multiplier z = {spec.noise_multiplier:g} x sensitivity x the strategy's "
-                 "largest column norm")
+        noise = (f"{describe_schedule(spec)}: correlated noise C^-1 Z (banded inverse-square-root strategy C, "
+                 f"largest column norm 1), Z's std = {spec.noise_multiplier:g} x sensitivity")
     elif spec.mechanism == "tree":
         noise = (f"tree aggregation (DP-FTRL), node noise std = {spec.noise_multiplier:g} x sensitivity"
                  + (", restarted every epoch" if spec.tree_restarts else ""))
