@@ -16,7 +16,7 @@ def test_every_results_page_says_what_its_epsilon_covers_beside_its_headline():
     blocks = {p.name: p.read_text() for p in sorted(DOCS.glob("RESULTS_*.md"))}
     sections = re.findall(r"<!-- begin: (\w+) -->(.*?)<!-- end: \1 -->", (DOCS / "RESULTS.md").read_text(), re.S)
     blocks |= {f"RESULTS.md#{name}": text for name, text in sections if "ε" in text}
-    assert len(blocks) >= 14  # 7 pages, 7 sections with an ε
+    assert len(blocks) >= 10  # 7 pages, 3 sections with an ε (face, hand, transfer)
     for name, text in blocks.items():
         assert LEAD in text, f"{name}: no note on what its epsilon covers"
         first = text.find("\n|") if "\n|" in text else text.index("\n- ")  # no table: its first finding
@@ -40,3 +40,27 @@ def test_no_results_page_prints_a_private_diagnostic_column():
     assert private_columns(["| run | z (sim) | final | pre-clip norm | loss | s |", "|---|---|---|---|---|---|"])
     for page in sorted(DOCS.rglob("*.md")):
         assert private_columns(page.read_text().splitlines()) == [], page.name
+
+
+def test_the_headline_table_is_the_exports_mean_and_the_recipes_stated_result():
+    import json
+    import statistics
+
+    from dpemb.training.recipes import load_recipe
+
+    def runs(export: str, prefix: str) -> list[float]:
+        rows = [json.loads(x) for x in (DOCS / "data" / export).read_text().splitlines()]
+        return [r["metrics"]["recall_at_far_0.001"] for r in rows if r["name"].rsplit("/", 1)[0] == prefix]
+
+    ref = runs("long.jsonl", "centralized/64000")
+    page = (DOCS / "RESULTS.md").read_text()
+    for recipe, export, prefix in [("face-reference", "long.jsonl", "centralized/64000"),
+                                   ("face-10m-eps0.5", "long.jsonl", "dp-fedemb/0.5@10,000,000/K32/r1200/test"),
+                                   ("face-1m-eps1", "long.jsonl", "dp-fedemb/1@1,000,000/K32/r1200/test"),
+                                   ("face-100k-eps2", "moonshot.jsonl",
+                                    "arcface-clr0.1+ep2+ema0.99+K8M16+neg+r2x/e2@100k-pld-d1e-06/test")]:
+        xs = runs(export, prefix)
+        stated = f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs):.3f}"
+        row = next(ln for ln in page.splitlines() if ln.startswith(f"| `{recipe}` |"))
+        assert len(xs) == 3 and stated in row and load_recipe(recipe)[1].reproduces[0].value.startswith(stated)
+        assert f"| {statistics.mean(xs) / statistics.mean(ref):.3f} |" in row.replace("| 1 |", "| 1.000 |"), recipe

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
 
 import harness as h  # noqa: E402
-from studies import long, moonshot  # noqa: E402
+from studies import long, moonshot, references  # noqa: E402
 
 from dpemb.algorithms.round import RoundStats  # noqa: E402
 from dpemb.training.config import OptimConfig  # noqa: E402
@@ -132,7 +132,7 @@ def test_every_committed_export_holds_only_what_the_release_table_allows():
     assert set(table) == {"study row"} and set(re.findall(r"`([^`]+)`", table["study row"])) == set(h.ROW_FIELDS)
     assert {"train_loss", "preclip_norm_mean", "fraction_clipped"} <= PRIVATE_NAMES
     files = sorted(p for p in DOCS.rglob("*") if p.suffix in (".json", ".jsonl", ".csv"))
-    assert [p.name for p in files] == ["long.jsonl", "moonshot.jsonl"]  # the studies' exports, nothing else
+    assert [p.name for p in files] == ["long.jsonl", "moonshot.jsonl", "references.jsonl"]  # the studies' exports
     for path in files:
         for row in map(json.loads, path.read_text().splitlines()):
             assert tuple(sorted(row)) == tuple(sorted(h.ROW_FIELDS)) and not keys_in(row) & PRIVATE_NAMES, row["name"]
@@ -188,3 +188,13 @@ def test_the_runner_trains_each_config_once_and_exports_only_the_release(tmp_pat
     assert h.run_study(study, tmp_path / "work", jobs=0, export=export) == rows
     export.write_text(export.read_text().splitlines()[0] + "\n")
     assert h.run_study(study, tmp_path / "work", jobs=0, export=export) == rows
+
+
+def test_the_references_study_chose_on_validation_and_renders_its_export():
+    rows = rows_of(references)
+    assert {r.key for r in references.plan(rows)} == {r["key"] for r in rows}  # finished: nothing left to run
+    chosen = h.choose(rows, references.candidates())
+    tests = h.select(rows, data__eval_split="test")
+    assert len(tests) == 3 and {h.setting(r, "optim.steps") for r in tests} == {chosen}
+    page = h.marked_sections((DOCS / "RESULTS.md").read_text())
+    assert all(page[name] == text for name, text in references.sections(rows).items())

@@ -72,7 +72,9 @@ def test_dpemb_recipes_lists_every_recipe_and_shows_each(capsys):
     shown = capsys.readouterr().out
     assert "dpemb train --recipe face-100k-eps2 --data data/faces --init runs/face-pretrain" in shown
     assert "dpemb train --recipe face-pretrain --data data/faces --out runs/face-pretrain" in shown
-    assert "confidence interval over test identities: not measured" in shown and "target_population = 100000" in shown
+    ci = load_recipe("face-100k-eps2")[1].reproduces[0].ci
+    assert f"confidence interval over test identities: {ci}" in shown and "fresh-seed run" in ci
+    assert "target_population = 100000" in shown
     assert main(["recipes", "hand-1m-eps2", "--toml"]) == 0
     assert capsys.readouterr().out == recipe_text("hand-1m-eps2")
 
@@ -189,6 +191,9 @@ def test_the_recipes_encode_the_experiments_and_their_calibrated_noise():
     ran = with_settings(TrainConfig(), next(r for r in (json.loads(x) for x in (
         ROOT / "docs" / "data" / "long.jsonl").read_text().splitlines()) if r["name"] == "centralized/64000/s0")["settings"])
     assert same_run(ran, load_recipe("face-reference")[0]) == {}
+    ran = with_settings(TrainConfig(), next(r for r in (json.loads(x) for x in (
+        ROOT / "docs" / "data" / "references.jsonl").read_text().splitlines()) if r["name"] == "hand/centralized/8000/test/s0")["settings"])
+    assert same_run(ran, load_recipe("hand-reference")[0]) == {}
     # the retired study's calibration (experiments/fedemb_glyphs.py's make_spec and calibrate at
     # commit 9d06b53): z for the run extrapolated to 1M users, scaled back to its 1,620 users
     hand, _ = load_recipe("hand-1m-eps2")
