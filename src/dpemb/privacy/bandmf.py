@@ -49,7 +49,6 @@ past w, the generator) is PRIVATE: with the released sums it reveals the raw sum
 from __future__ import annotations
 
 import math
-import numbers
 from collections import deque
 from typing import Any
 
@@ -57,8 +56,7 @@ import torch
 
 from dpemb.privacy._checks import positive_int
 from dpemb.privacy.clipping import ClippedSum
-from dpemb.privacy.noise import check_kind, secure_seed, standard_normal
-from dpemb.privacy.spec import check_noise_multiplier
+from dpemb.privacy.noise import NoiseRandomness, check_kind, standard_normal
 
 
 def banded_sqrt_coefficients(bands: int, rounds: int | None = None, *, normalize: bool = True) -> list[float]:
@@ -98,7 +96,7 @@ def max_column_norm(coefficients: list[float], rounds: int | None = None) -> flo
     return math.sqrt(sum(c * c for c in coefficients[:m]))
 
 
-class BandMFNoise:
+class BandMFNoise(NoiseRandomness):
     """Round t's noised SUM: clipped sum + sigma x w_t, w = C^{-1} Z / sigma streamed (a
     ``NoiseMechanism``, see ``dpemb.privacy.noise``).
 
@@ -119,28 +117,12 @@ class BandMFNoise:
         allow_nonprivate: bool = False,
         secure: bool = False,
     ) -> None:
-        self.noise_multiplier = check_noise_multiplier(noise_multiplier, allow_nonprivate)
-        if secure and seed is not None:
-            raise ValueError("a secure noise mechanism cannot be seeded; drop the seed or secure=True")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
-            raise ValueError(f"seed must be an integer, got {seed!r}")
+        super().__init__(noise_multiplier, seed=seed, allow_nonprivate=allow_nonprivate, secure=secure)
         self.bands = positive_int("bands (b)", bands)
         self.coefficients = tuple(banded_sqrt_coefficients(self.bands))
-        self.secure = bool(secure)
-        self._seeded = seed is not None
-        self._generator = torch.Generator().manual_seed(int(seed) if seed is not None else secure_seed())
         self._sensitivity: float | None = None
         self._rounds = 0
         self._past: deque[list[torch.Tensor]] = deque(maxlen=self.bands - 1)  # w_{t-1}, w_{t-2}, ...
-
-    @property
-    def seeded(self) -> bool:
-        """True when the noise comes from a user-given seed (reproducible, not for release)."""
-        return self._seeded
-
-    @property
-    def private(self) -> bool:
-        return self.noise_multiplier > 0
 
     @property
     def rounds(self) -> int:

@@ -140,9 +140,12 @@ class NoiseMechanism(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-class GaussianNoise:
-    """Gaussian noise of std ``noise_multiplier * sensitivity`` on a ``ClippedSum``
-    (a ``NoiseMechanism``: ``release`` is ``add``)."""
+class NoiseRandomness:
+    """What every noise mechanism (Gaussian, tree, BandMF) shares: its noise multiplier z,
+    validated by ``check_noise_multiplier`` (0 only when a non-private run is allowed), and
+    its generator, keyed from the OS's secure source unless a seed is given (``seeded``:
+    reproducible, never for a release); ``secure`` refuses a seed (``standard_normal``
+    then keys every draw afresh)."""
 
     def __init__(
         self,
@@ -169,6 +172,11 @@ class GaussianNoise:
     @property
     def private(self) -> bool:
         return self.noise_multiplier > 0
+
+
+class GaussianNoise(NoiseRandomness):
+    """Gaussian noise of std ``noise_multiplier * sensitivity`` on a ``ClippedSum``
+    (a ``NoiseMechanism``: ``release`` is ``add``)."""
 
     def std(self, sensitivity: float) -> float:
         """Noise standard deviation for a sum of the given L2 sensitivity."""

@@ -38,8 +38,7 @@ from typing import Any
 import torch
 
 from dpemb.privacy.clipping import ClippedSum
-from dpemb.privacy.noise import check_kind, secure_seed, standard_normal
-from dpemb.privacy.spec import check_noise_multiplier
+from dpemb.privacy.noise import NoiseRandomness, check_kind, standard_normal
 
 
 def node_variances(levels: int, efficient: bool) -> list[float]:
@@ -50,7 +49,7 @@ def node_variances(levels: int, efficient: bool) -> list[float]:
     return v
 
 
-class TreeAggregationNoise:
+class TreeAggregationNoise(NoiseRandomness):
     """Noisy prefix sums of clipped per-round sums via online tree aggregation.
 
     Feed round t's ``ClippedSum`` to ``noisy_prefix_sum`` and get the noisy sum of
@@ -74,16 +73,11 @@ class TreeAggregationNoise:
         restart_every: int | None = None,
         secure: bool = False,
     ) -> None:
-        self.noise_multiplier = check_noise_multiplier(noise_multiplier, allow_nonprivate)
-        if secure and seed is not None:
-            raise ValueError("a secure noise mechanism cannot be seeded; drop the seed or secure=True")
-        self.secure = bool(secure)
+        super().__init__(noise_multiplier, seed=seed, allow_nonprivate=allow_nonprivate, secure=secure)
         self.efficient = bool(efficient)
         if restart_every is not None and (isinstance(restart_every, bool) or int(restart_every) < 1):
             raise ValueError(f"restart_every must be a positive number of rounds, got {restart_every!r}")
         self.restart_every = int(restart_every) if restart_every is not None else None
-        self._seeded = seed is not None
-        self._generator = torch.Generator().manual_seed(int(seed) if seed is not None else secure_seed())
         self._sensitivity: float | None = None
         self._rounds = 0  # rounds fed in total
         self._t = 0  # leaves in the current tree
@@ -91,14 +85,6 @@ class TreeAggregationNoise:
         self._cum: list[torch.Tensor] | None = None  # raw sum of the current tree
         self._done: list[torch.Tensor] | None = None  # noisy totals of finished trees
         self._prev: list[torch.Tensor] | None = None  # the previous noisy prefix sum (released)
-
-    @property
-    def seeded(self) -> bool:
-        return self._seeded
-
-    @property
-    def private(self) -> bool:
-        return self.noise_multiplier > 0
 
     @property
     def rounds(self) -> int:
