@@ -118,6 +118,7 @@ def train_centralized(
     order = BatchOrder(train.num_examples, run_cfg.seed)
 
     step, loss_ema = 0, None
+    config_file = json.dumps(settings, indent=2, sort_keys=True) if settings is not None else config
     if resume_from_checkpoint(run, resume):
         state = load_checkpoint(run.checkpoint, map_location=device)
         check_same_config(run, state.get("config"), config)
@@ -133,10 +134,9 @@ def train_centralized(
         step, loss_ema = int(state["step"]), state["loss_ema"]
         run.truncate_metrics_after("step", step)
         print(f"resuming {run.path} from its checkpoint at step {step} of {optim_cfg.steps}", flush=True)
+        run.write_config(config_file)
     else:
-        run.start_fresh(config)
-    if settings is not None:  # the run's TrainConfig (a valid --config), in place of the internal settings
-        run.write_config(json.dumps(settings, indent=2, sort_keys=True))
+        run.start_fresh(config_file)  # config.json: the run's TrainConfig (a valid --config), written once
 
     def evaluate(step: int, loss: float | None) -> dict[str, Any]:
         metrics, ver = evaluate_backbone(

@@ -144,11 +144,10 @@ def train_federated(
                       provenance=provenance, source=train.source, private_training=not spec.nonprivate,
                       loss=fed_cfg.loss, ema_decay=fed_cfg.server_ema)
     plan = PrivacyPlan.build(spec, seed=noise_seed, efficient_tree=fed_cfg.efficient_tree)
+    config_file = json.dumps(settings, indent=2, sort_keys=True) if settings is not None else None
     server = ServerState.open(model, params, global_head, plan, fed_cfg, model_cfg, run, release, config,
-                              ckpt_meta, resume, device, data_record)
+                              ckpt_meta, resume, device, data_record, config_file)
     server.extrapolate_to, server.extrapolation_accountant = tuple(extrapolate_to), extrapolation_accountant
-    if settings is not None:  # the run's TrainConfig (a valid --config), in place of the internal settings
-        run.write_config(json.dumps(settings, indent=2, sort_keys=True))
     executor = (DistributedExecutor(trainer, data, plan.randomness, env, template) if env is not None
                 else LocalExecutor(trainer, data, plan.randomness))
     # audit run: canary users clipped and noised with the real clients (training.audit_run)

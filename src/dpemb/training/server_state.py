@@ -72,9 +72,10 @@ class ServerState:
     def open(cls, model: torch.nn.Module, params: list[torch.nn.Parameter],
              global_head: torch.nn.Parameter | None, plan: PrivacyPlan, fed_cfg: FederatedConfig, model_cfg: ModelConfig, run: RunDir, release: Release,
              config: str, ckpt_meta: dict[str, Any], resume: bool | str, device: torch.device,
-             data_record: dict[str, Any]) -> ServerState:
-        """A fresh run (``RunDir.start_fresh``) or, when ``resume`` finds
-        a checkpoint, the state it holds."""
+             data_record: dict[str, Any], config_file: str | None = None) -> ServerState:
+        """A fresh run (``RunDir.start_fresh``, writing ``config_file``, the run's
+        ``TrainConfig``, as its config.json; ``config`` where none is given) or, when
+        ``resume`` finds a checkpoint, the state it holds."""
         state = cls(model, params, global_head, make_server_optimizer(params, fed_cfg), plan, fed_cfg,
                     model_cfg, run, release, config, ckpt_meta, data_record)
         if fed_cfg.server_ema:  # the average starts at the (public or random) initial model
@@ -82,8 +83,10 @@ class ServerState:
         state.initial_norm = float(state.vector().norm())  # the initial model's (public or random)
         if resume_from_checkpoint(run, resume):
             state.load(device)
+            if config_file is not None:
+                run.write_config(config_file)
         else:
-            run.start_fresh(config)
+            run.start_fresh(config_file or config)
         return state
 
     def vector(self) -> torch.Tensor:
