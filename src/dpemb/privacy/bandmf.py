@@ -56,7 +56,7 @@ import torch
 
 from dpemb.privacy._checks import positive_int
 from dpemb.privacy.clipping import ClippedSum
-from dpemb.privacy.noise import NoiseRandomness, check_kind, standard_normal
+from dpemb.privacy.noise import CorrelatedNoise, check_kind, standard_normal
 
 
 def banded_sqrt_coefficients(bands: int, rounds: int | None = None, *, normalize: bool = True) -> list[float]:
@@ -96,7 +96,7 @@ def max_column_norm(coefficients: list[float], rounds: int | None = None) -> flo
     return math.sqrt(sum(c * c for c in coefficients[:m]))
 
 
-class BandMFNoise(NoiseRandomness):
+class BandMFNoise(CorrelatedNoise):
     """Round t's noised SUM: clipped sum + sigma x w_t, w = C^{-1} Z / sigma streamed (a
     ``NoiseMechanism``, see ``dpemb.privacy.noise``).
 
@@ -120,18 +120,7 @@ class BandMFNoise(NoiseRandomness):
         super().__init__(noise_multiplier, seed=seed, allow_nonprivate=allow_nonprivate, secure=secure)
         self.bands = positive_int("bands (b)", bands)
         self.coefficients = tuple(banded_sqrt_coefficients(self.bands))
-        self._sensitivity: float | None = None
-        self._rounds = 0
         self._past: deque[list[torch.Tensor]] = deque(maxlen=self.bands - 1)  # w_{t-1}, w_{t-2}, ...
-
-    @property
-    def rounds(self) -> int:
-        """Rounds released so far."""
-        return self._rounds
-
-    def std(self, sensitivity: float) -> float:
-        """sigma: the std of each entry of Z (normalised strategy) for a per-round sensitivity."""
-        return self.noise_multiplier * float(sensitivity)
 
     def _next_w(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
         """w_t = (Z_t / sigma - sum_{k>=1} c_k w_{t-k}) / c_0, in units of sigma; kept in the buffer."""
@@ -146,15 +135,7 @@ class BandMFNoise(NoiseRandomness):
 
     def release(self, clipped: ClippedSum) -> list[torch.Tensor]:
         """``clipped.value`` + sigma x w_t (new tensors): round t's noised SUM."""
-        if not isinstance(clipped, ClippedSum):
-            raise TypeError(f"BandMFNoise.release takes a ClippedSum, got {type(clipped).__name__}")
-        if self._sensitivity is None:
-            self._sensitivity = clipped.sensitivity
-        elif clipped.sensitivity != self._sensitivity:
-            raise ValueError(
-                f"the sensitivity changed from {self._sensitivity} to {clipped.sensitivity}: the correlated "
-                "noise of earlier rounds was scaled for the first one; keep the clip norm and K fixed"
-            )
+        sensitivity = self.fixed_sensitivity(clipped, "BandMFNoise.release", "correlated noise")
         value = clipped.value
         if self._past and (len(self._past[0]) != len(value)
                            or any(p.shape != v.shape for p, v in zip(self._past[0], value))):
@@ -162,7 +143,7 @@ class BandMFNoise(NoiseRandomness):
         self._rounds += 1
         if not self.private:
             return [v.clone() for v in value]
-        sigma = self.std(self._sensitivity)
+        sigma = self.std(sensitivity)  # the std of each entry of Z (normalised strategy)
         with torch.no_grad():
             w = self._next_w(value)
             return [v + sigma * wi for v, wi in zip(value, w)]

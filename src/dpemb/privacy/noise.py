@@ -173,14 +173,45 @@ class NoiseRandomness:
     def private(self) -> bool:
         return self.noise_multiplier > 0
 
+    def std(self, sensitivity: float) -> float:
+        """Noise standard deviation for a sum of the given L2 sensitivity (z x sensitivity)."""
+        return self.noise_multiplier * float(sensitivity)
+
+
+class CorrelatedNoise(NoiseRandomness):
+    """A mechanism whose noise is correlated across rounds (tree aggregation, BandMF): every
+    round's noise is scaled for the FIRST round's sensitivity, so a later round with
+    another one is refused (``fixed_sensitivity``); ``rounds`` counts the rounds released."""
+
+    def __init__(self, noise_multiplier: float, **randomness: Any) -> None:
+        super().__init__(noise_multiplier, **randomness)
+        self._sensitivity: float | None = None
+        self._rounds = 0  # rounds released in total
+
+    @property
+    def rounds(self) -> int:
+        """Rounds released so far."""
+        return self._rounds
+
+    def fixed_sensitivity(self, clipped: ClippedSum, caller: str, noise: str) -> float:
+        """The sensitivity of every round: ``clipped``'s on the first round, and a
+        ValueError on a later round whose clipped sum has another (``noise``: what was
+        scaled for the first). TypeError when ``clipped`` is not a ``ClippedSum``."""
+        if not isinstance(clipped, ClippedSum):
+            raise TypeError(f"{caller} takes a ClippedSum, got {type(clipped).__name__}")
+        if self._sensitivity is None:
+            self._sensitivity = clipped.sensitivity
+        elif clipped.sensitivity != self._sensitivity:
+            raise ValueError(
+                f"the sensitivity changed from {self._sensitivity} to {clipped.sensitivity}: the {noise} of "
+                "earlier rounds was scaled for the first one; keep the clip norm and K fixed"
+            )
+        return self._sensitivity
+
 
 class GaussianNoise(NoiseRandomness):
     """Gaussian noise of std ``noise_multiplier * sensitivity`` on a ``ClippedSum``
     (a ``NoiseMechanism``: ``release`` is ``add``)."""
-
-    def std(self, sensitivity: float) -> float:
-        """Noise standard deviation for a sum of the given L2 sensitivity."""
-        return self.noise_multiplier * float(sensitivity)
 
     def add(self, clipped: ClippedSum) -> list[torch.Tensor]:
         """``clipped.value`` + N(0, (z * clipped.sensitivity)^2) on every entry (new tensors)."""

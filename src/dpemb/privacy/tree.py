@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from dpemb.privacy.clipping import ClippedSum
-from dpemb.privacy.noise import NoiseRandomness, check_kind, standard_normal
+from dpemb.privacy.noise import CorrelatedNoise, check_kind, standard_normal
 
 
 def node_variances(levels: int, efficient: bool) -> list[float]:
@@ -49,7 +49,7 @@ def node_variances(levels: int, efficient: bool) -> list[float]:
     return v
 
 
-class TreeAggregationNoise(NoiseRandomness):
+class TreeAggregationNoise(CorrelatedNoise):
     """Noisy prefix sums of clipped per-round sums via online tree aggregation.
 
     Feed round t's ``ClippedSum`` to ``noisy_prefix_sum`` and get the noisy sum of
@@ -78,32 +78,18 @@ class TreeAggregationNoise(NoiseRandomness):
         if restart_every is not None and (isinstance(restart_every, bool) or int(restart_every) < 1):
             raise ValueError(f"restart_every must be a positive number of rounds, got {restart_every!r}")
         self.restart_every = int(restart_every) if restart_every is not None else None
-        self._sensitivity: float | None = None
-        self._rounds = 0  # rounds fed in total
         self._t = 0  # leaves in the current tree
         self._stack: list[tuple[int, list[torch.Tensor]]] = []  # (level, estimate noise / sigma)
         self._cum: list[torch.Tensor] | None = None  # raw sum of the current tree
         self._done: list[torch.Tensor] | None = None  # noisy totals of finished trees
         self._prev: list[torch.Tensor] | None = None  # the previous noisy prefix sum (released)
 
-    @property
-    def rounds(self) -> int:
-        return self._rounds
-
     def _draw(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
         return standard_normal(like, self._generator, secure=self.secure)
 
     def noisy_prefix_sum(self, clipped: ClippedSum) -> list[torch.Tensor]:
         """Add round t's clipped sum; return the noisy sum of rounds 1..t (new tensors)."""
-        if not isinstance(clipped, ClippedSum):
-            raise TypeError(f"noisy_prefix_sum takes a ClippedSum, got {type(clipped).__name__}")
-        if self._sensitivity is None:
-            self._sensitivity = clipped.sensitivity
-        elif clipped.sensitivity != self._sensitivity:
-            raise ValueError(
-                f"the sensitivity changed from {self._sensitivity} to {clipped.sensitivity}: the tree "
-                "noise of earlier rounds was scaled for the first one"
-            )
+        sensitivity = self.fixed_sensitivity(clipped, "noisy_prefix_sum", "tree noise")
         value = clipped.value
         with torch.no_grad():
             if self._cum is None:
@@ -117,7 +103,7 @@ class TreeAggregationNoise(NoiseRandomness):
                 self._push_leaf(value)
             out = [c.clone() for c in self._cum]
             if self.private:
-                sigma = self.noise_multiplier * self._sensitivity
+                sigma = self.std(sensitivity)
                 for _, est in self._stack:
                     out = [o + sigma * e.to(o.device, o.dtype) for o, e in zip(out, est)]
             if self._done is not None:
