@@ -3,12 +3,14 @@
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 import pytest
 
 from dpemb.cli import account
 from dpemb.cli.main import UsageError
 from dpemb.privacy.accounting import PrivacySpec, epsilon_for
+from dpemb.privacy.calibration import calibrate_noise_multiplier
 
 
 def run(argv, capsys):
@@ -163,15 +165,14 @@ def test_large_delta_refused_unless_forced_and_extrapolation_labels_the_paper_co
 # ---------------------------------------------------------------------- BandMF (issue #36)
 @pytest.mark.parametrize("bands", [1, 4, 16])
 def test_bandmf_prints_the_foundations_epsilon(bands, capsys):
-    from dpemb.privacy.bandmf_accounting import bandmf_epsilon
-
     status, out, _ = run([*BASE, "--noise-multiplier", "1.0", "--mechanism", "bandmf", "--bands", str(bands),
                           "--json"], capsys)
     assert status == 0
     obj = json.loads(out)
     spec = PrivacySpec(population=10_000_000, clients_per_round=4096, rounds=1000, noise_multiplier=1.0)
     for acc in ("rdp", "pld"):
-        assert obj[f"epsilon_{acc}"] == bandmf_epsilon(spec, bands, acc)
+        bandmf = replace(spec, mechanism="bandmf", sampling="cyclic-poisson", bands=bands)
+        assert obj[f"epsilon_{acc}"] == epsilon_for(bandmf, acc)
         assert obj[f"statement_{acc}"].endswith(
             f"; BandMF, {bands} band{'s' if bands > 1 else ''}, cyclic Poisson participation)")
         if bands == 1:  # one band is DP-FedEmb, epsilon for epsilon
@@ -182,8 +183,6 @@ def test_bandmf_prints_the_foundations_epsilon(bands, capsys):
 
 
 def test_bandmf_text_calibration_and_sweep(capsys):
-    from dpemb.privacy.bandmf_accounting import calibrate_bandmf_noise_multiplier
-
     status, out, _ = run([*BASE, "--noise-multiplier", "1.0", "--mechanism", "bandmf", "--bands", "4"], capsys)
     assert status == 0
     assert "b = 4 bands, sampling rate within a group q = b*M*K/N = 0.001638" in out
@@ -195,7 +194,8 @@ def test_bandmf_text_calibration_and_sweep(capsys):
     obj = json.loads(out)
     spec = PrivacySpec(population=10_000_000, clients_per_round=4096, rounds=1000)
     assert status == 0 and obj["calibrated"] and obj["epsilon_rdp"] <= 2
-    assert obj["noise_multiplier"] == calibrate_bandmf_noise_multiplier(2.0, spec, 8, "rdp")
+    bandmf = replace(spec, mechanism="bandmf", sampling="cyclic-poisson", bands=8)
+    assert obj["noise_multiplier"] == calibrate_noise_multiplier(bandmf, 2.0, "rdp")
     status, out, _ = run([*BASE, "--noise-multiplier", "1.0", "--mechanism", "bandmf", "--bands", "1,4",
                           "--accountant", "rdp"], capsys)
     lines = out.splitlines()

@@ -11,15 +11,24 @@ from dp_accounting import NeighboringRelation
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from dpemb.privacy.bandmf_accounting import (
-    amplified_bandmf_event,
-    bandmf_epsilon,
-    bandmf_event,
-    calibrate_bandmf_noise_multiplier,
-    equivalent_spec,
-)
-from dpemb.privacy.events import epsilon_for
+from dataclasses import replace
+
+from dpemb.privacy.calibration import calibrate_noise_multiplier
+from dpemb.privacy.events import amplified_bandmf_event, bandmf_equivalent_spec, epsilon_for, training_event
 from dpemb.privacy.spec import PrivacySpec
+
+
+def bandmf_spec(spec, bands, **kw):
+    """The bandmf spec of a gaussian + poisson ``spec`` (N, M, K, z, T, delta, relation)."""
+    return replace(spec, mechanism="bandmf", sampling="cyclic-poisson", bands=bands, **kw)
+
+
+def bandmf_epsilon(spec, bands, accountant="rdp", rounds=None):
+    return epsilon_for(bandmf_spec(spec, bands, rounds=rounds or spec.rounds), accountant)
+
+
+def bandmf_event(spec, bands):
+    return training_event(bandmf_spec(spec, bands))
 
 SPECS = [
     PrivacySpec(population=10_000, clients_per_round=50, noise_multiplier=1.0, rounds=200),
@@ -77,14 +86,14 @@ def test_independent_computation(setting):
 
 def test_the_equivalent_spec():
     spec = SPECS[1]
-    eq = equivalent_spec(spec, 7)
+    eq = bandmf_equivalent_spec(bandmf_spec(spec, 7))
     assert eq.sampling_rate == pytest.approx(7 * spec.sampling_rate, rel=1e-15) and eq.rounds == math.ceil(300 / 7)
     assert (eq.population, eq.users_per_client, eq.noise_multiplier, eq.resolved_delta, eq.relation) == (
         spec.population, spec.users_per_client, spec.noise_multiplier, spec.resolved_delta, spec.relation)
     with pytest.raises(ValueError, match="fewer bands"):
-        equivalent_spec(spec, 500)  # b M K = 60,000 > N
-    with pytest.raises(ValueError, match="gaussian \\+ poisson"):
-        equivalent_spec(PrivacySpec(population=100, clients_per_round=5, mechanism="tree"), 2)
+        bandmf_spec(spec, 500)  # b M K = 60,000 > N
+    with pytest.raises(ValueError, match="bandmf PrivacySpec"):
+        bandmf_equivalent_spec(PrivacySpec(population=100, clients_per_round=5, mechanism="tree"))
     nonprivate = PrivacySpec(population=100, clients_per_round=5, noise_multiplier=0.0, nonprivate=True)
     assert bandmf_epsilon(nonprivate, 2) == math.inf
 
@@ -105,7 +114,7 @@ def test_epsilon_falls_as_the_noise_grows(accountant):
 def test_calibration_hits_the_target(accountant):
     spec = PrivacySpec(population=20_000, clients_per_round=40, rounds=400)
     target, b = 2.0, 8
-    z = calibrate_bandmf_noise_multiplier(target, spec, b, accountant)
+    z = calibrate_noise_multiplier(bandmf_spec(spec, b), target, accountant)
     at = lambda z_: bandmf_epsilon(PrivacySpec(population=20_000, clients_per_round=40, rounds=400,  # noqa: E731
                                                noise_multiplier=z_), b, accountant)
     assert at(z) <= target
@@ -114,9 +123,9 @@ def test_calibration_hits_the_target(accountant):
 
 
 def test_accounting_does_not_import_torch():
-    code = ("import sys; from dpemb.privacy.bandmf_accounting import bandmf_epsilon; "
+    code = ("import sys; from dpemb.privacy.events import epsilon_for; "
             "from dpemb.privacy import PrivacySpec; "
-            "bandmf_epsilon(PrivacySpec(population=100, clients_per_round=5), 4); "
+            "epsilon_for(PrivacySpec(population=100, clients_per_round=5, mechanism='bandmf', bands=4), 'rdp'); "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

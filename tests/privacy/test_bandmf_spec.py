@@ -1,5 +1,5 @@
 """BandMF as a PrivacySpec mechanism: validation, the one event and epsilon (through
-events.py, equal to bandmf_accounting's), calibration, statements and the plan's factories."""
+events.py), calibration, statements and the plan's factories."""
 
 import math
 import subprocess
@@ -24,7 +24,6 @@ from dpemb.privacy import (
     round_event,
     training_event,
 )
-from dpemb.privacy.bandmf_accounting import bandmf_epsilon, calibrate_bandmf_noise_multiplier
 from dpemb.privacy.calibration import calibrate_noise_multiplier, calibrated_spec
 from dpemb.privacy.events import (
     amplified_bandmf_event,
@@ -115,7 +114,7 @@ def test_one_band_is_dp_fedemb_exactly(accountant):
 def test_epsilon_equals_the_foundations_and_reads_the_equivalent_curve(accountant, b):
     s = bandmf(b)
     eps = epsilon_for(s, accountant)
-    assert eps == bandmf_epsilon(gaussian(), b, accountant)
+    assert eps == epsilon_for(gaussian(clients_per_round=b * M, rounds=math.ceil(T / b)), accountant)
     assert eps > epsilon_for(gaussian(), accountant)  # fewer participations at a b times higher rate
     curve, eq = epsilon_curve(s, accountant), epsilon_curve(bandmf_equivalent_spec(s), accountant)
     assert curve(T) == eps and curve(0) == 0.0
@@ -148,7 +147,6 @@ def test_nonprivate_bandmf():
 def test_calibration_through_the_one_path(accountant):
     target, b = 2.0, 8
     z = calibrate_noise_multiplier(bandmf(b), target, accountant)
-    assert z == calibrate_bandmf_noise_multiplier(target, gaussian(), b, accountant)
     assert epsilon_for(replace(bandmf(b), noise_multiplier=z), accountant) <= target
     assert epsilon_for(replace(bandmf(b), noise_multiplier=z / (1 + 1.5e-4)), accountant) > target
     spec = calibrated_spec(target, accountant, population=N, clients_per_round=M, rounds=T, mechanism="bandmf",

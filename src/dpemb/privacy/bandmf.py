@@ -24,7 +24,7 @@ disjoint support, so changing its data moves C x by
 (``ClippedSum.sensitivity``, from ``relations.user_sensitivity``). The largest column
 norm is that of column 0, sqrt(c_0^2 + ... + c_{b-1}^2) (``max_column_norm``).
 
-The noise multiplier z (what the accountant sees, ``dpemb.privacy.bandmf_accounting``)
+The noise multiplier z (what the accountant sees, ``dpemb.privacy.events.amplified_bandmf_event``)
 is relative to Delta x (max column norm of C): Z has std sigma = z x Delta x
 max_column_norm(C). With the normalised C (column norm 1) that is sigma = z x Delta,
 which is what ``BandMFNoise`` uses. The noise actually added, C^{-1} Z, is the same

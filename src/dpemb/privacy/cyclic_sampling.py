@@ -13,7 +13,7 @@ in rounds t with t mod b = g, so it takes part AT MOST ONCE in any b consecutive
 rounds, and at most ceil(T / b) times in T rounds. This is the participation that
 ``dpemb.privacy.bandmf`` needs for its sensitivity (the columns of a b-banded
 strategy that one user touches have disjoint support) and that
-``dpemb.privacy.bandmf_accounting`` assumes (Choquette-Choo et al. 2023). It holds
+``dpemb.privacy.events.amplified_bandmf_event`` assumes (Choquette-Choo et al. 2023). It holds
 by construction, whatever the keys or rates.
 
 The rate: q = b M K / N by default, so a round samples M K users in expectation

@@ -15,7 +15,7 @@ module only says which mechanism a configuration is:
   the same release is the Gaussian mechanism with noise multiplier z / sqrt(S)
   (``GaussianDpEvent``), whose privacy loss PLD computes tightly.
 - bandmf + cyclic-poisson (amplified BandMF with b bands, Choquette-Choo et al. 2023;
-  ``bandmf_accounting`` explains it): ceil(T / b) x PoissonSampledDpEvent(q, GaussianDpEvent(z))
+  docs/PRIVACY.md explains it): ceil(T / b) x PoissonSampledDpEvent(q, GaussianDpEvent(z))
   with q = b M K / N, the rate within a group (``amplified_bandmf_event``, the one
   definition). Its epsilon after t rounds is that of the ``bandmf_equivalent_spec`` (the
   gaussian + poisson spec with b M clients per round and ceil(T / b) rounds) after
