@@ -59,8 +59,8 @@ def import_emnist_h5(
     ``skip_bad`` the writer is skipped and its examples counted as skipped.
     """
     path = Path(h5_path)
-    report = ImportReport()
-    bad = BadRows(report, skip_bad)
+    bad = BadRows(skip_bad)
+    report = bad.report
     with _open(path) as f:
         examples = f.get("examples")
         if not isinstance(examples, h5py.Group):
