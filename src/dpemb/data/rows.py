@@ -153,7 +153,7 @@ class RowView:
         if isinstance(base, np.memmap) and isinstance(base.base, mmap.mmap) and base.filename:
             return _reopen, (base.filename, int(base.offset), base.dtype.str, tuple(base.shape),
                              self._rows, self._mapping is not None)
-        return _rebuild, (np.asarray(base), self._rows)
+        return RowView, (np.asarray(base), self._rows)
 
     def __repr__(self) -> str:
         kind = type(self._base).__name__
@@ -297,10 +297,6 @@ def _reopen(filename: str, offset: int, dtype: str, shape: tuple[int, ...], rows
             release_pages: bool) -> RowView:
     base = np.memmap(filename, dtype=np.dtype(dtype), mode="r", offset=offset, shape=shape)
     return RowView(base, rows, release_pages=release_pages)
-
-
-def _rebuild(base: np.ndarray, rows: np.ndarray) -> RowView:
-    return RowView(base, rows)
 
 
 def _is_int(key: Any) -> bool:

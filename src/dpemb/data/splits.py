@@ -1,16 +1,9 @@
-"""Choosing the roles of a UserDataset's identities and users.
-
-Three disjoint identity groups (training, validation, test) and four disjoint user
-groups (public, private training, validation, test). ``UserDataset.split`` keeps a
-validation example only when both its user and its identity are validation ones, and
-likewise for test, so a number measured on the validation or test split is never a
-statistic of a user who is trained on (the paper's EMNIST protocol holds out classes
-36-61; here their writers are held out too). Validation is for choosing
-hyperparameters, test for the numbers that are reported.
-
-Public users are users whose data may be used for non-private pretraining; they are
-data *about which no privacy claim is made*. Choosing any of these roles is a
-data-handling decision made before training, not a private computation.
+"""Choosing the roles of a UserDataset's identities and users (the roles, and the splits
+they make, are described in :mod:`dpemb.data.dataset`). Validation is for choosing
+hyperparameters, test for the numbers that are reported. Public users' data may be used
+for non-private pretraining: it is data *about which no privacy claim is made*. Choosing
+any of these roles is a data-handling decision made before training, not a private
+computation.
 """
 
 from __future__ import annotations

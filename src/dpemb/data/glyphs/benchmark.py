@@ -1,20 +1,11 @@
-"""Who writes what: pool selection and the user/identity assignment of both regimes.
+"""Who writes what: pool selection and the user/identity assignment of both regimes
+(described in :class:`~dpemb.data.glyphs.config.GlyphConfig`).
 
-Both regimes hold out test and validation identities TOGETHER WITH their own users,
-so that no user and no identity is in two of training, validation and test:
-
-* shared: a random ``eval_identity_fraction`` (test) and ``validation_identity_fraction``
-  of the pool is held out, and a random ``eval_user_fraction`` / ``validation_user_fraction``
-  of the users (default: the identity fractions) are dedicated test / validation
-  writers. Every user is one font (a writer) and writes ``identities_per_user``
-  characters drawn uniformly from the characters of its own group (training, test or
-  validation) that its font covers; a held-out writer writes all of them when there
-  are fewer. No example is wasted: each is in exactly one split.
-* owned: users come in groups of ``users_per_identity``; each group owns
-  ``identities_per_user`` identities that no other group holds, all drawn by every
-  font of the group. Whole groups (identities together with their owners) are held
-  out for test and for validation, so held-out identities belong to new people.
-
+Both hold out test and validation identities TOGETHER WITH their own users, so that no
+user and no identity is in two of training, validation and test. shared: every user is
+one font (a writer) and writes characters drawn uniformly from those of its own group
+(training, test or validation) that its font covers; no example is wasted, each is in
+exactly one split. owned: a group's identities are drawn by every font of the group.
 Public users are chosen among the training users.
 """
 

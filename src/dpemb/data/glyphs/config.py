@@ -6,15 +6,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 REGIMES = ("shared", "owned")
-CJK_FONT_PACKAGES = (
-    "fonts-wqy-zenhei",
-    "fonts-wqy-microhei",
-    "fonts-arphic-uming",
-    "fonts-arphic-ukai",
-    "fonts-ipafont-gothic",
-    "fonts-unfonts-core",
-    "fonts-noto-cjk",
-)
+CJK_FONT_PACKAGES = ("fonts-wqy-zenhei", "fonts-wqy-microhei", "fonts-arphic-uming", "fonts-arphic-ukai",
+                     "fonts-ipafont-gothic", "fonts-unfonts-core", "fonts-noto-cjk")
 
 
 class GlyphConfigError(ValueError):

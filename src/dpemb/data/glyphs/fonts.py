@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from dpemb.data.dataset import DataError
 
@@ -168,15 +170,10 @@ def discover_font_paths(
                 "or directories holding them"
             )
     groups.append(extra)
-    seen: set[str] = set()
-    out: list[Path] = []
-    for group in groups:
-        for p in group:
-            key = os.path.realpath(p)
-            if key not in seen:
-                seen.add(key)
-                out.append(p)
-    return out
+    first: dict[str, Path] = {}  # real path -> the first path naming that file
+    for p in itertools.chain(*groups):
+        first.setdefault(os.path.realpath(p), p)
+    return list(first.values())
 
 
 # ---------------------------------------------------------------------- analysis
@@ -389,11 +386,7 @@ def scan_fonts(
     rejected: list[Rejected] = []
     seen: dict[tuple[str, str], str] = {}
     paths = discover_font_paths(extra_paths, system=system, packages=packages)
-    if progress:
-        from tqdm.auto import tqdm
-
-        paths = tqdm(paths, desc="glyphs: checking fonts", unit="file", leave=False)
-    for path in paths:
+    for path in tqdm(paths, desc="glyphs: checking fonts", unit="file", leave=False, disable=not progress):
         try:
             n = _face_count(path)
         except Exception as e:

@@ -29,13 +29,11 @@ GENERATOR_VERSION = 2  # bump when the same config would produce different data
 _POOL, _ASSIGN, _STYLE, _JITTER = 1, 2, 3, 4
 
 
-def available_fonts(extra_paths: Sequence[str | os.PathLike] = ()) -> list[FontInfo]:
+def available_fonts(
+    extra_paths: Sequence[str | os.PathLike] = (), *, progress: bool = False
+) -> list[FontInfo]:
     """Usable font faces (system, Python packages, ``extra_paths``) after filtering,
     sorted by family and style."""
-    return _fonts(extra_paths, progress=False)
-
-
-def _fonts(extra_paths: Sequence[str | os.PathLike], *, progress: bool) -> list[FontInfo]:
     return list(scan_fonts(candidate_code_points(), extra_paths, progress=progress).usable)
 
 
@@ -62,7 +60,7 @@ def make_glyphs(cfg: GlyphConfig, *, progress: bool = True) -> UserDataset:
     """
     if not isinstance(cfg, GlyphConfig):
         raise TypeError(f"make_glyphs expects a GlyphConfig, got {type(cfg).__name__}")
-    fonts = _fonts(cfg.extra_font_paths, progress=progress)
+    fonts = available_fonts(cfg.extra_font_paths, progress=progress)
     if not fonts:
         raise DataError(
             "glyphs: no usable font found (searched fc-list, /usr/share/fonts and "

@@ -155,8 +155,12 @@ class ImageLocator:
 
 
 def _import_split_csv(
-    csv_path: str | os.PathLike, image_dir: str | os.PathLike, fmt: str, user_columns: Sequence[str],
-    *, image_size: int, channels: int, skip_bad: bool, strict_geometry: bool, progress: bool,
+    csv_path: str | os.PathLike,
+    image_dir: str | os.PathLike,
+    fmt: str,
+    user_columns: Sequence[str],
+    *,
+    image_size: int, channels: int, skip_bad: bool, strict_geometry: bool, progress: bool,
 ) -> tuple[UserDataset, ImportReport]:
     """Import a ``<user>,image_id,class`` CSV whose images live under ``image_dir``."""
     csv_path = Path(csv_path)
@@ -173,7 +177,8 @@ def _import_split_csv(
     bad = BadRows(skip_bad, strict_geometry)
     columns = {"user": tuple(user_columns), "image_id": "image_id", "class": "class"}
     rows, outside = _listed_rows(csv_path, columns, "class", bad, find, outside=NOT_IN_SPLIT)
-    source = {"format": fmt, "path": str(csv_path.resolve()), "image_dir": str(image_root.resolve()),
+    source = {"format": fmt, "path": str(csv_path.resolve()),
+              "image_dir": str(image_root.resolve()),
               **({"rows_outside_split": outside} if outside else {})}
     return pack_rows(rows, image_size=image_size, channels=channels, bad=bad, source=source,
                      progress=progress, name=str(csv_path))

@@ -32,18 +32,8 @@ KNOWN_DIRS = [DEBIAN_DIR]
 #: environment variable naming extra folders to search (os.pathsep-separated)
 ENV_DIR = "DPEMB_FASHION_MNIST_DIR"
 
-LABEL_NAMES = [
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-]
+LABEL_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
+               "Bag", "Ankle boot"]
 FILE_STEMS = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
@@ -117,13 +107,8 @@ def _dpkg_listed_dirs() -> list[Path]:
         return []
     if out.returncode != 0:
         return []
-    dirs = []
-    for line in out.stdout.splitlines():
-        if line.endswith("-idx3-ubyte.gz") or line.endswith("-idx3-ubyte"):
-            d = Path(line).parent
-            if d not in dirs:
-                dirs.append(d)
-    return dirs
+    idx_files = [ln for ln in out.stdout.splitlines() if ln.endswith(("-idx3-ubyte.gz", "-idx3-ubyte"))]
+    return list(dict.fromkeys(Path(ln).parent for ln in idx_files))
 
 
 def _cache_dirs() -> list[Path]:
@@ -136,11 +121,7 @@ def _cache_dirs() -> list[Path]:
 def candidate_dirs() -> list[Path]:
     """Every folder searched for the IDX files, in order (see the module docstring)."""
     env = [Path(p).expanduser() for p in os.environ.get(ENV_DIR, "").split(os.pathsep) if p.strip()]
-    out: list[Path] = []
-    for d in env + _dpkg_listed_dirs() + KNOWN_DIRS + _cache_dirs():
-        if d not in out:
-            out.append(d)
-    return out
+    return list(dict.fromkeys(env + _dpkg_listed_dirs() + KNOWN_DIRS + _cache_dirs()))
 
 
 def find_fashion_mnist_dir() -> Path:

@@ -89,7 +89,8 @@ def import_digiface(
     root_path = check_dir(root, "DigiFace root")
     bad = BadRows(skip_bad, strict_geometry)
     rows: list[Row] = []
-    for d in _subdirs(root_path, bad, "image directly under the root; expected <identity>/<image>.png"):
+    stray = "image directly under the root; expected <identity>/<image>.png"
+    for d in _subdirs(root_path, bad, stray):
         bad.report.users_listed.add(d.name)
         images = _images(d, bad.report, "inside an identity folder")
         if not images:
