@@ -349,13 +349,10 @@ class UserDataset:
 
 
 class Splits:
-    """Views of a dataset by role (see the module docstring). ``train``: private
-    training users' examples of training identities; ``public``: public users'
-    examples of training identities; ``train_and_public``: both; ``validation``:
-    validation users' examples of validation identities; ``eval`` (alias ``test``):
-    test users' examples of test identities. ``label_role`` / ``user_role`` hold the
-    role codes (TRAIN, VALIDATION, TEST; users also PUBLIC); ``unused`` marks the
-    examples no part keeps."""
+    """Views of a dataset by role: the parts of the module docstring, ``eval`` also named
+    ``test``, and ``train_and_public`` (both). ``label_role`` / ``user_role`` hold the role
+    codes (TRAIN, VALIDATION, TEST; users also PUBLIC); ``unused`` marks the examples no
+    part keeps."""
 
     def __init__(self, ds: UserDataset):
         self.ds = ds
@@ -565,9 +562,8 @@ def _index(
             raise DataError(f"a {what} index lies outside {what}_names")
         return arr.astype(np.int64), [str(n) for n in names]
     if arr.dtype.kind in "iu":
-        uniq = np.unique(arr) if len(arr) else np.zeros(0, dtype=np.int64)
-        lookup = {int(v): i for i, v in enumerate(uniq)}
-        return np.array([lookup[int(v)] for v in arr], dtype=np.int64), [str(int(v)) for v in uniq]
+        uniq, idx = np.unique(arr, return_inverse=True)
+        return idx.reshape(-1).astype(np.int64), [str(int(v)) for v in uniq]
     seen: dict[str, int] = {}
     idx = np.empty(len(arr), dtype=np.int64)
     for i, v in enumerate(arr):

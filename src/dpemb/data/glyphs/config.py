@@ -6,8 +6,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 REGIMES = ("shared", "owned")
-CJK_FONT_PACKAGES = ("fonts-wqy-zenhei", "fonts-wqy-microhei", "fonts-arphic-uming", "fonts-arphic-ukai",
-                     "fonts-ipafont-gothic", "fonts-unfonts-core", "fonts-noto-cjk")
+CJK_FONT_PACKAGES = ("fonts-wqy-zenhei", "fonts-wqy-microhei", "fonts-arphic-uming",
+                     "fonts-arphic-ukai", "fonts-ipafont-gothic", "fonts-unfonts-core",
+                     "fonts-noto-cjk")
 
 
 class GlyphConfigError(ValueError):
@@ -167,18 +168,12 @@ class GlyphConfig:
                         "identities come with their owners); leave it None",
                     )
             groups = self.num_users // upi
-            n_val = self.validation_groups(groups)
-            if self.validation_identity_fraction > 0 and n_val == 0:
-                raise bad(
-                    "validation_identity_fraction",
-                    f"holds out no identity group of {groups}; raise it or num_users",
-                )
-            n_eval = self.eval_groups(groups)
-            if self.eval_identity_fraction > 0 and n_eval == 0:
-                raise bad(
-                    "eval_identity_fraction",
-                    f"holds out no identity group of {groups}; raise it or num_users",
-                )
+            n_val, n_eval = self.validation_groups(groups), self.eval_groups(groups)
+            for name, held in (("validation_identity_fraction", n_val),
+                               ("eval_identity_fraction", n_eval)):
+                if getattr(self, name) > 0 and held == 0:
+                    raise bad(name, f"holds out no identity group of {groups}; raise it or "
+                              "num_users")
             if n_eval + n_val >= groups:
                 raise bad(
                     "eval_identity_fraction",

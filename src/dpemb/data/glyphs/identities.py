@@ -153,38 +153,17 @@ def candidate_code_points(tiers: tuple[str, ...] = TIERS) -> frozenset[int]:
     return out
 
 
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: dict[int, int] = {}
-
-    def find(self, x: int) -> int:
-        p = self.parent.setdefault(x, x)
-        while p != x:
-            self.parent[x] = self.parent.setdefault(p, p)
-            x, p = p, self.parent[p]
-        return x
-
-    def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
-
-
 def lookalike_groups(fonts: Sequence[FontInfo] = ()) -> list[tuple[int, ...]]:
     """Groups of code points that must share one identity (static table + code points
-    that a font draws with one glyph). Sorted; singletons omitted."""
-    uf = _UnionFind()
-    for g in LOOKALIKE_GROUPS:
-        for ch in g[1:]:
-            uf.union(ord(g[0]), ord(ch))
-    for f in fonts:
-        for shared in f.shared_glyphs:
-            for cp in shared[1:]:
-                uf.union(shared[0], cp)
-    groups: dict[int, list[int]] = {}
-    for x in list(uf.parent):
-        groups.setdefault(uf.find(x), []).append(x)
-    return sorted(tuple(sorted(g)) for g in groups.values() if len(g) > 1)
+    that a font draws with one glyph), overlapping groups merged. Sorted; singletons
+    omitted."""
+    group_of: dict[int, set[int]] = {}
+    table = [tuple(map(ord, g)) for g in LOOKALIKE_GROUPS]
+    for group in table + [shared for f in fonts for shared in f.shared_glyphs]:
+        merged = set(group).union(*(group_of.get(cp, ()) for cp in group))
+        for cp in merged:
+            group_of[cp] = merged
+    return sorted({tuple(sorted(g)) for g in group_of.values() if len(g) > 1})
 
 
 def build_pool(fonts: Sequence[FontInfo], tiers: tuple[str, ...] = TIERS) -> list[Identity]:

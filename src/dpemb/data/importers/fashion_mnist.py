@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from dpemb.data.dataset import DataError, UserDataset
+from dpemb.data.importers._common import one_user_per_example
 
 DEBIAN_PACKAGE = "dataset-fashion-mnist"
 #: Where the Debian package installs its files.
@@ -167,17 +168,5 @@ def import_fashion_mnist(
         )
     if len(labels) and labels.max() >= len(LABEL_NAMES):
         raise DataError(f"{lab_path}: label {int(labels.max())} outside 0-9")
-    n = len(labels)
-    return UserDataset(
-        images=images[..., None],
-        labels=labels,
-        offsets=np.arange(n + 1, dtype=np.int64),
-        user_names=[str(i) for i in range(n)],
-        label_names=list(LABEL_NAMES),
-        source={
-            "format": "fashion_mnist",
-            "path": str(folder.resolve()),
-            "split": split,
-            "unit": "each example is its own user",
-        },
-    )
+    source = {"format": "fashion_mnist", "path": str(folder.resolve()), "split": split}
+    return one_user_per_example(images[..., None], labels, LABEL_NAMES, source)
