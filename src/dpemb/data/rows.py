@@ -329,9 +329,8 @@ def row_span(images: Any, lo: int, hi: int) -> Any:
 
 def iter_batches(images: Any, batch_size: int) -> Iterator[tuple[int, np.ndarray]]:
     """``(start, rows start:start + batch_size)`` over ``images`` (an ndarray, a memmap
-    or a RowView), each batch a ndarray read on its own: a memmapped array is read
-    batch by batch through a :class:`RowView` (dropping the pages of each batch once
-    read), an in-memory one sliced as before."""
+    or a RowView), each batch a ndarray read on its own: a memmapped array through a
+    :class:`RowView` (dropping the pages of each batch once read)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     src = row_view(images)

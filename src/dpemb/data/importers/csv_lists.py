@@ -1,11 +1,5 @@
 """Importers for CSV lists of images: a manifest ``path,user,label``, and federated split
-CSVs ``user_id,image_id,class`` with an image folder (GLDv2, iNaturalist).
-
-An image id of a split CSV is looked up as ``<image_dir>/<id>.jpg`` (flat), then GLDv2's
-nested ``<image_dir>/<a>/<b>/<c>/<id>.jpg`` (a, b, c the first three characters of the
-id), then anywhere below ``image_dir`` (iNaturalist 2017 nests images by super-category
-and species; that index is built once, on the first miss).
-"""
+CSVs ``user_id,image_id,class`` with an image folder (GLDv2, iNaturalist)."""
 
 from __future__ import annotations
 
@@ -115,7 +109,10 @@ def import_manifest(
 
 
 class ImageLocator:
-    """Finds the file of an image id below ``image_dir``."""
+    """Finds the file of an image id below ``image_dir``: ``<image_dir>/<id>.jpg`` (flat),
+    then GLDv2's nested ``<image_dir>/<a>/<b>/<c>/<id>.jpg`` (a, b, c the first three
+    characters of the id), then anywhere below ``image_dir`` (iNaturalist 2017 nests
+    images by super-category and species; that index is built once, on the first miss)."""
 
     def __init__(self, image_dir: Path, progress: bool = True) -> None:
         self.image_dir = image_dir
@@ -221,11 +218,9 @@ def import_inat(
 
     TFF's ``iNaturalist_train.csv`` names the user column after the split
     (``user_120k``, ``geo_100``, ...): ``user_120k`` is accepted when ``user_id`` is
-    absent. Rows whose user is ``NA`` are
-    outside the split and ignored (their count is kept in ``source``). Images are
-    looked up flat, nested GLDv2-style, then anywhere below ``image_dir`` (the
-    iNaturalist 2017 archive nests them as ``<super-category>/<species>/<id>.jpg``).
-    Species (``class``) are the identities.
+    absent. Rows whose user is ``NA`` are outside the split and ignored (their count is
+    kept in ``source``). Images are found as by :class:`ImageLocator`. Species
+    (``class``) are the identities.
     """
     return _import_split_csv(csv_path, image_dir, "inat", USER_COLUMNS, image_size=image_size,
                              channels=channels, skip_bad=skip_bad, strict_geometry=strict_geometry,

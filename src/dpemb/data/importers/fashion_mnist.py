@@ -113,8 +113,7 @@ def _dpkg_listed_dirs() -> list[Path]:
 
 
 def _cache_dirs() -> list[Path]:
-    """``~/.cache/dpemb/fashion-mnist`` and the Debian package extracted without root rights
-    (``dpkg-deb -x`` into ``~/.cache/dpemb/debroot``); ``$DPEMB_CACHE`` replaces ``~/.cache/dpemb``."""
+    """The cache folders of the module docstring (``dpkg-deb -x`` extracts into ``debroot``)."""
     cache = Path(os.environ.get("DPEMB_CACHE") or Path.home() / ".cache" / "dpemb").expanduser()
     return [cache / "fashion-mnist", cache / "debroot" / DEBIAN_DIR.relative_to("/")]
 
@@ -147,10 +146,8 @@ def import_fashion_mnist(
     """Import Fashion-MNIST (``split`` "train": 60,000 images, "test": 10,000).
 
     ``directory`` holds ``train-images-idx3-ubyte(.gz)`` etc.; by default the folders of
-    ``candidate_dirs()`` are searched (the Debian package ``dataset-fashion-mnist``,
-    installed or extracted into ``~/.cache/dpemb``, see the module docstring). There is no writer or
-    owner information, so each example is its own user (example-level = user-level
-    privacy). Labels are the 10 clothing classes.
+    ``candidate_dirs()`` are searched (see the module docstring). Each example is its own
+    user (example-level = user-level privacy). Labels are the 10 clothing classes.
     """
     if split not in FILE_STEMS:
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
