@@ -201,18 +201,15 @@ class RowView:
         if _is_int(key):
             pos = self._rows[int(key)]  # IndexError as numpy's
             return self._read(np.array([pos], dtype=np.int64))[0]
-        if isinstance(key, slice):
-            return self._read(self._rows[key])
-        if key is Ellipsis:
-            return self._read(self._rows)
-        arr = np.asarray(key)
-        if arr.size == 0 and arr.dtype.kind not in "iub":
-            arr = arr.astype(np.intp)
-        if arr.dtype.kind not in "iub":
-            raise IndexError(
-                "only integers, slices, boolean masks and integer arrays index a RowView's rows"
-            )
-        pos = self._rows[arr]  # numpy's checks: bounds, mask length, negative indices
+        if not isinstance(key, slice) and key is not Ellipsis:
+            key = np.asarray(key)
+            if key.size == 0 and key.dtype.kind not in "iub":
+                key = key.astype(np.intp)
+            if key.dtype.kind not in "iub":
+                raise IndexError(
+                    "only integers, slices, boolean masks and integer arrays index a RowView's rows"
+                )
+        pos = self._rows[key]  # numpy's checks: bounds, mask length, negative indices
         return self._read(pos.reshape(-1)).reshape(pos.shape + self.shape[1:])
 
     # ------------------------------------------------------------------ reading

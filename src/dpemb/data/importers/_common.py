@@ -176,14 +176,9 @@ def read_csv_rows(
                     f"{path}: empty file; expected a header line with columns {spelled}"
                 )
             names = [h.strip().lower() for h in header]
-            col: dict[str, int] = {}
-            missing = []
-            for alts in wanted:
-                hit = next((a for a in alts if a in names), None)
-                if hit is None:
-                    missing.append(" or ".join(alts))
-                else:
-                    col[alts[0]] = names.index(hit)
+            hits = {alts: next((a for a in alts if a in names), None) for alts in wanted}
+            missing = [" or ".join(alts) for alts, hit in hits.items() if hit is None]
+            col = {alts[0]: names.index(hit) for alts, hit in hits.items() if hit is not None}
             if missing:
                 raise DataError(
                     f"{path}: missing column(s) {', '.join(missing)} in the header line "
