@@ -93,15 +93,11 @@ class GlyphConfig:
                 raise bad(name, f"must be an integer >= {low}")
         if not _is_int(self.image_size) or not 8 <= self.image_size <= 256:
             raise bad("image_size", "must be an integer in [8, 256]")
-        for name in (
-            "eval_identity_fraction",
-            "validation_identity_fraction",
-            "eval_user_fraction",
-            "validation_user_fraction",
-            "public_user_fraction",
-        ):
+        optional = ("eval_user_fraction", "validation_user_fraction")  # None: automatic
+        for name in ("eval_identity_fraction", "validation_identity_fraction", *optional,
+                     "public_user_fraction"):
             v = getattr(self, name)
-            if v is None and name.endswith("_user_fraction") and name != "public_user_fraction":
+            if v is None and name in optional:
                 continue
             if not _is_num(v) or not 0.0 <= v < 1.0:
                 raise bad(name, "must be a number in [0, 1)")
@@ -198,13 +194,13 @@ class GlyphConfig:
 
     def held_out_users(self) -> tuple[int, int]:
         """Shared regime: the numbers of dedicated (test, validation) writers."""
-        out = []
-        for user_f, ident_f in (
-            (self.eval_user_fraction, self.eval_identity_fraction),
-            (self.validation_user_fraction, self.validation_identity_fraction),
-        ):
-            out.append(_held(ident_f if user_f is None else user_f, self.num_users) if ident_f > 0 else 0)
-        return out[0], out[1]
+        def held(user_f: float | None, ident_f: float) -> int:
+            if ident_f <= 0:
+                return 0
+            return _held(ident_f if user_f is None else user_f, self.num_users)
+
+        return (held(self.eval_user_fraction, self.eval_identity_fraction),
+                held(self.validation_user_fraction, self.validation_identity_fraction))
 
     def identities_needed(self) -> int:
         """Owned regime: identities the build assigns (each to one owner group)."""

@@ -148,12 +148,9 @@ def discover_font_paths(
     missing path is a :class:`DataError`.
     """
     groups: list[list[Path]] = []
-    if system:
-        found = _fc_list()
-        for d in SYSTEM_FONT_DIRS:
-            p = Path(d).expanduser()
-            if p.is_dir():
-                found += _walk_fonts(p)
+    if system:  # (os.walk of a missing folder finds nothing)
+        dirs = [Path(d).expanduser() for d in SYSTEM_FONT_DIRS]
+        found = _fc_list() + [f for d in dirs for f in _walk_fonts(d)]
         groups.append(sorted(found))
     if packages:
         groups.append([f for d in package_font_dirs() for f in _walk_fonts(d)])
@@ -386,7 +383,8 @@ def scan_fonts(
     rejected: list[Rejected] = []
     seen: dict[tuple[str, str], str] = {}
     paths = discover_font_paths(extra_paths, system=system, packages=packages)
-    for path in tqdm(paths, desc="glyphs: checking fonts", unit="file", leave=False, disable=not progress):
+    for path in tqdm(paths, desc="glyphs: checking fonts", unit="file", leave=False,
+                     disable=not progress):
         try:
             n = _face_count(path)
         except Exception as e:

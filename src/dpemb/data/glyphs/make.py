@@ -1,12 +1,8 @@
 """Building the glyph benchmark: fonts -> pool -> assignment -> strokes -> images.
 
-Who writes what (the regimes are described in :class:`~dpemb.data.glyphs.config.GlyphConfig`):
-both hold out test and validation identities TOGETHER WITH their own users, so that no
-user and no identity is in two of training, validation and test. shared: every user is
-one font (a writer) and writes characters drawn uniformly from those of its own group
-(training, test or validation) that its font covers; no example is wasted, each is in
-exactly one split. owned: a group's identities are drawn by every font of the group.
-Public users are chosen among the training users.
+Who writes what follows :class:`~dpemb.data.glyphs.config.GlyphConfig`'s regimes. Every
+user is one font (a writer); in the owned regime a group's identities are drawn by every
+font of the group. No example is wasted: each is in exactly one split.
 """
 
 from __future__ import annotations
