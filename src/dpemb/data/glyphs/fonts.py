@@ -190,18 +190,12 @@ def _name_matches(glyph_name: str, cp: int) -> bool | None:
     if glyph_name in (f"uni{cp:04X}", f"u{cp:04X}", f"u{cp:05X}"):
         return True
     known = agl.AGL2UV.get(glyph_name)
-    if known == cp:
-        return True
     decoded = chr(known) if known is not None else agl.toUnicode(glyph_name)
     if not decoded:
         return None
-    ch = chr(cp)
-    if decoded == ch:
+    if (glyph_name.split(".", 1)[0], cp) in _AGL_ALIASES:
         return True
-    base = glyph_name.split(".", 1)[0]
-    if (base, cp) in _AGL_ALIASES:
-        return True
-    return unicodedata.normalize("NFKC", decoded) == unicodedata.normalize("NFKC", ch)
+    return unicodedata.normalize("NFKC", decoded) == unicodedata.normalize("NFKC", chr(cp))
 
 
 ANALYSIS_VERSION = 1  # bump when the checks change: invalidates the disk cache
@@ -327,14 +321,9 @@ def _analyze(path: str, index: int, candidates: frozenset[int]) -> FontInfo | Re
             return reject(
                 f"placeholder font ({len(items)} characters drawn by {distinct} glyphs)"
             )
-        mismatched = []
-        decodable = 0
-        for cp, g in items:
-            ok = _name_matches(g, cp)
-            if ok is not None:
-                decodable += 1
-                if not ok:
-                    mismatched.append((cp, g))
+        verdicts = [(cp, g, _name_matches(g, cp)) for cp, g in items]  # None: name says nothing
+        decodable = sum(ok is not None for _, _, ok in verdicts)
+        mismatched = [(cp, g) for cp, g, ok in verdicts if ok is False]
         if len(mismatched) > max(MAX_NAME_MISMATCHES, 0.02 * decodable):
             ex = ", ".join(f"U+{cp:04X} -> {g!r}" for cp, g in mismatched[:3])
             return reject(

@@ -258,12 +258,9 @@ def available_fonts(
 def _examples(asg: Assignment, cfg: GlyphConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-example (user, pool index), grouped by user; and the per-user counts."""
     k = cfg.images_per_identity
-    users = np.concatenate(
-        [np.full(len(ids) * k, u, dtype=np.int64) for u, ids in enumerate(asg.user_identities)]
-    )
-    idents = np.concatenate([np.repeat(ids, k) for ids in asg.user_identities]).astype(np.int64)
     counts = np.array([len(ids) * k for ids in asg.user_identities], dtype=np.int64)
-    return users, idents, counts
+    idents = np.concatenate([np.repeat(ids, k) for ids in asg.user_identities]).astype(np.int64)
+    return np.repeat(np.arange(len(counts), dtype=np.int64), counts), idents, counts
 
 
 def make_glyphs(cfg: GlyphConfig, *, progress: bool = True) -> UserDataset:
