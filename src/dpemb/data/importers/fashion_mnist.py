@@ -67,13 +67,7 @@ def read_idx(path: str | os.PathLike, *, expect_dims: int) -> np.ndarray:
                 raise DataError(f"{path}: truncated IDX header")
             dims = struct.unpack(f">{ndim}I", dims_raw)
             out = np.empty(dims, dtype=np.uint8)
-            view = memoryview(out.reshape(-1))
-            got = 0
-            while got < out.size:
-                n = f.readinto(view[got:])
-                if not n:
-                    break
-                got += n
+            got = f.readinto(memoryview(out.reshape(-1)))  # buffered: fills it unless at EOF
             if got < out.size:
                 raise DataError(
                     f"{path}: truncated IDX file ({got} of {out.size} data bytes); "
