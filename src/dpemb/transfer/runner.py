@@ -13,22 +13,20 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-import dpemb.transfer.dp_fc as dp_fc
-import dpemb.transfer.dp_ls as dp_ls
-import dpemb.transfer.dp_newton as dp_newton
-import dpemb.transfer.dp_sgd as dp_sgd
-import dpemb.transfer.nonprivate as nonprivate
 from dpemb.data.dataset import DataError
 
 from .backbone import BackboneAccount, backbone_account
 from .budget import NoisePlan, ReleaseMechanism, ReleaseRecord, plan_noise
 from .config import TransferConfig
 from .features import FeatureSet
+from .methods import (
+    DP_METHODS, DpFcParams, DpLsParams, DpNewtonParams, DpSgdParams, NonprivateParams, fit_nonprivate,
+)
 from .prepare import PreparedFeatures, prepare_features, transform_features
 from .result import LinearModel
 
@@ -63,22 +61,13 @@ def _pick(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 
-#: each DP method: ``num_releases(steps)`` (public, data-independent) and its fit function
-DP_METHOD_IMPLS: dict[str, tuple[Callable[[int], int], Callable[..., LinearModel]]] = {
-    "dp-ls": (dp_ls.num_releases, dp_ls.fit_dp_ls),
-    "dp-sgd": (dp_sgd.num_releases, dp_sgd.fit_dp_sgd),
-    "dp-newton": (dp_newton.num_releases, dp_newton.fit_dp_newton),
-    "dp-fc": (dp_fc.num_releases, dp_fc.fit_dp_fc),
-}
-
-
 def num_releases(config: TransferConfig) -> int:
     """The number of Gaussian releases the method will make (public, data-independent);
     0 for the non-private baseline."""
-    if config.method not in DP_METHOD_IMPLS:
+    if config.method not in DP_METHODS:
         return 0
     steps = int(_pick(config.steps, DEFAULTS[config.method].get("steps", 1)))
-    return int(DP_METHOD_IMPLS[config.method][0](steps))
+    return int(DP_METHODS[config.method][0](steps))
 
 
 def resolve_params(config: TransferConfig, plan: NoisePlan, dim: int) -> Any:
@@ -86,24 +75,24 @@ def resolve_params(config: TransferConfig, plan: NoisePlan, dim: int) -> Any:
     m, d, c = config.method, DEFAULTS[config.method], config.clip_norm
     gclip = _pick(config.grad_clip_norm, c)
     if m == "dp-ls":
-        return dp_ls.DpLsParams(reg=_pick(config.reg, default_reg(m, plan, c, dim)), alpha=_pick(config.alpha, d["alpha"]))
+        return DpLsParams(reg=_pick(config.reg, default_reg(m, plan, c, dim)), alpha=_pick(config.alpha, d["alpha"]))
     if m == "dp-sgd":
-        return dp_sgd.DpSgdParams(
+        return DpSgdParams(
             steps=int(_pick(config.steps, d["steps"])), lr=_pick(config.lr, d["lr"]), grad_clip=gclip,
             bias=_pick(config.bias, d["bias"]), optimizer=_pick(config.optimizer, d["optimizer"]),
             reg=_pick(config.reg, d["reg"]), public_size=config.public_size,
         )
     if m == "dp-newton":
-        return dp_newton.DpNewtonParams(
+        return DpNewtonParams(
             reg=_pick(config.reg, default_reg(m, plan, c, dim)), steps=int(_pick(config.steps, d["steps"])),
             lr=_pick(config.lr, d["lr"]), neg_weight=_pick(config.alpha, d["alpha"]), bias=_pick(config.bias, d["bias"]),
         )
     if m == "dp-fc":
-        return dp_fc.DpFcParams(
+        return DpFcParams(
             steps=int(_pick(config.steps, d["steps"])), lr=_pick(config.lr, d["lr"]),
             reg=_pick(config.reg, default_reg(m, plan, c, dim)), grad_clip=gclip, bias=_pick(config.bias, d["bias"]),
         )
-    return nonprivate.NonprivateParams(reg=_pick(config.reg, d["reg"]))
+    return NonprivateParams(reg=_pick(config.reg, d["reg"]))
 
 
 #: the label of ``TransferRun.private_diagnostics`` (and of the file the CLI writes it to)
@@ -267,11 +256,11 @@ def train_prepared(prep: PreparedFeatures, config: TransferConfig, *, progress: 
     params = resolve_params(config, plan, prep.dim)
     t0 = time.perf_counter()
     if config.method == "non-private":
-        model = nonprivate.fit_nonprivate(prep, params, progress=progress)
+        model = fit_nonprivate(prep, params, progress=progress)
         records, seeded, raw, sampler = [], False, {}, ""
     else:
         mech = ReleaseMechanism(plan, seed=config.seed, keep_raw=keep_raw, secure=config.secure_noise)
-        model = DP_METHOD_IMPLS[config.method][1](prep, params, mech, progress=progress)
+        model = DP_METHODS[config.method][1](prep, params, mech, progress=progress)
         mech.check_complete()
         records, seeded, raw, sampler = list(mech.records), mech.seeded, mech.raw, mech.sampler_sentence
     seconds = time.perf_counter() - t0
