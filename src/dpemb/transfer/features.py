@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -107,14 +107,8 @@ class FeatureSet:
 
     def subset(self, rows: np.ndarray) -> "FeatureSet":
         """The rows ``rows`` (indices or a boolean mask); users and labels kept as-is."""
-        return FeatureSet(
-            features=self.features[rows],
-            labels=self.labels[rows],
-            label_names=self.label_names,
-            users=None if self.users is None else self.users[rows],
-            meta=dict(self.meta),
-            source=self.source,
-        )
+        return replace(self, features=self.features[rows], labels=self.labels[rows], meta=dict(self.meta),
+                       users=None if self.users is None else self.users[rows])
 
 
 def save_features(path: str | os.PathLike, fs: FeatureSet) -> Path:

@@ -17,7 +17,7 @@ every other row's weight unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -201,8 +201,5 @@ def with_absent_rows(prep: PreparedFeatures, absent: np.ndarray | Tensor) -> Pre
     mask = torch.as_tensor(np.asarray(absent), dtype=torch.bool, device=prep.weights.device)
     if mask.shape != prep.weights.shape:
         raise ValueError(f"absent must have one entry per row ({prep.num_examples}), got shape {tuple(mask.shape)}")
-    return PreparedFeatures(
-        x=prep.x, labels=prep.labels, weights=torch.where(mask, torch.zeros_like(prep.weights), prep.weights),
-        num_classes=prep.num_classes, clip_norm=prep.clip_norm, normalize=prep.normalize, unit=prep.unit,
-        num_units=prep.num_units, num_clipped=prep.num_clipped,
-    )
+    weights = torch.where(mask, torch.zeros_like(prep.weights), prep.weights)
+    return replace(prep, weights=weights, _cache={})
