@@ -41,20 +41,16 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def auto_reg(plan: NoisePlan, clip_norm: float, dim: int, reg_noise: float, reg_floor: float) -> float:
+def default_reg(method: str, plan: NoisePlan, clip_norm: float, dim: int) -> float:
     """The default ridge ``lambda`` of the Gramian-based methods, from PUBLIC quantities only.
 
-    ``reg_noise * z * C^2 * sqrt(d) + reg_floor * C^2``: the first term is of the order of
-    the spectral norm of the noise added to a Gramian (std ``z C^2`` per entry, d x d),
-    which the ridge must dominate; the floor keeps a non-private fit well posed.
+    ``reg_noise * z * C^2 * sqrt(d) + reg_floor * C^2`` (the method's ``DEFAULTS``): the
+    first term is of the order of the spectral norm of the noise added to a Gramian (std
+    ``z C^2`` per entry, d x d), which the ridge must dominate; the floor keeps a
+    non-private fit well posed.
     """
-    return reg_noise * plan.noise_multiplier * clip_norm**2 * math.sqrt(dim) + reg_floor * clip_norm**2
-
-
-def default_reg(method: str, plan: NoisePlan, clip_norm: float, dim: int) -> float:
-    """``auto_reg`` with the method's default ``reg_noise`` and ``reg_floor``."""
     d = DEFAULTS[method]
-    return auto_reg(plan, clip_norm, dim, d["reg_noise"], d["reg_floor"])
+    return d["reg_noise"] * plan.noise_multiplier * clip_norm**2 * math.sqrt(dim) + d["reg_floor"] * clip_norm**2
 
 
 def _pick(value: Any, default: Any) -> Any:
