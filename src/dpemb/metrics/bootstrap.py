@@ -127,9 +127,8 @@ class TailCollector(PassObserver):
 
     # -- internals
     def _compact(self) -> None:
-        v = np.concatenate(self._scores) if len(self._scores) > 1 else self._scores[0]
-        a = np.concatenate(self._a) if len(self._a) > 1 else self._a[0]
-        b = np.concatenate(self._b) if len(self._b) > 1 else self._b[0]
+        v, a, b = (np.concatenate(p) if len(p) > 1 else p[0]
+                   for p in (self._scores, self._a, self._b))
         if v.size > self.keep:
             kth = np.partition(v, v.size - self.keep)[v.size - self.keep]  # keep-th largest
             sel = v >= kth

@@ -208,11 +208,6 @@ def _max_false_accepts(far: float, n_neg: int) -> int:
     return k
 
 
-def is_supported(far: float, num_negative_pairs: int) -> bool:
-    """True when ``num_negative_pairs >= 1 / far`` (one false accept fits the budget)."""
-    return num_negative_pairs > 0 and _max_false_accepts(far, num_negative_pairs) >= 1
-
-
 # ---------------------------------------------------------------------------- result
 @dataclass(frozen=True, eq=False)
 class VerificationResult:
@@ -251,7 +246,7 @@ class VerificationResult:
         """Whether the negative pairs resolve ``far``: at least ``1 / far`` of them, so
         that one false accept is within the budget. Below that, Recall@FAR is measured
         at zero false accepts."""
-        return is_supported(far, self.num_negative_pairs)
+        return self.num_negative_pairs > 0 and _max_false_accepts(far, self.num_negative_pairs) >= 1
 
 
 # ------------------------------------------------------------------ positive values

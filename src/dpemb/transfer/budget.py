@@ -89,8 +89,8 @@ class PrivacyRequest:
             )
         for what, value in (("epsilon", self.epsilon), ("noise multiplier", self.noise_multiplier)):
             if value is not None and not (0 < value < math.inf):
-                raise PrivacyConfigError(f"{what} must be positive and finite, got {value}; for a run without "
-                                         "noise ask for it explicitly (non-private)")
+                raise PrivacyConfigError(f"{what} must be positive and finite, got {value}; for a "
+                                         "run without noise ask for it explicitly (non-private)")
         if self.noise_multiplier is not None:
             try:  # the range in which the accountant is exact (privacy.spec)
                 check_noise_multiplier(self.noise_multiplier, allow_nonprivate=False)

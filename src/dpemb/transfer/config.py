@@ -76,7 +76,8 @@ class TransferConfig:
     def privacy_spec(self) -> PrivacyRequest:
         """The privacy request: explicitly non-private for the baseline method."""
         shared = {f.name: getattr(self, f.name) for f in fields(PrivacyRequest)}
-        return PrivacyRequest(**{**shared, "nonprivate": self.nonprivate or self.method == "non-private"})
+        nonprivate = self.nonprivate or self.method == "non-private"
+        return PrivacyRequest(**{**shared, "nonprivate": nonprivate})
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""

@@ -107,8 +107,9 @@ class FeatureSet:
 
     def subset(self, rows: np.ndarray) -> "FeatureSet":
         """The rows ``rows`` (indices or a boolean mask); users and labels kept as-is."""
-        return replace(self, features=self.features[rows], labels=self.labels[rows], meta=dict(self.meta),
-                       users=None if self.users is None else self.users[rows])
+        users = None if self.users is None else self.users[rows]
+        return replace(self, features=self.features[rows], labels=self.labels[rows], users=users,
+                       meta=dict(self.meta))
 
 
 def save_features(path: str | os.PathLike, fs: FeatureSet) -> Path:

@@ -25,7 +25,8 @@ from .budget import NoisePlan, ReleaseMechanism, ReleaseRecord, plan_noise
 from .config import TransferConfig
 from .features import FeatureSet
 from .methods import (
-    DP_METHODS, DpFcParams, DpLsParams, DpNewtonParams, DpSgdParams, NonprivateParams, fit_nonprivate,
+    DP_METHODS, DpFcParams, DpLsParams, DpNewtonParams, DpSgdParams, NonprivateParams,
+    fit_nonprivate,
 )
 from .prepare import PreparedFeatures, prepare_features, transform_features
 from .result import LinearModel
@@ -50,7 +51,8 @@ def default_reg(method: str, plan: NoisePlan, clip_norm: float, dim: int) -> flo
     non-private fit well posed.
     """
     d = DEFAULTS[method]
-    return d["reg_noise"] * plan.noise_multiplier * clip_norm**2 * math.sqrt(dim) + d["reg_floor"] * clip_norm**2
+    noise_term = d["reg_noise"] * plan.noise_multiplier * clip_norm**2 * math.sqrt(dim)
+    return noise_term + d["reg_floor"] * clip_norm**2
 
 
 def _pick(value: Any, default: Any) -> Any:
