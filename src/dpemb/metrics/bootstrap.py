@@ -80,9 +80,9 @@ class TailCollector(PassObserver):
             raise ValueError(f"keep must be positive; got {keep}")
         self.keep = int(keep)
         self.cutoff = -math.inf
-        self._scores: list[np.ndarray] = []
-        self._a: list[np.ndarray] = []
-        self._b: list[np.ndarray] = []
+        self._scores: list[np.ndarray] = [np.zeros(0, np.float32)]
+        self._a: list[np.ndarray] = [np.zeros(0, np.int32)]
+        self._b: list[np.ndarray] = [np.zeros(0, np.int32)]
         self._buffered = 0
 
     # -- PassObserver
@@ -163,9 +163,6 @@ class TailCollector(PassObserver):
         return self.cutoff == -math.inf
 
     def finish(self) -> "IdentityBootstrap":
-        if not self._scores:
-            self._scores, self._a, self._b = [np.zeros(0, np.float32)], [np.zeros(0, np.int32)], \
-                [np.zeros(0, np.int32)]
         self._compact()
         v = self._scores[0]
         order = np.argsort(-v)  # descending; the order within ties is irrelevant

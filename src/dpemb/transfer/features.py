@@ -403,9 +403,8 @@ def extract_features(
         bar.update(stop - start)
     bar.close()
     if out is None:  # an empty share (more ranks than rows): the width from one forward pass
-        with torch.no_grad():
-            probe = torch.zeros(1, channels, size, size, device=device)
-            out = np.empty((0, backbone.forward_features(probe).shape[1]), dtype=np.float32)
+        probe = torch.zeros(1, channels, size, size, device=device)  # (no grad: inference mode)
+        out = np.empty((0, backbone.forward_features(probe).shape[1]), dtype=np.float32)
     if shards is not None:
         out = shards.gather(out)
         if out is None:
