@@ -33,9 +33,6 @@ numerator. Nothing of size ``N^2`` is ever held: working memory is about
 score. If the distinct positive scores exceed ``_MAX_DISTINCT_POSITIVES`` (few
 identities with many examples each), they are split into score ranges and the pass
 over the negatives is repeated once per range; results are identical.
-(bench/bench_recall.py: 20,000 x 128-d embeddings, 2e8 pairs, 2 CPU cores: about half
-a minute and 0.5 GB, against scikit-learn's roc_curve on the materialised pairs at
-several times the time and >6 GB, with the identical Recall@FAR.)
 
 ``max_pairs`` samples that many pairs uniformly without replacement (seeded) instead;
 the result then says ``exact=False`` and how many pairs it used.

@@ -8,13 +8,9 @@ The run is then exactly the R-fold composition of the Gaussian mechanism with
 multiplier z (full batch, no sampling), and its epsilon comes from
 ``dpemb.privacy.accounting`` (dp_accounting) like every other epsilon in dpemb.
 
-Every release goes through ``ReleaseMechanism.release``: it takes the ``ClippedSum``
-built by ``dpemb.transfer.statistics`` (the statistic with the sensitivity derived
-next to it from the clipping) and noises it with ``dpemb.privacy.noise.GaussianNoise``
-(fresh, independent draws for every entry of every tensor and every call, hence for
-every class). The mechanism refuses more releases than were accounted for and
-records each one (name, sensitivity, noise std) so the split can be printed and
-stored.
+Every release goes through ``ReleaseMechanism.release`` (fresh, independent noise on
+every entry of every tensor and every call, hence for every class); it refuses more
+releases than were accounted for and records each one.
 
 Unit of privacy: one example (default) or one user (see ``dpemb.transfer.prepare``);
 neighbouring relation: add/remove one unit. delta defaults to 1 / (10 N) for N units
