@@ -283,10 +283,11 @@ def train_transfer(train: FeatureSet, config: TransferConfig, test: FeatureSet |
     is only evaluated on. Where the backbone trained on these users, the statement says
     what it does not cover, or the total with a DP backbone (``run.backbone_total``), and
     a non-DP backbone is refused unless ``config.allow_nonprivate_init``
-    (``check_backbone``).
+    (``InitProvenanceError`` naming the fix, ``dpemb.transfer.backbone``).
     """
     check_compatible(train, test)
-    account = check_backbone(train, config)
+    account = backbone_account(train.meta, private_run=config.is_private,
+                               allow_nonprivate_init=config.allow_nonprivate_init)
     prep = prepare_train(train, config, device)
     run = train_prepared(prep, config, progress=progress, keep_raw=keep_raw)
     run.backbone = account
@@ -301,7 +302,8 @@ def sweep_epsilon(train: FeatureSet, test: FeatureSet, config: TransferConfig, e
     check_compatible(train, test)
     cfgs = [dataclasses.replace(config, epsilon=float(eps), noise_multiplier=None, nonprivate=False)
             for eps in epsilons]
-    account = check_backbone(train, cfgs[0]) if cfgs else None
+    account = None if not cfgs else backbone_account(
+        train.meta, private_run=cfgs[0].is_private, allow_nonprivate_init=cfgs[0].allow_nonprivate_init)
     prep = prepare_train(train, config, device)
     runs = []
     for cfg in cfgs:
@@ -310,14 +312,6 @@ def sweep_epsilon(train: FeatureSet, test: FeatureSet, config: TransferConfig, e
         evaluate(run, test)
         runs.append(run)
     return runs
-
-
-def check_backbone(train: FeatureSet, config: TransferConfig) -> BackboneAccount | None:
-    """The backbone's part in a run on ``train`` (``dpemb.transfer.backbone``): refuses
-    (``InitProvenanceError``, naming the fix) features of a backbone trained without DP on
-    users that may be theirs, unless ``config.allow_nonprivate_init``."""
-    return backbone_account(train.meta, private_run=config.is_private,
-                            allow_nonprivate_init=config.allow_nonprivate_init)
 
 
 def check_compatible(train: FeatureSet, test: FeatureSet | None) -> None:
