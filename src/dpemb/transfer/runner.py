@@ -303,7 +303,8 @@ def sweep_epsilon(train: FeatureSet, test: FeatureSet, config: TransferConfig, e
     cfgs = [dataclasses.replace(config, epsilon=float(eps), noise_multiplier=None, nonprivate=False)
             for eps in epsilons]
     account = None if not cfgs else backbone_account(
-        train.meta, private_run=cfgs[0].is_private, allow_nonprivate_init=cfgs[0].allow_nonprivate_init)
+        train.meta, private_run=cfgs[0].is_private,
+        allow_nonprivate_init=cfgs[0].allow_nonprivate_init)
     prep = prepare_train(train, config, device)
     runs = []
     for cfg in cfgs:
