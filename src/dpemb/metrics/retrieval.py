@@ -85,7 +85,9 @@ def _ranked_relevance(
 
 
 @torch.no_grad()
-def _mean_over_queries(embeddings: Any, labels: Any, device: Any, block_size: int, top1: bool) -> float:
+def _mean_over_queries(
+    embeddings: Any, labels: Any, device: Any, block_size: int, top1: bool
+) -> float:
     """The mean over answerable queries of precision@1 (``top1``) or of AP@R."""
     if int(block_size) < 1:
         raise ValueError(f"block_size must be a positive integer; got {block_size}")
