@@ -156,8 +156,8 @@ class TransferRun:
             "top1": self.top1,
             "target_epsilon": self.config.epsilon,
             "epsilon": eps if math.isfinite(eps) else None,
-            **{k: getattr(self.plan, k) for k in (
-                "nonprivate", "delta", "accountant", "unit", "relation", "noise_multiplier", "num_releases")},
+            **{k: getattr(self.plan, k) for k in ("nonprivate", "delta", "accountant", "unit",
+                                                  "relation", "noise_multiplier", "num_releases")},
             "epsilon_sentence": self.epsilon_sentence,
             "warnings": list(self.plan.warnings),
             "budget_split": self.split_sentence,
