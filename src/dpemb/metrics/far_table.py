@@ -1,10 +1,6 @@
 """The face-verification report: Recall@FAR (TAR@FAR) at FAR 1e-6 ... 1e-1 in one table,
 which FARs the number of negative pairs supports, and bootstrap confidence intervals
-over identities.
-
-One exact all-pairs pass (:mod:`dpemb.metrics.verification`) gives every row; the same
-pass keeps what the bootstrap needs (:mod:`dpemb.metrics.bootstrap`), so the intervals
-cost no second pass.
+over identities (:mod:`dpemb.metrics.bootstrap`), all from one exact all-pairs pass.
 
 * ``TAR at FAR f`` is the largest true accept rate over score thresholds whose false
   accept rate is <= f. That is stricter than insightface's IJB-B/C evaluation, which

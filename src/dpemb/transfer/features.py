@@ -175,14 +175,9 @@ def load_features(path: str | os.PathLike) -> FeatureSet:
 
 
 def read_feature_rows(path: str | os.PathLike) -> FeatureRows:
-    """Read a feature file of either format (errors name the file and the fix):
-
-    * dpemb's (``save_features``): ``features``, ``labels``, ``label_names``, ``meta``
-      (JSON with ``"format": 1``), optionally ``users``;
-    * plain (your own features): ``X`` float (N, D), optionally ``y`` int (N,) labels
-      0..K-1, ``users`` int (N,) and ``label_names`` str (K,); no ``meta``. It records
-      no backbone: the rows are taken as the data itself (``dpemb.transfer.backbone``).
-    """
+    """Read a feature file of either format of the module docstring: dpemb's
+    (``save_features``) or plain (your own features, which record no backbone). Errors
+    name the file and the fix."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such feature file; create one with `dpemb features` or save your own "

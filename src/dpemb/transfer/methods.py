@@ -49,8 +49,7 @@ def fit_dp_ls(prep: PreparedFeatures, params: DpLsParams, mech: ReleaseMechanism
 
     1. the Gramian ``G = sum_i w_i x_i x_i^T`` (d, d): sensitivity ``C^2``;
     2. the per-class Gramians ``A_l = sum_{y_i = l} w_i x_i x_i^T`` (K, d, d), released
-       together: one unit touches at most its own classes' blocks, so the change of the
-       whole stack has Frobenius norm <= ``sum w_i ||x_i||^2 <= C^2``;
+       together: sensitivity ``C^2`` for the whole stack;
     3. the per-class sums ``b_l = sum_{y_i = l} w_i x_i`` (K, d): sensitivity ``C``.
 
     Noise is independent on every entry of every class, including both triangles of a

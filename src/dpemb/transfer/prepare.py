@@ -93,11 +93,9 @@ class PreparedFeatures:
 
     def class_gramians(self) -> Tensor:
         """Exact ``A_l = sum_{y_i = l} w_i x_i x_i^T`` for every class, ``(K, d, d)``;
-        computed once and cached (their sum is the Gramian ``G``).
-
-        One unit changes the stack of all K (and G) by Frobenius norm
-        <= ``sum w_i ||x_i||^2 <= C^2``. Never returned to a caller without noise by
-        the DP methods; the cache only saves recomputation across a sweep.
+        computed once and cached (their sum is the Gramian ``G``). Never returned to a
+        caller without noise by the DP methods (sensitivities: ``dpemb.transfer.statistics``);
+        the cache only saves recomputation across a sweep.
         """
         if "class_gramians" not in self._cache:
             d = self.dim
