@@ -101,25 +101,24 @@ def supported_accountants(spec: PrivacySpec) -> tuple[str, ...]:
     return ACCOUNTANTS
 
 
-def _tree(spec: PrivacySpec) -> TreeParticipation:
-    return _tree_cached(spec.rounds_per_epoch, spec.tree_restarts)
+def require_supported(spec: PrivacySpec, accountant: str, use: str | None = None) -> None:
+    """UnsupportedAccountantError when ``accountant`` cannot bound ``spec``; the message ends
+    "use ``use``" (default: the supported accountants)."""
+    if accountant not in supported_accountants(spec):
+        use = use or " or ".join(a.upper() for a in supported_accountants(spec))
+        raise UnsupportedAccountantError(
+            f"the {accountant.upper()} accountant cannot account for {spec.sampling} sampling "
+            f"with {spec.mechanism} noise; use {use}")
 
 
-_TREES: dict[tuple[int, bool], TreeParticipation] = {}
-
-
-def _tree_cached(rounds_per_epoch: int, restart: bool) -> TreeParticipation:
-    key = (rounds_per_epoch, restart)
-    if key not in _TREES:
-        if len(_TREES) > 64:
-            _TREES.clear()
-        _TREES[key] = TreeParticipation(rounds_per_epoch, restart=restart)
-    return _TREES[key]
+@functools.lru_cache(maxsize=64)
+def _tree(rounds_per_epoch: int, restart: bool) -> TreeParticipation:
+    return TreeParticipation(rounds_per_epoch, restart=restart)
 
 
 def tree_sum_of_squares(spec: PrivacySpec, rounds: int) -> int:
     """S after ``rounds`` rounds for a tree spec (see ``tree_accounting``)."""
-    return _tree(spec).sum_of_squares(rounds)
+    return _tree(spec.rounds_per_epoch, spec.tree_restarts).sum_of_squares(rounds)
 
 
 def epochs_touched(spec: PrivacySpec, rounds: int) -> int:
@@ -167,11 +166,9 @@ def round_event(spec: PrivacySpec) -> dp_accounting.DpEvent:
     z = spec.noise_multiplier
     if spec.nonprivate:
         return dpe.NonPrivateDpEvent()
-    if spec.mechanism == "bandmf":
-        return dpe.PoissonSampledDpEvent(spec.sampling_rate, dpe.GaussianDpEvent(z))
     if spec.mechanism == "tree":
         return training_event(spec, 1)
-    if spec.sampling == "poisson":
+    if spec.mechanism == "bandmf" or spec.sampling == "poisson":
         return dpe.PoissonSampledDpEvent(spec.sampling_rate, dpe.GaussianDpEvent(z))
     if spec.sampling == "fixed":
         return dpe.SampledWithoutReplacementDpEvent(
@@ -264,11 +261,10 @@ def event_from_dict(data: dict[str, Any]) -> dp_accounting.DpEvent:
 def _contains(event: dp_accounting.DpEvent, kind: type) -> bool:
     if isinstance(event, kind):
         return True
-    if isinstance(event, dpe.SelfComposedDpEvent):
-        return _contains(event.event, kind)
     if isinstance(event, dpe.ComposedDpEvent):
         return any(_contains(e, kind) for e in event.events)
-    if isinstance(event, (dpe.PoissonSampledDpEvent, dpe.SampledWithoutReplacementDpEvent)):
+    if isinstance(event, (dpe.SelfComposedDpEvent, dpe.PoissonSampledDpEvent,
+                          dpe.SampledWithoutReplacementDpEvent)):
         return _contains(event.event, kind)
     return False
 
@@ -337,15 +333,12 @@ def refined_pld_epsilon(epsilon_at: Callable[[float], float], compositions: int)
             memo[rung] = float(epsilon_at(_ladder(rung)))
         return memo[rung]
 
-    def rung_for(value: float) -> int:
-        return _rung_for(value, compositions)
-
     rung = PLD_COARSE_RUNG
     while True:
         value = eps(rung)
         if not (0.0 < value < math.inf) or rung == lo:
             return value, _ladder(rung)
-        start = rung_for(value)
+        start = _rung_for(value, compositions)
         if start < rung:  # the scale of epsilon asks for a finer grid: go straight there
             rung = start
             continue
@@ -436,11 +429,7 @@ def epsilon_for(spec: PrivacySpec, accountant: str = "rdp", rounds: int | None =
     """Epsilon of the run described by ``spec`` (math.inf when non-private)."""
     if spec.nonprivate:
         return math.inf
-    if accountant not in supported_accountants(spec):
-        raise UnsupportedAccountantError(
-            f"the {accountant.upper()} accountant cannot account for {spec.sampling} sampling "
-            f"with {spec.mechanism} noise; use {' or '.join(a.upper() for a in supported_accountants(spec))}"
-        )
+    require_supported(spec, accountant)
     if accountant == "pld":  # the curve: Poisson PLD with its truncation, the interval refined
         return epsilon_curve(spec, "pld")(spec.rounds if rounds is None else int(rounds))
     event = training_event(spec, rounds, accountant=accountant)
@@ -448,12 +437,6 @@ def epsilon_for(spec: PrivacySpec, accountant: str = "rdp", rounds: int | None =
 
 
 # ---------------------------------------------------------------------- fast curves
-def _rdp_of(event: dp_accounting.DpEvent, relation: Relation) -> np.ndarray:
-    acc = make_accountant("rdp", relation)
-    acc.compose(event)
-    return acc.rdp
-
-
 class EpsilonCurve:
     """epsilon(t) for t rounds of ``spec`` under one accountant, memoised per t.
 
@@ -469,14 +452,9 @@ class EpsilonCurve:
     def __init__(self, spec: PrivacySpec, accountant: str = "rdp") -> None:
         self.spec = spec
         self.accountant = _check_accountant(accountant)
-        if not spec.nonprivate and accountant not in supported_accountants(spec):
-            raise UnsupportedAccountantError(
-                f"the {accountant.upper()} accountant cannot account for {spec.sampling} sampling with "
-                f"{spec.mechanism} noise; use the RDP accountant"
-            )
+        require_supported(spec, accountant, "the RDP accountant")
         self._memo: dict[int, float] = {}
         self._unit_rdp: np.ndarray | None = None
-        self._units: Callable[[int], int] | None = None
         self._base_plds: dict[float, pld_lib.PrivacyLossDistribution] = {}
         self._pld_intervals: dict[int, float] = {}
         # BandMF: the equivalent DP-FedEmb curve, read at ceil(t / b) participations
@@ -488,39 +466,28 @@ class EpsilonCurve:
         """BandMF: the rounds of the equivalent curve after ``rounds`` rounds (ceil(t / b))."""
         return math.ceil(int(rounds) / self.spec.bands)
 
-    def _setup_rdp(self) -> None:
+    def _rdp_epsilon(self, t: int) -> float:
+        """(RDP of one unit) x (units in t rounds): a round (poisson, fixed), an epoch's
+        Gaussian (epoch) or one unit of S (tree), converted at the spec's delta."""
         spec = self.spec
-        z = spec.noise_multiplier
-        if spec.mechanism == "gaussian" and spec.sampling in ("poisson", "fixed"):
-            self._unit_rdp = _rdp_of(round_event(spec), spec.relation)
-            self._units = lambda t: t
-        else:
-            self._unit_rdp = _rdp_of(dpe.GaussianDpEvent(z), Relation.ADD_REMOVE)
-            if spec.mechanism == "gaussian":
-                self._units = lambda t: epochs_touched(spec, t)
+        per_round = spec.mechanism == "gaussian" and spec.sampling in ("poisson", "fixed")
+        if self._unit_rdp is None:
+            if per_round:
+                acc = make_accountant("rdp", spec.relation)
+                acc.compose(round_event(spec))
             else:
-                self._units = lambda t: tree_sum_of_squares(spec, t)
-
-    def base_pld(self, interval: float) -> pld_lib.PrivacyLossDistribution:
-        """Poisson sampling: one round's PLD at ``interval`` (dp_accounting, pessimistic,
-        connect-the-dots, truncation ``pld_truncation_bound`` for the spec's delta and rounds)."""
-        spec = self.spec
-        if self._equivalent is not None:
-            return self._equivalent.base_pld(interval)
-        if interval not in self._base_plds:
-            self._base_plds[interval] = pld_lib.from_gaussian_mechanism(
-                spec.noise_multiplier,
-                value_discretization_interval=interval,
-                sampling_prob=spec.sampling_rate,
-                log_mass_truncation_bound=pld_truncation_bound(spec.resolved_delta, spec.rounds),
-                neighboring_relation=to_dp_accounting(spec.relation),
-            )
-        return self._base_plds[interval]
-
-    def _pld_epsilon(self, t: int) -> float:
-        eps, self._pld_intervals[t] = refined_pld_epsilon(lambda h: self.pld_epsilon_at(t, h),
-                                                          self.pld_compositions(t))
-        return eps
+                acc = make_accountant("rdp", Relation.ADD_REMOVE)
+                acc.compose(dpe.GaussianDpEvent(spec.noise_multiplier))
+            self._unit_rdp = acc.rdp
+        if per_round:
+            units = t
+        elif spec.mechanism == "gaussian":
+            units = epochs_touched(spec, t)
+        else:
+            units = tree_sum_of_squares(spec, t)
+        eps, _ = rdp_privacy_accountant.compute_epsilon(RDP_ORDERS, units * self._unit_rdp,
+                                                        spec.resolved_delta)
+        return float(eps)
 
     def pld_compositions(self, rounds: int) -> int:
         """How many mechanisms the PLD of ``rounds`` rounds composes."""
@@ -531,15 +498,28 @@ class EpsilonCurve:
         return _compositions(training_event(self.spec, int(rounds), accountant="pld"))
 
     def pld_epsilon_at(self, rounds: int, interval: float) -> float:
-        """The PLD epsilon after ``rounds`` rounds at one given interval (an upper bound too)."""
+        """The PLD epsilon after ``rounds`` rounds at one given interval (an upper bound too).
+        Poisson sampling self-composes one round's PLD at ``interval`` (dp_accounting,
+        pessimistic, connect-the-dots, truncation ``pld_truncation_bound`` for the spec's
+        delta and rounds)."""
         t = int(rounds)
         spec = self.spec
         if self._equivalent is not None:
             return self._equivalent.pld_epsilon_at(self._participations(t), interval)
-        if spec.sampling == "poisson":
-            return float(self.base_pld(interval).self_compose(t).get_epsilon_for_delta(spec.resolved_delta))
-        return compute_epsilon(training_event(spec, t, accountant="pld"), spec.resolved_delta, "pld",
-                               relation=spec.relation, pld_discretization=interval)
+        if spec.sampling != "poisson":
+            event = training_event(spec, t, accountant="pld")
+            return compute_epsilon(event, spec.resolved_delta, "pld", relation=spec.relation,
+                                   pld_discretization=interval)
+        if interval not in self._base_plds:
+            self._base_plds[interval] = pld_lib.from_gaussian_mechanism(
+                spec.noise_multiplier,
+                value_discretization_interval=interval,
+                sampling_prob=spec.sampling_rate,
+                log_mass_truncation_bound=pld_truncation_bound(spec.resolved_delta, spec.rounds),
+                neighboring_relation=to_dp_accounting(spec.relation),
+            )
+        composed = self._base_plds[interval].self_compose(t)
+        return float(composed.get_epsilon_for_delta(spec.resolved_delta))
 
     def pld_interval(self, rounds: int) -> float:
         """The PLD discretisation interval behind ``self(rounds)`` (PLD curves only)."""
@@ -562,14 +542,10 @@ class EpsilonCurve:
             return self._equivalent(self._participations(t))
         if t not in self._memo:
             if self.accountant == "rdp":
-                if self._unit_rdp is None:
-                    self._setup_rdp()
-                assert self._units is not None and self._unit_rdp is not None
-                rdp = self._units(t) * self._unit_rdp
-                eps, _ = rdp_privacy_accountant.compute_epsilon(RDP_ORDERS, rdp, self.spec.resolved_delta)
-                self._memo[t] = float(eps)
+                self._memo[t] = self._rdp_epsilon(t)
             else:
-                self._memo[t] = self._pld_epsilon(t)
+                self._memo[t], self._pld_intervals[t] = refined_pld_epsilon(
+                    lambda h: self.pld_epsilon_at(t, h), self.pld_compositions(t))
         return self._memo[t]
 
 

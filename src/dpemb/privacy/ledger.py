@@ -15,7 +15,7 @@ from __future__ import annotations
 import numbers
 from typing import TYPE_CHECKING, Any
 
-from dpemb.privacy.events import UnsupportedAccountantError, epsilon_curve, supported_accountants, training_event
+from dpemb.privacy.events import epsilon_curve, require_supported, training_event
 from dpemb.privacy.spec import PrivacySpec
 from dpemb.privacy.statements import describe_mechanism
 
@@ -72,12 +72,7 @@ class PrivacyLedger:
 
     def epsilon_after(self, rounds: int, accountant: str = "rdp") -> float:
         """Epsilon if ``rounds`` rounds in total had been composed (for a budget stop)."""
-        if accountant not in supported_accountants(self.spec):
-            raise UnsupportedAccountantError(
-                f"the {accountant.upper()} accountant cannot account for {self.spec.sampling} "
-                f"sampling with {self.spec.mechanism} noise; use "
-                f"{' or '.join(a.upper() for a in supported_accountants(self.spec))}"
-            )
+        require_supported(self.spec, accountant)
         return epsilon_curve(self.spec, accountant)(rounds)
 
     def entries(self) -> list[dict[str, Any]]:
