@@ -26,8 +26,7 @@ fields) and rebuild it, so a report or model card can record the event its epsil
 
 z is always relative to the sensitivity of the clipped sum (``PrivacySpec.sensitivity``).
 ``EpsilonCurve`` gives epsilon after t rounds quickly for every t (the ledger calls it
-every round): for RDP the curve is (per-unit RDP) x (units after t rounds), where a
-unit is one round (poisson, fixed), one epoch's Gaussian (epoch) or one unit of S (tree).
+every round).
 """
 
 from __future__ import annotations
@@ -453,23 +452,22 @@ class EpsilonCurve:
         self.spec = spec
         self.accountant = _check_accountant(accountant)
         require_supported(spec, accountant, "the RDP accountant")
+        # what is computed: for BandMF the equivalent DP-FedEmb spec, at ceil(t / b) rounds
+        bandmf = spec.mechanism == "bandmf" and not spec.nonprivate
+        self._spec = bandmf_equivalent_spec(spec) if bandmf else spec
         self._memo: dict[int, float] = {}
         self._unit_rdp: np.ndarray | None = None
         self._base_plds: dict[float, pld_lib.PrivacyLossDistribution] = {}
         self._pld_intervals: dict[int, float] = {}
-        # BandMF: the equivalent DP-FedEmb curve, read at ceil(t / b) participations
-        self._equivalent: EpsilonCurve | None = (
-            epsilon_curve(bandmf_equivalent_spec(spec), accountant)
-            if spec.mechanism == "bandmf" and not spec.nonprivate else None)
 
     def _participations(self, rounds: int) -> int:
-        """BandMF: the rounds of the equivalent curve after ``rounds`` rounds (ceil(t / b))."""
+        """The rounds of ``self._spec`` after ``rounds`` rounds (BandMF: ceil(t / b))."""
         return math.ceil(int(rounds) / self.spec.bands)
 
     def _rdp_epsilon(self, t: int) -> float:
         """(RDP of one unit) x (units in t rounds): a round (poisson, fixed), an epoch's
         Gaussian (epoch) or one unit of S (tree), converted at the spec's delta."""
-        spec = self.spec
+        spec = self._spec
         per_round = spec.mechanism == "gaussian" and spec.sampling in ("poisson", "fixed")
         if self._unit_rdp is None:
             if per_round:
@@ -491,21 +489,18 @@ class EpsilonCurve:
 
     def pld_compositions(self, rounds: int) -> int:
         """How many mechanisms the PLD of ``rounds`` rounds composes."""
-        if self._equivalent is not None:
-            return self._equivalent.pld_compositions(self._participations(rounds))
-        if self.spec.sampling == "poisson":
-            return int(rounds)
-        return _compositions(training_event(self.spec, int(rounds), accountant="pld"))
+        t = self._participations(rounds)
+        if self._spec.sampling == "poisson":
+            return t
+        return _compositions(training_event(self._spec, t, accountant="pld"))
 
     def pld_epsilon_at(self, rounds: int, interval: float) -> float:
         """The PLD epsilon after ``rounds`` rounds at one given interval (an upper bound too).
         Poisson sampling self-composes one round's PLD at ``interval`` (dp_accounting,
         pessimistic, connect-the-dots, truncation ``pld_truncation_bound`` for the spec's
         delta and rounds)."""
-        t = int(rounds)
-        spec = self.spec
-        if self._equivalent is not None:
-            return self._equivalent.pld_epsilon_at(self._participations(t), interval)
+        t = self._participations(rounds)
+        spec = self._spec
         if spec.sampling != "poisson":
             event = training_event(spec, t, accountant="pld")
             return compute_epsilon(event, spec.resolved_delta, "pld", relation=spec.relation,
@@ -525,8 +520,6 @@ class EpsilonCurve:
         """The PLD discretisation interval behind ``self(rounds)`` (PLD curves only)."""
         if self.accountant != "pld" or self.spec.nonprivate or int(rounds) <= 0:
             raise ValueError("only a private PLD curve at rounds >= 1 has a discretisation interval")
-        if self._equivalent is not None:
-            return self._equivalent.pld_interval(self._participations(rounds))
         self(rounds)
         return self._pld_intervals[int(rounds)]
 
@@ -538,11 +531,9 @@ class EpsilonCurve:
             return math.inf if t > 0 else 0.0
         if t == 0:
             return 0.0
-        if self._equivalent is not None:
-            return self._equivalent(self._participations(t))
         if t not in self._memo:
             if self.accountant == "rdp":
-                self._memo[t] = self._rdp_epsilon(t)
+                self._memo[t] = self._rdp_epsilon(self._participations(t))
             else:
                 self._memo[t], self._pld_intervals[t] = refined_pld_epsilon(
                     lambda h: self.pld_epsilon_at(t, h), self.pld_compositions(t))
