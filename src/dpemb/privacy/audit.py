@@ -125,12 +125,8 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
 
 @dataclass(frozen=True)
 class GaussianEstimate:
-    """One-shot empirical epsilon ESTIMATE (Andrew et al. 2023); not a bound.
-
-    ``mu`` is |mean_in - mean_out| / ``std``; ``epsilon`` = gaussian_epsilon(mu, delta).
-    ``mu_ci`` / ``epsilon_ci`` are percentile-bootstrap intervals at ``ci_level``
-    (None unless a bootstrap was asked for).
-    """
+    """One-shot empirical epsilon ESTIMATE (``estimate_epsilon_gaussian``); not a bound.
+    ``mu_ci`` / ``epsilon_ci``: None unless a bootstrap was asked for."""
 
     mu: float
     epsilon: float
@@ -399,14 +395,10 @@ def one_run_lower_bound(
     r = kp + kn
     v = _guesses(s, inc, kp, kn)
     eps = _epsilon_lower(m, r, v, d, 1 - c)
-    method = (
-        "steinke-nasr-jagielski-2023 thm 5.1 (pure DP, binomial tail)"
-        if d == 0
-        else "steinke-nasr-jagielski-2023 thm 5.2 (exact p-value with 2 m delta term)"
-    )
+    thm = "5.1 (pure DP, binomial tail)" if d == 0 else "5.2 (exact p-value with 2 m delta term)"
     return OneRunBound(
         epsilon_lower=eps, guesses=r, correct=v, m=m, k_pos=kp, k_neg=kn,
-        delta=d, confidence=c, method=method,
+        delta=d, confidence=c, method=f"steinke-nasr-jagielski-2023 thm {thm}",
     )
 
 
@@ -611,16 +603,12 @@ def fdp_one_run_rejects(m: int, r: int, v: int, tradeoff: TradeOff, alpha: float
 
 @dataclass(frozen=True)
 class FdpResult:
-    """One-run f-DP audit over a fixed grid of guess counts (union bound).
+    """One-run f-DP audit over a fixed grid of guess counts (``fdp_one_run_audit``).
 
-    ``mu_lower``: the mechanism is not mu-GDP for any mu < ``mu_lower``, at ``confidence``
-    (P[mu_lower > mu*] <= 1 - confidence when the mechanism is mu*-GDP).
     ``epsilon_lower``: gaussian_epsilon(mu_lower, delta), the epsilon at ``delta`` of that
     Gaussian curve; it lower-bounds the epsilon of the smallest Gaussian-DP curve the
     mechanism satisfies, which is the mechanism's own epsilon when it IS Gaussian (one
     or more unsampled Gaussian releases) and can exceed it otherwise (subsampling).
-    ``claimed_rejected``: the test of the claimed trade-off function (None when none was
-    given), at the same confidence.
     """
 
     mu_lower: float

@@ -1,13 +1,10 @@
 """``PrivacyLedger``: what has been composed so far, epsilon every round, checkpointable.
 
-The ledger is bound to one ``PrivacySpec``. ``step()`` records completed rounds;
-``dp_event()`` is the dp_accounting event they compose (``events.training_event``) and
-``epsilon()`` the guarantee for them (for the released sequence of models): dp_accounting's
-epsilon of that event, read off the spec's memoised curve (``events.EpsilonCurve``), so
-calling it every round is cheap (RDP: one conversion; PLD: one self-composition of the
-cached one-round distribution; the same epsilon as composing ``dp_event()`` afresh, to
-float rounding: ``tests/privacy/test_dp_event.py``). ``state_dict`` goes into
-checkpoints; loading refuses a state recorded under a different spec.
+The ledger is bound to one ``PrivacySpec``. ``epsilon()`` is the guarantee for the rounds
+recorded (for the released sequence of models): dp_accounting's epsilon of ``dp_event()``,
+read off the spec's memoised curve (``events.EpsilonCurve``), so calling it every round is
+cheap; the same epsilon as composing ``dp_event()`` afresh, to float rounding
+(``tests/privacy/test_dp_event.py``). Loading a state refuses one recorded under another spec.
 """
 
 from __future__ import annotations
