@@ -521,7 +521,7 @@ class EpsilonCurve:
         if self.accountant != "pld" or self.spec.nonprivate or int(rounds) <= 0:
             raise ValueError("only a private PLD curve at rounds >= 1 has a discretisation interval")
         self(rounds)
-        return self._pld_intervals[int(rounds)]
+        return self._pld_intervals[self._participations(rounds)]
 
     def __call__(self, rounds: int) -> float:
         t = int(rounds)
@@ -531,13 +531,14 @@ class EpsilonCurve:
             return math.inf if t > 0 else 0.0
         if t == 0:
             return 0.0
-        if t not in self._memo:
+        p = self._participations(t)  # the memo's key: BandMF rounds of one participation share it
+        if p not in self._memo:
             if self.accountant == "rdp":
-                self._memo[t] = self._rdp_epsilon(self._participations(t))
+                self._memo[p] = self._rdp_epsilon(p)
             else:
-                self._memo[t], self._pld_intervals[t] = refined_pld_epsilon(
+                self._memo[p], self._pld_intervals[p] = refined_pld_epsilon(
                     lambda h: self.pld_epsilon_at(t, h), self.pld_compositions(t))
-        return self._memo[t]
+        return self._memo[p]
 
 
 @functools.lru_cache(maxsize=64)
