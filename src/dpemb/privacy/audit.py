@@ -7,8 +7,8 @@ turns the scores into an epsilon. Three kinds of answer, not to be confused:
 
 - ``estimate_epsilon_gaussian`` (Andrew et al. 2023): an ESTIMATE, neither an upper nor
   a lower bound; it can be above the accounted epsilon by chance.
-- ``one_run_lower_bound`` (Steinke, Nasr, Jagielski 2023): a high-confidence LOWER bound
-  on the (eps, delta) epsilon.
+- ``one_run_lower_bound`` (Steinke, Nasr, Jagielski 2023, arXiv 2305.08846): a
+  high-confidence LOWER bound on the (eps, delta) epsilon.
 - ``fdp_one_run_audit`` (Mahloujifar, Melis, Chaudhuri 2024): a high-confidence LOWER
   bound on the Gaussian-DP parameter mu, and the test of a claimed trade-off curve. For a
   Gaussian mechanism it is much tighter than the (eps, delta) bound at the same canaries:
