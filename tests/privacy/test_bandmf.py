@@ -281,3 +281,23 @@ def test_sensitivity_with_real_local_training_and_the_cyclic_sampler():
     assert float(moved.norm()) <= math.sqrt(len(mine)) * cn * sens * (1 + 1e-9)
     for t in mine:
         assert float((c[:, t:t + 1] @ diff[t:t + 1]).norm()) <= cn * sens * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("bands", [1, 2, 4, 8])
+def test_prefix_noise_is_the_workload_times_the_inverse_strategy(bands):
+    """prefix_noise_rms = RMS over t of ||row t of A C^{-1}|| (A: prefix sums), from the
+    streamed recurrence's impulse response; one band: sqrt((T + 1) / 2), the Gaussian's."""
+    from dpemb.privacy.bandmf import prefix_noise_rms
+
+    rounds = 60
+    coeffs = banded_sqrt_coefficients(bands)
+    a = torch.tril(torch.ones(rounds, rounds, dtype=torch.float64))
+    by_matrix = (a @ torch.linalg.inv(strategy_matrix(coeffs, rounds))).norm(dim=1).pow(2).mean().sqrt()
+    assert prefix_noise_rms(coeffs, rounds) == pytest.approx(float(by_matrix), rel=1e-10)
+    if bands == 1:
+        assert prefix_noise_rms(coeffs, rounds) == pytest.approx(math.sqrt((rounds + 1) / 2), rel=1e-12)
+    # and it is the noise the mechanism streams: the empirical std of its prefix sums
+    mech = BandMFNoise(1.0, bands=bands, seed=bands)
+    noise = _noise_sequence(mech, rounds, [torch.zeros(40_000)])  # sigma = z x sensitivity = 2; rel. sd < 0.4%
+    empirical = noise.cumsum(0).pow(2).mean(1).mean().sqrt() / 2.0
+    assert float(empirical) == pytest.approx(prefix_noise_rms(coeffs, rounds), rel=0.03)
