@@ -22,7 +22,7 @@ def naive_render(ds, cfg, count: int) -> tuple[float, int]:
     """Seconds to draw the first ``count`` examples of ``ds`` one by one."""
     from scipy import ndimage
 
-    from dpemb.data.glyphs.benchmark import assign, select_pool
+    from dpemb.data.glyphs.make import assign, select_pool
     from dpemb.data.glyphs.identities import build_pool
     from dpemb.data.glyphs.make import _ASSIGN, _JITTER, _POOL, _STYLE, _examples, available_fonts
     from dpemb.data.glyphs.render import (

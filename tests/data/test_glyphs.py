@@ -523,7 +523,7 @@ def test_glyphs_that_render_empty_are_dropped_and_the_build_retried(tmp_path, mo
     assert cache.add([(0, ord("Q")), (0, ord("R"))]) == [(0, ord("Q"))]
     assert (0, ord("R")) in cache.index and (0, ord("Q")) not in cache.index
 
-    monkeypatch.setattr(make_mod, "_fonts", lambda extra, progress: [info])
+    monkeypatch.setattr(make_mod, "available_fonts", lambda extra, progress: [info])
     found: list = []
     original_add = StrokeCache.add
 

@@ -57,6 +57,9 @@ READABLE_FORMATS = (1, 2)
 # role codes of Splits.label_role / Splits.user_role
 TRAIN, VALIDATION, TEST, PUBLIC = 0, 1, 2, 3
 
+# the role annotations of a UserDataset, in the order meta.json holds them
+ROLE_FIELDS = ("eval_labels", "validation_labels", "eval_users", "validation_users", "public_users")
+
 
 class DataError(ValueError):
     """Bad input data. The message names the file, row or user and what to do."""
@@ -203,30 +206,24 @@ class UserDataset:
         head needs contiguous classes); the role annotations (held-out identities and
         users, public users) are then dropped.
         """
-        example_mask = np.asarray(example_mask, dtype=bool)
-        idx = np.flatnonzero(example_mask)
-        users = self.user_of_example()[idx]
-        keep_users, new_users = np.unique(users, return_inverse=True)
+        idx = np.flatnonzero(np.asarray(example_mask, dtype=bool))
+        keep_users, new_users = np.unique(self.user_of_example()[idx], return_inverse=True)
         counts = np.bincount(new_users, minlength=len(keep_users))
-        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        labels = self.labels[idx]
-        label_names = self.label_names
-        eval_labels, validation_labels = self.eval_labels, self.validation_labels
-        public_users, validation_users = self.public_users, self.validation_users
-        eval_users = self.eval_users
+        labels, label_names = self.labels[idx], self.label_names
+        roles: dict[str, list[int] | None] = {k: [] for k in ROLE_FIELDS}
         if relabel:
             kept, labels = np.unique(labels, return_inverse=True)
             label_names = [self.label_names[i] for i in kept]
-            eval_labels, validation_labels = [], []
-            public_users, validation_users, eval_users = [], [], []
         else:
             remap = {int(u): i for i, u in enumerate(keep_users)}
-
-            def keep(users: Sequence[int]) -> list[int]:
-                return [remap[int(u)] for u in users if int(u) in remap]
-
-            public_users, validation_users = keep(self.public_users), keep(self.validation_users)
-            eval_users = None if self.eval_users is None else keep(self.eval_users)
+            for k in ROLE_FIELDS:
+                values = getattr(self, k)
+                if k.endswith("_labels"):
+                    roles[k] = list(values)
+                elif values is not None:
+                    roles[k] = [remap[int(u)] for u in values if int(u) in remap]
+                else:
+                    roles[k] = None
         if is_lazy(self.images):  # a view of the memmap's rows, nothing read
             images = RowView(self.images, idx)
         elif len(idx) != self.num_examples:
@@ -236,16 +233,12 @@ class UserDataset:
         return UserDataset(
             images=images,
             labels=np.asarray(labels, dtype=np.int64),
-            offsets=offsets,
+            offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
             user_names=[self.user_names[u] for u in keep_users],
             label_names=list(label_names),
-            eval_labels=list(eval_labels),
-            public_users=list(public_users),
             source=dict(self.source),
-            validation_labels=list(validation_labels),
-            eval_users=None if eval_users is None else list(eval_users),
-            validation_users=list(validation_users),
             origin=self.origin,
+            **roles,  # type: ignore[arg-type]
         )
 
     def split(self) -> "Splits":
@@ -272,13 +265,7 @@ class UserDataset:
                 "format": FORMAT_VERSION,
                 "user_names": self.user_names,
                 "label_names": self.label_names,
-                "eval_labels": [int(x) for x in self.eval_labels],
-                "validation_labels": [int(x) for x in self.validation_labels],
-                "eval_users": (
-                    None if self.eval_users is None else [int(x) for x in self.eval_users]
-                ),
-                "validation_users": [int(x) for x in self.validation_users],
-                "public_users": [int(x) for x in self.public_users],
+                **{k: _ints(getattr(self, k)) for k in ROLE_FIELDS},
                 "source": self.source,
             }
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
@@ -326,13 +313,10 @@ class UserDataset:
             offsets=offsets,
             user_names=list(meta["user_names"]),
             label_names=list(meta["label_names"]),
-            eval_labels=list(meta.get("eval_labels", [])),
-            public_users=list(meta.get("public_users", [])),
             source=dict(meta.get("source", {})),
-            validation_labels=list(meta.get("validation_labels", [])),
-            eval_users=None if meta.get("eval_users") is None else list(meta["eval_users"]),
-            validation_users=list(meta.get("validation_users", [])),
             origin=str(path),
+            # absent (format 1): the default; eval_users None: not recorded
+            **{k: _ints(meta[k]) for k in ROLE_FIELDS if k in meta},
         )
 
     def summary(self) -> dict[str, Any]:
@@ -365,13 +349,10 @@ class UserDataset:
 
 
 class Splits:
-    """Views of a dataset by role (see the module docstring). ``train``: private
-    training users' examples of training identities; ``public``: public users'
-    examples of training identities; ``train_and_public``: both; ``validation``:
-    validation users' examples of validation identities; ``eval`` (alias ``test``):
-    test users' examples of test identities. ``label_role`` / ``user_role`` hold the
-    role codes (TRAIN, VALIDATION, TEST; users also PUBLIC); ``unused`` marks the
-    examples no part keeps."""
+    """Views of a dataset by role: the parts of the module docstring, ``eval`` also named
+    ``test``, and ``train_and_public`` (both). ``label_role`` / ``user_role`` hold the role
+    codes (TRAIN, VALIDATION, TEST; users also PUBLIC); ``unused`` marks the examples no
+    part keeps."""
 
     def __init__(self, ds: UserDataset):
         self.ds = ds
@@ -395,40 +376,23 @@ class Splits:
         ``eval``)."""
         return self._masks["eval" if name == "test" else name]
 
-    def _get(self, name: str) -> UserDataset:
-        if name not in self._cache:
-            self._cache[name] = self.ds.select(self._masks[name], relabel=True)
-        return self._cache[name]
-
-    @property
-    def train(self) -> UserDataset:
-        return self._get("train")
-
-    @property
-    def public(self) -> UserDataset:
-        return self._get("public")
-
-    @property
-    def validation(self) -> UserDataset:
-        return self._get("validation")
-
-    @property
-    def eval(self) -> UserDataset:
-        """The test split: test users' examples of test identities."""
-        return self._get("eval")
-
-    test = eval
-
     def get(self, name: str) -> UserDataset:
         """A part by name: train, public, train_and_public, validation, eval or test."""
-        if name == "test":
-            name = "eval"
+        name = "eval" if name == "test" else name
         if name not in self._masks:
             raise ValueError(
                 f"unknown split {name!r}: use train, public, train_and_public, validation, "
                 "eval or test"
             )
-        return self._get(name)
+        if name not in self._cache:
+            self._cache[name] = self.ds.select(self._masks[name], relabel=True)
+        return self._cache[name]
+
+    train = property(lambda self: self.get("train"))
+    public = property(lambda self: self.get("public"))
+    validation = property(lambda self: self.get("validation"))
+    eval = test = property(lambda self: self.get("eval"),
+                           doc="The test split: test users' examples of test identities.")
 
 
 def _save_images(file: Path, images: np.ndarray | RowView) -> None:
@@ -454,6 +418,10 @@ def check_replaceable(path: Path, advice: str = "") -> None:
     nor an empty folder: saving a dataset there would replace it."""
     if path.exists() and not (path / "meta.json").is_file() and (not path.is_dir() or any(path.iterdir())):
         raise DataError(f"{path} exists and is not a dpemb dataset; refusing to replace it{advice}")
+
+
+def _ints(values: Iterable[Any] | None) -> list[int] | None:
+    return None if values is None else [int(x) for x in values]
 
 
 def _name(ds: UserDataset) -> str:
@@ -501,9 +469,8 @@ def _role_arrays(ds: UserDataset, *, derive_strict: bool = False) -> tuple[np.nd
                     f"{_name(ds)}: user {ds.user_names[u]!r} is both a {seen[u]} and a {what} "
                     "user; a user has one role"
                 )
-    user_role[named["public"]] = PUBLIC
-    user_role[named["validation"]] = VALIDATION
-    user_role[named["test"]] = TEST
+    for role, users in zip((PUBLIC, VALIDATION, TEST), named.values()):
+        user_role[users] = role
     if ds.eval_users is None and (len(test_l) or len(val_l)):
         _derive_users(ds, label_role, user_role, strict=derive_strict)
     return label_role, user_role
@@ -595,9 +562,8 @@ def _index(
             raise DataError(f"a {what} index lies outside {what}_names")
         return arr.astype(np.int64), [str(n) for n in names]
     if arr.dtype.kind in "iu":
-        uniq = np.unique(arr) if len(arr) else np.zeros(0, dtype=np.int64)
-        lookup = {int(v): i for i, v in enumerate(uniq)}
-        return np.array([lookup[int(v)] for v in arr], dtype=np.int64), [str(int(v)) for v in uniq]
+        uniq, idx = np.unique(arr, return_inverse=True)
+        return idx.reshape(-1).astype(np.int64), [str(int(v)) for v in uniq]
     seen: dict[str, int] = {}
     idx = np.empty(len(arr), dtype=np.int64)
     for i, v in enumerate(arr):

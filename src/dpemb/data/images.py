@@ -1,11 +1,9 @@
 """Decode one image file into a fixed-size uint8 array.
 
-Every file-based importer goes through :func:`decode_image`, so all of them agree on
-geometry: the shorter side is resized to ``image_size`` and the centre square is
-kept (no padding, no distortion of the aspect ratio). EXIF orientation is applied.
-16-bit (and 32-bit integer) grey images are scaled to 8 bits (value / 257, rounded),
-never clipped. :func:`decode_image_geometry` also returns the file's own size, so
-importers can report (or refuse) upscaled and centre-cropped images.
+Every file-based importer goes through :func:`decode_image_geometry`, so all of them
+agree on geometry: no padding, no distortion of the aspect ratio. EXIF orientation is
+applied. 16-bit (and 32-bit integer) grey images are scaled to 8 bits (value / 257,
+rounded), never clipped.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ import csv
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -91,22 +92,26 @@ def _same(value: str, where: str) -> bool:
     return v == "1"
 
 
-def _open_csv(path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()):
+def _csv_rows(
+    path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> Iterator[tuple[str, dict[str, str | None]]]:
+    """``(where, row)`` for each line of the CSV ``path`` after its header, which must name
+    ``required``; a row holds a key for every column of the header."""
     if not path.is_file():
         raise DataError(f"{path}: file not found; check the path")
-    f = open(path, newline="", encoding="utf-8")
-    reader = csv.DictReader(f)
-    cols = [c.strip() for c in (reader.fieldnames or [])]
-    missing = [c for c in required if c not in cols]
-    if missing:
-        f.close()
-        raise DataError(
-            f"{path} line 1: the header must name {','.join(required)}"
-            + (f" (optionally {','.join(optional)})" if optional else "")
-            + f"; missing {','.join(missing)} (header: {','.join(cols) or 'empty'})"
-        )
-    reader.fieldnames = cols
-    return f, reader
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        cols = [c.strip() for c in (reader.fieldnames or [])]
+        missing = [c for c in required if c not in cols]
+        if missing:
+            raise DataError(
+                f"{path} line 1: the header must name {','.join(required)}"
+                + (f" (optionally {','.join(optional)})" if optional else "")
+                + f"; missing {','.join(missing)} (header: {','.join(cols) or 'empty'})"
+            )
+        reader.fieldnames = cols
+        for row in reader:
+            yield f"{path} line {reader.line_num}", row
 
 
 def _field(row: dict, name: str, where: str) -> str:
@@ -156,25 +161,21 @@ def _read_lfw(path: Path, root: Path, lines: list[str]) -> PairList:
 
 
 def _read_csv_pairs(path: Path, root: Path) -> PairList:
-    f, reader = _open_csv(path, ("path1", "path2", "same"), ("fold",))
     images = ImageTable()
     first, second, same, folds = [], [], [], []
-    has_fold = "fold" in (reader.fieldnames or [])
-    with f:
-        for row in reader:
-            where = f"{path} line {reader.line_num}"
-            first.append(images.add(_resolve(root, _field(row, "path1", where)), where))
-            second.append(images.add(_resolve(root, _field(row, "path2", where)), where))
-            same.append(_same(_field(row, "same", where), where))
-            if has_fold:
-                try:
-                    folds.append(int(_field(row, "fold", where)))
-                except ValueError:
-                    raise DataError(f"{where}: fold {row['fold']!r} is not an integer") from None
+    for where, row in _csv_rows(path, ("path1", "path2", "same"), ("fold",)):
+        first.append(images.add(_resolve(root, _field(row, "path1", where)), where))
+        second.append(images.add(_resolve(root, _field(row, "path2", where)), where))
+        same.append(_same(_field(row, "same", where), where))
+        if "fold" in row:
+            try:
+                folds.append(int(_field(row, "fold", where)))
+            except ValueError:
+                raise DataError(f"{where}: fold {row['fold']!r} is not an integer") from None
     if not first:
         raise DataError(f"{path}: no pairs after the header")
     return PairList(images, np.array(first), np.array(second), np.array(same, dtype=bool),
-                    np.array(folds, dtype=np.int64) if has_fold else None, "csv")
+                    np.array(folds, dtype=np.int64) if folds else None, "csv")
 
 
 def read_pairs(path: str | os.PathLike, images_root: str | os.PathLike) -> PairList:
@@ -198,45 +199,38 @@ def read_templates(
 ) -> TemplateProtocol:
     """Read a templates CSV and a template-pairs CSV (see the module docstring)."""
     tpath, ppath, root = Path(templates), Path(pairs), Path(images_root)
-    f, reader = _open_csv(tpath, ("template_id", "path"), ("subject", "media"))
-    cols = reader.fieldnames or []
     images = ImageTable()
     names: dict[str, int] = {}
     subject: dict[str, str] = {}
     image_of, template_of, media_raw = [], [], []
-    with f:
-        for row in reader:
-            where = f"{tpath} line {reader.line_num}"
-            tid = _field(row, "template_id", where)
-            t = names.setdefault(tid, len(names))
-            image_of.append(images.add(_resolve(root, _field(row, "path", where)), where))
-            template_of.append(t)
-            if "media" in cols:
-                media_raw.append(_field(row, "media", where))
-            if "subject" in cols:
-                sub = _field(row, "subject", where)
-                if subject.setdefault(tid, sub) != sub:
-                    raise DataError(f"{where}: template {tid} has subject {subject[tid]} on an earlier "
-                                    f"line and {sub} here; a template shows one subject")
+    for where, row in _csv_rows(tpath, ("template_id", "path"), ("subject", "media")):
+        tid = _field(row, "template_id", where)
+        t = names.setdefault(tid, len(names))
+        image_of.append(images.add(_resolve(root, _field(row, "path", where)), where))
+        template_of.append(t)
+        if "media" in row:
+            media_raw.append(_field(row, "media", where))
+        if "subject" in row:
+            sub = _field(row, "subject", where)
+            if subject.setdefault(tid, sub) != sub:
+                raise DataError(f"{where}: template {tid} has subject {subject[tid]} on an earlier "
+                                f"line and {sub} here; a template shows one subject")
     if not names:
         raise DataError(f"{tpath}: no templates after the header")
-    f, reader = _open_csv(ppath, ("template1", "template2", "same"))
     first, second, same = [], [], []
-    with f:
-        for row in reader:
-            where = f"{ppath} line {reader.line_num}"
-            a, b = _field(row, "template1", where), _field(row, "template2", where)
-            for tid in (a, b):
-                if tid not in names:
-                    raise DataError(f"{where}: template {tid} is not in {tpath}; add its images there "
-                                    "or remove the line")
-            s = _same(_field(row, "same", where), where)
-            if a in subject and b in subject and (subject[a] == subject[b]) != s:
-                raise DataError(f"{where}: same={int(s)} but {tpath} gives subjects {subject[a]} and "
-                                f"{subject[b]}; correct one of the files")
-            first.append(names[a])
-            second.append(names[b])
-            same.append(s)
+    for where, row in _csv_rows(ppath, ("template1", "template2", "same")):
+        a, b = _field(row, "template1", where), _field(row, "template2", where)
+        for tid in (a, b):
+            if tid not in names:
+                raise DataError(f"{where}: template {tid} is not in {tpath}; add its images there "
+                                "or remove the line")
+        s = _same(_field(row, "same", where), where)
+        if a in subject and b in subject and (subject[a] == subject[b]) != s:
+            raise DataError(f"{where}: same={int(s)} but {tpath} gives subjects {subject[a]} and "
+                            f"{subject[b]}; correct one of the files")
+        first.append(names[a])
+        second.append(names[b])
+        same.append(s)
     if not first:
         raise DataError(f"{ppath}: no template pairs after the header")
     media = None

@@ -153,7 +153,7 @@ class RowView:
         if isinstance(base, np.memmap) and isinstance(base.base, mmap.mmap) and base.filename:
             return _reopen, (base.filename, int(base.offset), base.dtype.str, tuple(base.shape),
                              self._rows, self._mapping is not None)
-        return _rebuild, (np.asarray(base), self._rows)
+        return RowView, (np.asarray(base), self._rows)
 
     def __repr__(self) -> str:
         kind = type(self._base).__name__
@@ -201,18 +201,15 @@ class RowView:
         if _is_int(key):
             pos = self._rows[int(key)]  # IndexError as numpy's
             return self._read(np.array([pos], dtype=np.int64))[0]
-        if isinstance(key, slice):
-            return self._read(self._rows[key])
-        if key is Ellipsis:
-            return self._read(self._rows)
-        arr = np.asarray(key)
-        if arr.size == 0 and arr.dtype.kind not in "iub":
-            arr = arr.astype(np.intp)
-        if arr.dtype.kind not in "iub":
-            raise IndexError(
-                "only integers, slices, boolean masks and integer arrays index a RowView's rows"
-            )
-        pos = self._rows[arr]  # numpy's checks: bounds, mask length, negative indices
+        if not isinstance(key, slice) and key is not Ellipsis:
+            key = np.asarray(key)
+            if key.size == 0 and key.dtype.kind not in "iub":
+                key = key.astype(np.intp)
+            if key.dtype.kind not in "iub":
+                raise IndexError(
+                    "only integers, slices, boolean masks and integer arrays index a RowView's rows"
+                )
+        pos = self._rows[key]  # numpy's checks: bounds, mask length, negative indices
         return self._read(pos.reshape(-1)).reshape(pos.shape + self.shape[1:])
 
     # ------------------------------------------------------------------ reading
@@ -299,10 +296,6 @@ def _reopen(filename: str, offset: int, dtype: str, shape: tuple[int, ...], rows
     return RowView(base, rows, release_pages=release_pages)
 
 
-def _rebuild(base: np.ndarray, rows: np.ndarray) -> RowView:
-    return RowView(base, rows)
-
-
 def _is_int(key: Any) -> bool:
     return isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_))
 
@@ -333,9 +326,8 @@ def row_span(images: Any, lo: int, hi: int) -> Any:
 
 def iter_batches(images: Any, batch_size: int) -> Iterator[tuple[int, np.ndarray]]:
     """``(start, rows start:start + batch_size)`` over ``images`` (an ndarray, a memmap
-    or a RowView), each batch a ndarray read on its own: a memmapped array is read
-    batch by batch through a :class:`RowView` (dropping the pages of each batch once
-    read), an in-memory one sliced as before."""
+    or a RowView), each batch a ndarray read on its own: a memmapped array through a
+    :class:`RowView` (dropping the pages of each batch once read)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     src = row_view(images)

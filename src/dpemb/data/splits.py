@@ -1,16 +1,9 @@
-"""Choosing the roles of a UserDataset's identities and users.
-
-Three disjoint identity groups (training, validation, test) and four disjoint user
-groups (public, private training, validation, test). ``UserDataset.split`` keeps a
-validation example only when both its user and its identity are validation ones, and
-likewise for test, so a number measured on the validation or test split is never a
-statistic of a user who is trained on (the paper's EMNIST protocol holds out classes
-36-61; here their writers are held out too). Validation is for choosing
-hyperparameters, test for the numbers that are reported.
-
-Public users are users whose data may be used for non-private pretraining; they are
-data *about which no privacy claim is made*. Choosing any of these roles is a
-data-handling decision made before training, not a private computation.
+"""Choosing the roles of a UserDataset's identities and users (the roles, and the splits
+they make, are described in :mod:`dpemb.data.dataset`). Validation is for choosing
+hyperparameters, test for the numbers that are reported. Public users' data may be used
+for non-private pretraining: it is data *about which no privacy claim is made*. Choosing
+any of these roles is a data-handling decision made before training, not a private
+computation.
 """
 
 from __future__ import annotations
@@ -77,6 +70,15 @@ def _labels_given(ds: UserDataset, labels: Sequence[int], what: str) -> list[int
             "`dpemb data inspect`"
         )
     return chosen
+
+
+def _draw_labels(
+    candidates: np.ndarray, fraction: float, n_present: int, stream: list[int]
+) -> list[int]:
+    """A ``fraction`` share of ``n_present`` identities (at least 2) drawn uniformly from
+    ``candidates``."""
+    picked = np.random.default_rng(stream).permutation(candidates)[: _count(fraction, n_present, 2)]
+    return sorted(int(x) for x in picked)
 
 
 def _pick_users(
@@ -164,10 +166,9 @@ def assign_splits(
     if eval_labels is not None:
         test_ids = _labels_given(ds, eval_labels, "eval")
     else:
-        f = DEFAULT_EVAL_IDENTITY_FRACTION if eval_identity_fraction is None else eval_identity_fraction
-        eval_identity_fraction = f
-        rng = np.random.default_rng([seed, 0])
-        test_ids = sorted(int(x) for x in rng.permutation(present)[: _count(f, len(present), at_least=2)])
+        if eval_identity_fraction is None:
+            eval_identity_fraction = DEFAULT_EVAL_IDENTITY_FRACTION
+        test_ids = _draw_labels(present, eval_identity_fraction, len(present), [seed, 0])
     if validation_labels is not None:
         val_ids = _labels_given(ds, validation_labels, "validation")
         both = sorted(set(val_ids) & set(test_ids))
@@ -177,15 +178,10 @@ def assign_splits(
                 "test (eval) and a validation identity; the groups must be disjoint"
             )
     else:
-        f = (
-            DEFAULT_VALIDATION_IDENTITY_FRACTION
-            if validation_identity_fraction is None
-            else validation_identity_fraction
-        )
-        validation_identity_fraction = f
+        if validation_identity_fraction is None:
+            validation_identity_fraction = DEFAULT_VALIDATION_IDENTITY_FRACTION
         rest = np.setdiff1d(present, test_ids)
-        rng = np.random.default_rng([seed, 2])
-        val_ids = sorted(int(x) for x in rng.permutation(rest)[: _count(f, len(present), at_least=2)])
+        val_ids = _draw_labels(rest, validation_identity_fraction, len(present), [seed, 2])
     held_out = set(test_ids) | set(val_ids)
     if held_out and len(np.setdiff1d(present, sorted(held_out))) == 0:
         raise DataError(

@@ -80,9 +80,9 @@ class TailCollector(PassObserver):
             raise ValueError(f"keep must be positive; got {keep}")
         self.keep = int(keep)
         self.cutoff = -math.inf
-        self._scores: list[np.ndarray] = []
-        self._a: list[np.ndarray] = []
-        self._b: list[np.ndarray] = []
+        self._scores: list[np.ndarray] = [np.zeros(0, np.float32)]
+        self._a: list[np.ndarray] = [np.zeros(0, np.int32)]
+        self._b: list[np.ndarray] = [np.zeros(0, np.int32)]
         self._buffered = 0
 
     # -- PassObserver
@@ -127,9 +127,8 @@ class TailCollector(PassObserver):
 
     # -- internals
     def _compact(self) -> None:
-        v = np.concatenate(self._scores) if len(self._scores) > 1 else self._scores[0]
-        a = np.concatenate(self._a) if len(self._a) > 1 else self._a[0]
-        b = np.concatenate(self._b) if len(self._b) > 1 else self._b[0]
+        v, a, b = (np.concatenate(p) if len(p) > 1 else p[0]
+                   for p in (self._scores, self._a, self._b))
         if v.size > self.keep:
             kth = np.partition(v, v.size - self.keep)[v.size - self.keep]  # keep-th largest
             sel = v >= kth
@@ -164,9 +163,6 @@ class TailCollector(PassObserver):
         return self.cutoff == -math.inf
 
     def finish(self) -> "IdentityBootstrap":
-        if not self._scores:
-            self._scores, self._a, self._b = [np.zeros(0, np.float32)], [np.zeros(0, np.int32)], \
-                [np.zeros(0, np.int32)]
         self._compact()
         v = self._scores[0]
         order = np.argsort(-v)  # descending; the order within ties is irrelevant

@@ -1,10 +1,6 @@
 """The face-verification report: Recall@FAR (TAR@FAR) at FAR 1e-6 ... 1e-1 in one table,
 which FARs the number of negative pairs supports, and bootstrap confidence intervals
-over identities.
-
-One exact all-pairs pass (:mod:`dpemb.metrics.verification`) gives every row; the same
-pass keeps what the bootstrap needs (:mod:`dpemb.metrics.bootstrap`), so the intervals
-cost no second pass.
+over identities (:mod:`dpemb.metrics.bootstrap`), all from one exact all-pairs pass.
 
 * ``TAR at FAR f`` is the largest true accept rate over score thresholds whose false
   accept rate is <= f. That is stricter than insightface's IJB-B/C evaluation, which
@@ -33,7 +29,6 @@ from dpemb.metrics.verification import (
     _max_false_accepts,
     _sampled,
     _validate_fars,
-    is_supported,
     prepare_inputs,
 )
 
@@ -111,7 +106,7 @@ class FarTable:
 
     def to_dict(self) -> dict[str, Any]:
         res = self.result
-        d: dict[str, Any] = {
+        return {
             "definition": self.definition,
             "rows": [r.to_dict() for r in self.rows],
             "num_positive_pairs": res.num_positive_pairs,
@@ -121,11 +116,6 @@ class FarTable:
             "bootstrap": None if self.bootstrap is None else self.bootstrap.to_dict(),
             "bootstrap_note": self.bootstrap_note,
         }
-        return d
-
-
-def _sizes(y: torch.Tensor) -> np.ndarray:
-    return torch.unique(y, return_counts=True)[1].cpu().numpy().astype(np.int64)
 
 
 def far_table(
@@ -173,14 +163,14 @@ def far_table(
             if bootstrap:
                 note = "not computed: the pairs were sampled (the bootstrap needs all pairs)"
         else:
-            sizes = _sizes(y)
+            sizes = torch.unique(y, return_counts=True)[1].cpu().numpy().astype(np.int64)
             n_pos = int((sizes * (sizes - 1) // 2).sum())
             n_neg = total - n_pos
             ci_fars: list[float] = []
             if bootstrap and n_pos and n_neg:
                 for f in far_list:
                     k = _max_false_accepts(f, n_neg)
-                    if not is_supported(f, n_neg):
+                    if k == 0:  # unsupported
                         continue
                     if k > ci_max_accepts:
                         notes[f] = (f"not bootstrapped: the budget accepts {k} negative pairs, over "
@@ -254,7 +244,6 @@ def format_far_tables(tables: Mapping[str, FarTable]) -> list[str]:
             raise ValueError(f"table {name!r} has other FARs than {names[0]!r}")
     level = next((t.bootstrap.level for t in tables.values() if t.bootstrap), 0.95)
     ci_head = f"{100 * level:g}% CI"
-    lines: list[str] = []
     unsupported = any(not r.supported for t in tables.values() for r in t.rows)
     if len(tables) == 1:
         head = ["FAR", "TAR (recall)", ci_head, "supported", "threshold"]
@@ -275,9 +264,7 @@ def format_far_tables(tables: Mapping[str, FarTable]) -> list[str]:
                 cells.append(f"{r.recall:.4f}" + ("" if ci == "-" else f" {ci}"))
             body.append(cells)
     widths = [max(len(row[c]) for row in [head] + body) for c in range(len(head))]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip())
-    for row in body:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [head] + body]
     lines.append("TAR at FAR f: the largest TAR over thresholds with FAR <= f (stricter than insightface's "
                  "IJB-B/C report, which takes the TPR at the FPR nearest f).")
     if unsupported:
@@ -291,10 +278,8 @@ def format_far_tables(tables: Mapping[str, FarTable]) -> list[str]:
                      f"{b.num_identities} identities, seed {b.seed}"
                      + (f" ({dropped} resamples without a positive or a negative pair dropped)" if dropped else "")
                      + ".")
-    notes = sorted({r.ci_note for t in tables.values() for r in t.rows if r.ci_note})
-    for n in notes:
-        lines.append(f"n/a: {n}.")
-    bnotes = sorted({t.bootstrap_note for t in tables.values() if t.bootstrap_note})
-    for n in bnotes:
-        lines.append(f"{ci_head}: {n}.")
+    ci_notes = {r.ci_note for t in tables.values() for r in t.rows if r.ci_note}
+    lines += [f"n/a: {n}." for n in sorted(ci_notes)]
+    boot_notes = {t.bootstrap_note for t in tables.values() if t.bootstrap_note}
+    lines += [f"{ci_head}: {n}." for n in sorted(boot_notes)]
     return lines

@@ -83,11 +83,9 @@ def in_batch_recall_at_far(
             fp += neg.size - np.searchsorted(neg, thresholds, side="right")
             n_pos += pos.size
             n_neg += neg.size
-    tn = n_neg - fp
-    fn = n_pos - tp
-    with np.errstate(invalid="ignore", divide="ignore"):
-        specificity = np.where(tn + fp > 0, tn / np.maximum(tn + fp, 1), 0.0)
-        sensitivity = np.where(tp + fn > 0, tp / np.maximum(tp + fn, 1), 0.0)
+    # TN + FP = n_neg and TP + FN = n_pos at every threshold (0 when there are none)
+    specificity = (n_neg - fp) / n_neg if n_neg else np.zeros(thresholds.size)
+    sensitivity = tp / n_pos if n_pos else np.zeros(thresholds.size)
     feasible = specificity >= 1.0 - far
     if not feasible.any():
         return 0.0

@@ -84,9 +84,11 @@ def _ranked_relevance(
         yield kq, relevant
 
 
-def _setup(
-    embeddings: Any, labels: Any, device: Any, block_size: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+@torch.no_grad()
+def _mean_over_queries(
+    embeddings: Any, labels: Any, device: Any, block_size: int, top1: bool
+) -> float:
+    """The mean over answerable queries of precision@1 (``top1``) or of AP@R."""
     if int(block_size) < 1:
         raise ValueError(f"block_size must be a positive integer; got {block_size}")
     x, y = prepare_inputs(embeddings, labels, normalize=True, device=device)
@@ -98,7 +100,17 @@ def _setup(
             "no identity has two or more examples, so no query has a correct neighbour; "
             "retrieval metrics need at least two examples of some identity"
         )
-    return x, y, queries, r[queries]
+    k = torch.ones_like(queries) if top1 else r[queries]
+    total = 0.0
+    for kq, relevant in _ranked_relevance(x, y, queries, k, int(block_size)):
+        if top1:
+            total += int(relevant[:, 0].sum())
+            continue
+        rel = relevant.to(torch.float64)
+        ranks = torch.arange(1, rel.shape[1] + 1, dtype=torch.float64, device=rel.device)
+        precision = torch.cumsum(rel, dim=1) / ranks
+        total += float(((precision * rel).sum(dim=1) / kq.to(torch.float64)).sum())
+    return total / queries.numel()
 
 
 def precision_at_1(
@@ -109,13 +121,7 @@ def precision_at_1(
     device: torch.device | str | None = None,
 ) -> float:
     """Leave-one-out nearest-neighbour accuracy by cosine similarity (see module doc)."""
-    with torch.no_grad():
-        x, y, queries, _ = _setup(embeddings, labels, device, block_size)
-        ones = torch.ones_like(queries)
-        hits = 0
-        for _, relevant in _ranked_relevance(x, y, queries, ones, int(block_size)):
-            hits += int(relevant[:, 0].sum())
-    return hits / queries.numel()
+    return _mean_over_queries(embeddings, labels, device, block_size, top1=True)
 
 
 def map_at_r(
@@ -126,14 +132,5 @@ def map_at_r(
     device: torch.device | str | None = None,
 ) -> float:
     """MAP@R (Musgrave et al. 2020) by cosine similarity, leave-one-out (see module doc)."""
-    with torch.no_grad():
-        x, y, queries, r = _setup(embeddings, labels, device, block_size)
-        total = 0.0
-        for kq, relevant in _ranked_relevance(x, y, queries, r, int(block_size)):
-            rel = relevant.to(torch.float64)
-            ranks = torch.arange(1, rel.shape[1] + 1, dtype=torch.float64, device=rel.device)
-            precision = torch.cumsum(rel, dim=1) / ranks
-            ap = (precision * rel).sum(dim=1) / kq.to(torch.float64)
-            total += float(ap.sum())
-    return total / queries.numel()
+    return _mean_over_queries(embeddings, labels, device, block_size, top1=False)
 

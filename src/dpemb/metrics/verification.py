@@ -33,9 +33,6 @@ numerator. Nothing of size ``N^2`` is ever held: working memory is about
 score. If the distinct positive scores exceed ``_MAX_DISTINCT_POSITIVES`` (few
 identities with many examples each), they are split into score ranges and the pass
 over the negatives is repeated once per range; results are identical.
-(bench/bench_recall.py: 20,000 x 128-d embeddings, 2e8 pairs, 2 CPU cores: about half
-a minute and 0.5 GB, against scikit-learn's roc_curve on the materialised pairs at
-several times the time and >6 GB, with the identical Recall@FAR.)
 
 ``max_pairs`` samples that many pairs uniformly without replacement (seeded) instead;
 the result then says ``exact=False`` and how many pairs it used.
@@ -52,6 +49,7 @@ import numpy as np
 import torch
 
 from dpemb.data.dataset import DataError
+from dpemb.data.tensors import default_device
 
 __all__ = [
     "DEFAULT_FARS",
@@ -77,13 +75,6 @@ _ROC_GRID = 600
 
 
 # ---------------------------------------------------------------------------- inputs
-def resolve_device(device: torch.device | str | None) -> torch.device:
-    """``device`` or, when None, CUDA when present and CPU otherwise."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
 def prepare_inputs(
     embeddings: Any,
     labels: Any,
@@ -96,7 +87,7 @@ def prepare_inputs(
 
     Raises :class:`~dpemb.data.dataset.DataError` naming the offending row.
     """
-    dev = resolve_device(device)
+    dev = torch.device(device) if device is not None else default_device()
     if isinstance(embeddings, torch.Tensor):
         x = embeddings.detach().to(device=dev, dtype=torch.float64)
     else:
@@ -214,11 +205,6 @@ def _max_false_accepts(far: float, n_neg: int) -> int:
     return k
 
 
-def is_supported(far: float, num_negative_pairs: int) -> bool:
-    """True when ``num_negative_pairs >= 1 / far`` (one false accept fits the budget)."""
-    return num_negative_pairs > 0 and _max_false_accepts(far, num_negative_pairs) >= 1
-
-
 # ---------------------------------------------------------------------------- result
 @dataclass(frozen=True, eq=False)
 class VerificationResult:
@@ -257,20 +243,10 @@ class VerificationResult:
         """Whether the negative pairs resolve ``far``: at least ``1 / far`` of them, so
         that one false accept is within the budget. Below that, Recall@FAR is measured
         at zero false accepts."""
-        return is_supported(far, self.num_negative_pairs)
+        return self.num_negative_pairs > 0 and _max_false_accepts(far, self.num_negative_pairs) >= 1
 
 
 # ------------------------------------------------------------------ positive values
-def _fold(values: list[torch.Tensor], counts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Merge value/count pieces into sorted distinct values with summed counts."""
-    v = torch.cat(values)
-    c = torch.cat(counts)
-    uniq, inverse = torch.unique(v, sorted=True, return_inverse=True)
-    total = torch.zeros(uniq.numel(), dtype=torch.int64, device=v.device)
-    total.scatter_add_(0, inverse, c)
-    return uniq, total
-
-
 class _DistinctCounter:
     """Accumulates float32 values into sorted distinct values + int64 counts."""
 
@@ -289,8 +265,12 @@ class _DistinctCounter:
             self._compress()
 
     def _compress(self) -> None:
-        u, c = _fold(self._values, self._counts)
-        self._values, self._counts, self._buffered = [u], [c], 0
+        """Merge the pieces into sorted distinct values with summed counts."""
+        v = torch.cat(self._values)
+        uniq, inverse = torch.unique(v, sorted=True, return_inverse=True)
+        total = torch.zeros(uniq.numel(), dtype=torch.int64, device=v.device)
+        total.scatter_add_(0, inverse, torch.cat(self._counts))
+        self._values, self._counts, self._buffered = [uniq], [total], 0
 
     def result(self) -> tuple[torch.Tensor, torch.Tensor]:
         self._compress()
@@ -319,13 +299,9 @@ class _SortedByLabel:
         hi = np.minimum(self.run_end[a:b], d)
         return int(np.maximum(hi - lo, 0).sum())
 
-    def positive_scores(self, tile: int) -> Iterator[torch.Tensor]:
-        """Scores of all same-label pairs i < j, tile by tile (only near-diagonal tiles)."""
-        for scores, _ in self.labelled_positive_scores(tile):
-            yield scores
-
-    def labelled_positive_scores(self, tile: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """``(scores, labels)`` of all same-label pairs i < j, tile by tile."""
+    def positive_scores(self, tile: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``(scores, labels)`` of all same-label pairs i < j, tile by tile (only
+        near-diagonal tiles)."""
         dev = self.x.device
         for a in range(0, self.n, tile):
             b = min(a + tile, self.n)
@@ -621,7 +597,7 @@ def _key_ranges(data: _SortedByLabel) -> list[tuple[int, int, int]]:
     ``_MAX_DISTINCT_POSITIVES`` distinct values; returns ``(lo, hi, #positives)``."""
     bins = 1 << 16
     hist = torch.zeros(bins, dtype=torch.int64, device=data.x.device)
-    for v in data.positive_scores(_POSITIVE_TILE):
+    for v, _ in data.positive_scores(_POSITIVE_TILE):
         hist += torch.bincount((order_key32(v) >> 16).long() + (bins // 2), minlength=bins)
     hist_np = hist.cpu().numpy()
     # A 16-bit key prefix holds at most 65,536 distinct float32 values.
@@ -669,11 +645,9 @@ def _exact(
     watching = observer  # the observer sees the first pass over the negatives only
     for i, rng in enumerate(ranges):
         counter = _DistinctCounter(x.device)
-        if i == 0 and observer is not None:  # the observer sees every positive once
-            pieces: Iterator[torch.Tensor] = _fed(data.labelled_positive_scores(_POSITIVE_TILE), observer)
-        else:
-            pieces = data.positive_scores(_POSITIVE_TILE)
-        for v in pieces:
+        for v, labels in data.positive_scores(_POSITIVE_TILE):
+            if i == 0 and observer is not None:  # the observer sees every positive once
+                observer.positive(v, labels)
             if rng is not None:
                 key = order_key32(v).long()
                 v = v[(key >= rng[0]) & (key < rng[1])]
@@ -692,14 +666,6 @@ def _exact(
         summaries.append(_summarise(buckets, counts, n_neg, sum(in_range[i + 1 :])))
         del buckets, values, counts
     return _finish(summaries, n_pos, n_neg, fars, exact=True, warn=warn)
-
-
-def _fed(
-    pieces: Iterator[tuple[torch.Tensor, torch.Tensor]], observer: PassObserver
-) -> Iterator[torch.Tensor]:
-    for v, labels in pieces:
-        observer.positive(v, labels)
-        yield v
 
 
 def _require_both_classes(n_pos: int, n_neg: int, what: str = "pairs") -> None:

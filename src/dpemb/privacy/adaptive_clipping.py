@@ -50,10 +50,13 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dpemb.privacy._checks import positive_finite, positive_int
 from dpemb.privacy.relations import Relation, parse_relation
+
+if TYPE_CHECKING:
+    from dpemb.privacy.clipping import ClippedSum
 
 DEFAULT_LEARNING_RATE = 0.2
 DEFAULT_COUNT_STDDEV_DIVISOR = 20.0  # sigma_b = expected reporting clients / 20
@@ -137,14 +140,7 @@ class _CountNoise(Protocol):
     def add_to_count(self, count: float, std: float) -> float: ...
 
 
-class _Counted(Protocol):
-    count: int
-
-    @property
-    def num_unclipped(self) -> int: ...
-
-
-def release_count(clipped: _Counted, noise: _CountNoise, count_stddev: float) -> float:
+def release_count(clipped: ClippedSum, noise: _CountNoise, count_stddev: float) -> float:
     """The round's released statistic: sum_i (b_i - 1/2) + N(0, sigma_b^2), drawn once.
 
     ``clipped`` is the round's ``ClippedSum``; its un-noised count is PRIVATE and only

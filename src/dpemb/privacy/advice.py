@@ -28,9 +28,7 @@ WEAK_EPSILON = 10.0
 #: beyond this RDP epsilon the PLD epsilon is not computed (training reports, `dpemb account`):
 #: the guarantee is vacuous, and PLD's cost grows like 1/z^2 (at z = 0.01 it ran for minutes)
 PLD_MAX_RDP_EPSILON = 1000.0
-#: noise on the average (per coordinate, in units of C) up to which measured runs trained
 TRAINS_UP_TO = 0.015
-#: from here the clients' local training diverged within a few rounds (measured)
 DIVERGES_FROM = 0.1
 
 

@@ -1,29 +1,18 @@
 """Empirical privacy auditing: estimators that turn canary scores into an epsilon.
 
 The estimator layer of issue #14. A training run is audited ONCE: canary users are
-inserted (each with probability 1/2 for the one-run bound, or a fixed "in" set and a
-held-out "out" set for the one-shot estimate), each canary gets a score (for an
-embedding model, e.g. the cosine between the canary's direction and the model
-update), and this module turns the scores into an epsilon. Two different kinds of
-answer, not to be confused:
+inserted (each with probability 1/2 for the one-run bounds, or a fixed "in" set and a
+held-out "out" set for the one-shot estimate), each canary gets a score, and this module
+turns the scores into an epsilon. Three kinds of answer, not to be confused:
 
-- ``estimate_epsilon_gaussian`` (Andrew et al. 2023, "One-shot Empirical Privacy
-  Estimation for Federated Learning", arXiv 2302.03098) is an ESTIMATE: it fits
-  Gaussians to the in and out score samples, reads off the Gaussian-DP parameter mu
-  they imply and converts it with ``gaussian_epsilon``. It is neither an upper nor a
-  lower bound on the true epsilon; it can be above the accounted epsilon by chance.
-- ``one_run_lower_bound`` (Steinke, Nasr, Jagielski 2023, "Privacy Auditing with One
-  (1) Training Run", arXiv 2305.08846) is a high-confidence LOWER bound: if the
-  mechanism is (eps, delta)-DP, the reported ``epsilon_lower`` exceeds eps with
-  probability at most ``1 - confidence`` (over the canaries' random inclusion and the
-  mechanism's randomness); for delta = 0 it is the Clopper-Pearson bound on the
-  guesses' accuracy.
-- ``fdp_one_run_audit`` (Mahloujifar, Melis, Chaudhuri 2024, "Auditing f-Differential
-  Privacy in One Run", arXiv 2410.22235) tests a whole trade-off curve instead of one
-  (eps, delta) pair: a high-confidence LOWER bound on the Gaussian-DP parameter mu
-  (and the test of a claimed curve, e.g. the accounted mechanism's). For a Gaussian
-  mechanism it is much tighter than the (eps, delta) bound at the same canaries: a
-  factor 2 in the noise, invisible to the (eps, delta) bound at 1000 canaries, is
+- ``estimate_epsilon_gaussian`` (Andrew et al. 2023): an ESTIMATE, neither an upper nor
+  a lower bound; it can be above the accounted epsilon by chance.
+- ``one_run_lower_bound`` (Steinke, Nasr, Jagielski 2023, arXiv 2305.08846): a
+  high-confidence LOWER bound on the (eps, delta) epsilon.
+- ``fdp_one_run_audit`` (Mahloujifar, Melis, Chaudhuri 2024): a high-confidence LOWER
+  bound on the Gaussian-DP parameter mu, and the test of a claimed trade-off curve. For a
+  Gaussian mechanism it is much tighter than the (eps, delta) bound at the same canaries:
+  a factor 2 in the noise, invisible to the (eps, delta) bound at 1000 canaries, is
   caught at 10 000 (docs/AUDIT.md). The proof is in ``fdp_one_run_mass``.
 
 numpy / scipy only; no torch, nothing from the rest of dpemb except argument checks.
@@ -33,7 +22,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -63,24 +52,13 @@ __all__ = [
 # --------------------------------------------------------------------------- checks
 
 
-def _delta(delta: object, *, allow_zero: bool = True) -> float:
-    if isinstance(delta, bool) or not isinstance(delta, numbers.Real):
-        raise ValueError(f"delta must be a number, got {delta!r}")
-    d = float(delta)
-    lo_ok = d >= 0 if allow_zero else d > 0
-    if not (lo_ok and d < 1):
-        rng = "[0, 1)" if allow_zero else "(0, 1)"
-        raise ValueError(f"delta must be in {rng}, got {delta!r}")
-    return d
-
-
-def _confidence(confidence: object) -> float:
-    if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real):
-        raise ValueError(f"confidence must be a number, got {confidence!r}")
-    c = float(confidence)
-    if not (0 < c < 1):
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    return c
+def _fraction(name: str, value: object, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    v = float(value)
+    if not ((v >= 0 if allow_zero else v > 0) and v < 1):
+        raise ValueError(f"{name} must be in {'[0, 1)' if allow_zero else '(0, 1)'}, got {value!r}")
+    return v
 
 
 def _nonneg_int(name: str, value: object) -> int:
@@ -119,9 +97,7 @@ def gaussian_delta(mu: float, eps: float) -> float:
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not eps >= 0:
         raise ValueError(f"eps must be a number >= 0, got {eps!r}")
     eps = float(eps)
-    if mu == 0:
-        return 0.0
-    if math.isinf(eps):
+    if mu == 0 or math.isinf(eps):
         return 0.0
     a = special.ndtr(-eps / mu + mu / 2)
     b = math.exp(eps + special.log_ndtr(-eps / mu - mu / 2))
@@ -134,7 +110,7 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
     Solves ``gaussian_delta(mu, eps) = delta`` for eps with brentq (delta(eps) is
     strictly decreasing in eps); 0 when delta(0) = 2 Phi(mu/2) - 1 <= delta already.
     """
-    d = _delta(delta, allow_zero=False)
+    d = _fraction("delta", delta)
     mu = _mu(mu)
     if mu == 0 or gaussian_delta(mu, 0.0) <= d:
         return 0.0
@@ -149,12 +125,8 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
 
 @dataclass(frozen=True)
 class GaussianEstimate:
-    """One-shot empirical epsilon ESTIMATE (Andrew et al. 2023); not a bound.
-
-    ``mu`` is |mean_in - mean_out| / ``std``; ``epsilon`` = gaussian_epsilon(mu, delta).
-    ``mu_ci`` / ``epsilon_ci`` are percentile-bootstrap intervals at ``ci_level``
-    (None unless a bootstrap was asked for).
-    """
+    """One-shot empirical epsilon ESTIMATE (``estimate_epsilon_gaussian``); not a bound.
+    ``mu_ci`` / ``epsilon_ci``: None unless a bootstrap was asked for."""
 
     mu: float
     epsilon: float
@@ -216,16 +188,15 @@ def estimate_epsilon_gaussian(
       two-sample estimate), for scores whose null spread is not a reliable reference.
 
     ``n_bootstrap > 0`` adds percentile-bootstrap intervals for mu and epsilon
-    (in and out resampled independently, ``seed`` for the generator); this costs one
-    brentq per resample.
+    (in and out resampled independently, ``seed`` for the generator).
     """
     x_in = _scores("in_scores", in_scores, min_len=2)
     x_out = _scores("out_scores", out_scores, min_len=2)
-    d = _delta(delta, allow_zero=False)
+    d = _fraction("delta", delta)
     if scale not in ("null", "pooled"):
         raise ValueError(f"scale must be 'null' or 'pooled', got {scale!r}")
     n_boot = _nonneg_int("n_bootstrap", n_bootstrap)
-    level = _confidence(ci_level)
+    level = _fraction("confidence", ci_level)
     mu, s = _mu_hat(x_in, x_out, scale)
     if not (np.isfinite(mu) and s > 0):
         raise ValueError("the scores have zero spread; mu is undefined")
@@ -299,19 +270,24 @@ def one_run_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
         raise ValueError(f"need r <= m, got r={r}, m={m}")
     if v > r:
         raise ValueError(f"need v <= r, got v={v}, r={r}")
-    d = _delta(delta)
+    d = _fraction("delta", delta, allow_zero=True)
     if not (eps >= 0):
         raise ValueError(f"eps must be >= 0, got {eps!r}")
     if v == 0:
         return 1.0
-    q = float(special.expit(eps))
-    tail = float(stats.binom.sf(v - 1, r, q))
-    if d == 0:
-        return min(tail, 1.0)
+    return float(_p_values(m, r, v, np.array([eps], dtype=float), d)[0])
+
+
+def _p_values(m: int, r: int, v: int, eps: np.ndarray, delta: float) -> np.ndarray:
+    """``one_run_p_value`` at every eps of a 1-d array (arguments checked, v >= 1)."""
+    q = special.expit(eps)
+    tail = stats.binom.sf(v - 1, r, q)
+    if delta == 0:
+        return np.minimum(tail, 1.0)
     i = np.arange(1, v + 1)
-    partial = np.cumsum(stats.binom.pmf(v - i, r, q))  # P[v - i <= W < v]
-    extra = float(np.max(partial / i))
-    return min(tail + 2 * m * d * extra, 1.0)
+    # P[v - i <= W < v] for i = 1..v
+    partial = np.cumsum(stats.binom.pmf((v - i)[None, :], r, q[:, None]), axis=1)
+    return np.minimum(tail + 2 * m * delta * np.max(partial / i, axis=1), 1.0)
 
 
 def _epsilon_lower(m: int, r: int, v: int, delta: float, alpha: float) -> float:
@@ -343,15 +319,10 @@ def _epsilon_lower(m: int, r: int, v: int, delta: float, alpha: float) -> float:
                 return math.inf
         return float(optimize.brentq(lambda e: p(e) - alpha, 0.0, hi, xtol=1e-10))
     step = 0.05
-    i = np.arange(1, v + 1)
     start = 0.0
     while True:  # scan 64 grid points at a time, vectorised
         grid = start + step * np.arange(1, 65)
-        q = special.expit(grid)
-        tail = stats.binom.sf(v - 1, r, q)
-        partial = np.cumsum(stats.binom.pmf((v - i)[None, :], r, q[:, None]), axis=1)
-        pv = np.minimum(tail + 2 * m * delta * np.max(partial / i, axis=1), 1.0)
-        above = np.nonzero(pv > alpha)[0]
+        above = np.nonzero(_p_values(m, r, v, grid, delta) > alpha)[0]
         if above.size:
             hi = float(grid[above[0]])
             lo = hi - step
@@ -419,19 +390,15 @@ def one_run_lower_bound(
     m = s.size
     if not 1 <= kp + kn <= m:
         raise ValueError(f"need 1 <= k_pos + k_neg <= number of canaries ({m}), got {kp} + {kn}")
-    d = _delta(delta)
-    c = _confidence(confidence)
+    d = _fraction("delta", delta, allow_zero=True)
+    c = _fraction("confidence", confidence)
     r = kp + kn
     v = _guesses(s, inc, kp, kn)
     eps = _epsilon_lower(m, r, v, d, 1 - c)
-    method = (
-        "steinke-nasr-jagielski-2023 thm 5.1 (pure DP, binomial tail)"
-        if d == 0
-        else "steinke-nasr-jagielski-2023 thm 5.2 (exact p-value with 2 m delta term)"
-    )
+    thm = "5.1 (pure DP, binomial tail)" if d == 0 else "5.2 (exact p-value with 2 m delta term)"
     return OneRunBound(
         epsilon_lower=eps, guesses=r, correct=v, m=m, k_pos=kp, k_neg=kn,
-        delta=d, confidence=c, method=method,
+        delta=d, confidence=c, method=f"steinke-nasr-jagielski-2023 thm {thm}",
     )
 
 
@@ -452,29 +419,22 @@ def one_run_lower_bound_grid(
     grid = [(int(a), int(b)) for a, b in k_grid]
     if not grid:
         raise ValueError("k_grid must not be empty")
-    c = _confidence(confidence)
+    c = _fraction("confidence", confidence)
     each = 1 - (1 - c) / len(grid)
     best = max(
         (one_run_lower_bound(scores, included, a, b, delta, each) for a, b in grid),
         key=lambda res: res.epsilon_lower,
     )
-    return OneRunBound(
-        epsilon_lower=best.epsilon_lower, guesses=best.guesses, correct=best.correct,
-        m=best.m, k_pos=best.k_pos, k_neg=best.k_neg, delta=best.delta, confidence=c,
-        method=best.method + f", best of {len(grid)} (k_pos, k_neg) by union bound",
-        grid_size=len(grid),
-    )
+    return replace(best, confidence=c, grid_size=len(grid),
+                   method=best.method + f", best of {len(grid)} (k_pos, k_neg) by union bound")
 
 
 # ------------------------------- f-DP one-run analysis (Mahloujifar, Melis, Chaudhuri)
 #
-# Steinke et al.'s bound asks one (eps, delta) pair to explain the guesses. A Gaussian
-# mechanism is far more constrained than any single (eps, delta) pair says: its whole
-# trade-off curve f is fixed. Mahloujifar, Melis and Chaudhuri (2024, "Auditing
-# f-Differential Privacy in One Run", arXiv 2410.22235) bound the number of correct
-# guesses of a one-run audit under f-DP directly. The statement and the proof below are
-# written out in full (``fdp_one_run_mass``) so that the bound can be checked here, not
-# taken on trust; the recursion is theirs (as in Meta's PrivacyGuard), the proof is ours.
+# A Gaussian mechanism is far more constrained than any single (eps, delta) pair says:
+# its whole trade-off curve f is fixed. Mahloujifar, Melis and Chaudhuri (2024, arXiv
+# 2410.22235) bound the correct guesses of a one-run audit under f-DP directly; the
+# recursion is theirs, the proof written out in ``fdp_one_run_mass`` is ours.
 
 
 class TradeOff:
@@ -621,7 +581,7 @@ def fdp_one_run_mass(m: int, r: int, v: int, tradeoff: TradeOff, alpha: float, *
     v = _nonneg_int("v", v)
     if r > m or v > r:
         raise ValueError(f"need v <= r <= m, got v={v}, r={r}, m={m}")
-    a = 1.0 - _confidence(1.0 - alpha)  # alpha in (0, 1)
+    a = 1.0 - _fraction("confidence", 1.0 - alpha)  # alpha in (0, 1)
     rr = np.full(tradeoff.size, a * v / m)
     hh = np.full(tradeoff.size, a * (r - v) / m)
     limit = r / m
@@ -643,16 +603,12 @@ def fdp_one_run_rejects(m: int, r: int, v: int, tradeoff: TradeOff, alpha: float
 
 @dataclass(frozen=True)
 class FdpResult:
-    """One-run f-DP audit over a fixed grid of guess counts (union bound).
+    """One-run f-DP audit over a fixed grid of guess counts (``fdp_one_run_audit``).
 
-    ``mu_lower``: the mechanism is not mu-GDP for any mu < ``mu_lower``, at ``confidence``
-    (P[mu_lower > mu*] <= 1 - confidence when the mechanism is mu*-GDP).
     ``epsilon_lower``: gaussian_epsilon(mu_lower, delta), the epsilon at ``delta`` of that
     Gaussian curve; it lower-bounds the epsilon of the smallest Gaussian-DP curve the
     mechanism satisfies, which is the mechanism's own epsilon when it IS Gaussian (one
     or more unsampled Gaussian releases) and can exceed it otherwise (subsampling).
-    ``claimed_rejected``: the test of the claimed trade-off function (None when none was
-    given), at the same confidence.
     """
 
     mu_lower: float
@@ -717,19 +673,19 @@ def fdp_one_run_audit(
       mechanism satisfies ``claimed``, P[claimed_rejected] <= 1 - confidence.
     """
     s, inc = _canaries(scores, included)
-    d = _delta(delta, allow_zero=False)
-    c = _confidence(confidence)
+    d = _fraction("delta", delta)
+    c = _fraction("confidence", confidence)
     grid = [(int(a), int(b)) for a, b in k_grid]
     if not grid:
         raise ValueError("k_grid must not be empty")
     m = s.size
-    for kp, kn in grid:
-        if kp < 0 or kn < 0 or not 1 <= kp + kn <= m:
-            raise ValueError(f"need 1 <= k_pos + k_neg <= number of canaries ({m}), got {kp} + {kn}")
     alpha = (1 - c) / len(grid)
     best = (-1.0, grid[0], 0)
     rejected_at = None
     for kp, kn in grid:
+        if kp < 0 or kn < 0 or not 1 <= kp + kn <= m:
+            raise ValueError(f"need 1 <= k_pos + k_neg <= number of canaries ({m}), "
+                             f"got {kp} + {kn}")
         v = _guesses(s, inc, kp, kn)
         mu = _gdp_lower_one(m, kp + kn, v, alpha)
         if mu > best[0]:

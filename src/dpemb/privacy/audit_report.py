@@ -1,18 +1,11 @@
 """From canary scores to the released audit record: estimators, bounds, the sentence.
 
-Every audit of dpemb (white-box canary users in federated training,
-the training side (``audit_run``); black-box canary users with crafted images,
-the training side (``blackbox_audit``); canary examples for DP classifiers on features,
-the transfer side (``transfer.audit``)) ends the same way: one score per canary and its secret
-inclusion bit go in, and a JSON-ready record comes out that puts side by side
-
-- the reported epsilon, naming its accountant, delta, unit and neighbouring relation;
-- the one-shot empirical ESTIMATE (Andrew et al. 2023; not a bound) with a bootstrap
-  interval;
-- the (eps, delta) LOWER bound of Steinke, Nasr, Jagielski 2023 at the run's delta;
-- the f-DP LOWER bound on the Gaussian-DP parameter mu (Mahloujifar, Melis, Chaudhuri
-  2024; ``dpemb.privacy.audit.fdp_one_run_audit``) and the test of the ACCOUNTED
-  trade-off curve (``accounted_poisson_tradeoff``, ``accounted_gaussian_tradeoff``).
+Every audit of dpemb (``audit_run``, ``blackbox_audit``, ``transfer.audit``) ends the same
+way: one score per canary and its secret inclusion bit go in, and a JSON-ready record comes
+out that puts side by side the reported epsilon (naming its accountant, delta, unit and
+neighbouring relation), the one-shot ESTIMATE (not a bound), the (eps, delta) LOWER bound
+at the run's delta, the f-DP LOWER bound on mu (``dpemb.privacy.audit``) and the test of
+the ACCOUNTED trade-off curve (``accounted_poisson_tradeoff``, ``accounted_gaussian_tradeoff``).
 
 The warning ("the mechanism does not deliver its epsilon") is raised when the
 (eps, delta) lower bound exceeds the reported epsilon or the accounted curve is

@@ -101,9 +101,8 @@ class CanaryClients:
 
     ``dim`` is the length of the aggregated parameter vector; ``first_user`` the
     population index of canary 0 (the number of real users); ``host`` whether every
-    canary has a host client (see the module docstring; ``needs_host``). ``seed`` None
-    draws the canary key from the OS's secure source. ``kind``: "auto", "gaussian" or
-    "dirac" (``choose_kind``).
+    canary has a host client (``needs_host``). ``seed`` None draws the canary key from
+    the OS's secure source.
     """
 
     def __init__(

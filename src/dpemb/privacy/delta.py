@@ -69,13 +69,8 @@ def resolve_delta(delta: float | None, n: int, *, force: bool = False, unit: str
 
 
 def delta_warning(delta: float, n: int, unit: str = "user") -> str | None:
-    """The warning for a delta above the default 1/(10 N) (None at or below it).
-
-    delta >= 1/N (accepted only when forced): the guarantee allows the mechanism to fail
-    for some unit. 1/(10 N) < delta < 1/N: accepted, but a mechanism that publishes one
-    randomly chosen unit's data in full with probability N x delta (up to almost 1) meets
-    the guarantee; the default keeps that chance at 1/10 or less.
-    """
+    """The warning for a delta above the default 1/(10 N) (None at or below it; the module
+    docstring says why); the default keeps the chance N x delta at 1/10 or less."""
     n = _units(n)
     delta = float(delta)
     if is_large_delta(delta, n):

@@ -26,8 +26,7 @@ fields) and rebuild it, so a report or model card can record the event its epsil
 
 z is always relative to the sensitivity of the clipped sum (``PrivacySpec.sensitivity``).
 ``EpsilonCurve`` gives epsilon after t rounds quickly for every t (the ledger calls it
-every round): for RDP the curve is (per-unit RDP) x (units after t rounds), where a
-unit is one round (poisson, fixed), one epoch's Gaussian (epoch) or one unit of S (tree).
+every round).
 """
 
 from __future__ import annotations
@@ -101,25 +100,24 @@ def supported_accountants(spec: PrivacySpec) -> tuple[str, ...]:
     return ACCOUNTANTS
 
 
-def _tree(spec: PrivacySpec) -> TreeParticipation:
-    return _tree_cached(spec.rounds_per_epoch, spec.tree_restarts)
+def require_supported(spec: PrivacySpec, accountant: str, use: str | None = None) -> None:
+    """UnsupportedAccountantError when ``accountant`` cannot bound ``spec``; the message ends
+    "use ``use``" (default: the supported accountants)."""
+    if accountant not in supported_accountants(spec):
+        use = use or " or ".join(a.upper() for a in supported_accountants(spec))
+        raise UnsupportedAccountantError(
+            f"the {accountant.upper()} accountant cannot account for {spec.sampling} sampling "
+            f"with {spec.mechanism} noise; use {use}")
 
 
-_TREES: dict[tuple[int, bool], TreeParticipation] = {}
-
-
-def _tree_cached(rounds_per_epoch: int, restart: bool) -> TreeParticipation:
-    key = (rounds_per_epoch, restart)
-    if key not in _TREES:
-        if len(_TREES) > 64:
-            _TREES.clear()
-        _TREES[key] = TreeParticipation(rounds_per_epoch, restart=restart)
-    return _TREES[key]
+@functools.lru_cache(maxsize=64)
+def _tree(rounds_per_epoch: int, restart: bool) -> TreeParticipation:
+    return TreeParticipation(rounds_per_epoch, restart=restart)
 
 
 def tree_sum_of_squares(spec: PrivacySpec, rounds: int) -> int:
     """S after ``rounds`` rounds for a tree spec (see ``tree_accounting``)."""
-    return _tree(spec).sum_of_squares(rounds)
+    return _tree(spec.rounds_per_epoch, spec.tree_restarts).sum_of_squares(rounds)
 
 
 def epochs_touched(spec: PrivacySpec, rounds: int) -> int:
@@ -167,11 +165,9 @@ def round_event(spec: PrivacySpec) -> dp_accounting.DpEvent:
     z = spec.noise_multiplier
     if spec.nonprivate:
         return dpe.NonPrivateDpEvent()
-    if spec.mechanism == "bandmf":
-        return dpe.PoissonSampledDpEvent(spec.sampling_rate, dpe.GaussianDpEvent(z))
     if spec.mechanism == "tree":
         return training_event(spec, 1)
-    if spec.sampling == "poisson":
+    if spec.mechanism == "bandmf" or spec.sampling == "poisson":
         return dpe.PoissonSampledDpEvent(spec.sampling_rate, dpe.GaussianDpEvent(z))
     if spec.sampling == "fixed":
         return dpe.SampledWithoutReplacementDpEvent(
@@ -264,11 +260,10 @@ def event_from_dict(data: dict[str, Any]) -> dp_accounting.DpEvent:
 def _contains(event: dp_accounting.DpEvent, kind: type) -> bool:
     if isinstance(event, kind):
         return True
-    if isinstance(event, dpe.SelfComposedDpEvent):
-        return _contains(event.event, kind)
     if isinstance(event, dpe.ComposedDpEvent):
         return any(_contains(e, kind) for e in event.events)
-    if isinstance(event, (dpe.PoissonSampledDpEvent, dpe.SampledWithoutReplacementDpEvent)):
+    if isinstance(event, (dpe.SelfComposedDpEvent, dpe.PoissonSampledDpEvent,
+                          dpe.SampledWithoutReplacementDpEvent)):
         return _contains(event.event, kind)
     return False
 
@@ -337,15 +332,12 @@ def refined_pld_epsilon(epsilon_at: Callable[[float], float], compositions: int)
             memo[rung] = float(epsilon_at(_ladder(rung)))
         return memo[rung]
 
-    def rung_for(value: float) -> int:
-        return _rung_for(value, compositions)
-
     rung = PLD_COARSE_RUNG
     while True:
         value = eps(rung)
         if not (0.0 < value < math.inf) or rung == lo:
             return value, _ladder(rung)
-        start = rung_for(value)
+        start = _rung_for(value, compositions)
         if start < rung:  # the scale of epsilon asks for a finer grid: go straight there
             rung = start
             continue
@@ -436,11 +428,7 @@ def epsilon_for(spec: PrivacySpec, accountant: str = "rdp", rounds: int | None =
     """Epsilon of the run described by ``spec`` (math.inf when non-private)."""
     if spec.nonprivate:
         return math.inf
-    if accountant not in supported_accountants(spec):
-        raise UnsupportedAccountantError(
-            f"the {accountant.upper()} accountant cannot account for {spec.sampling} sampling "
-            f"with {spec.mechanism} noise; use {' or '.join(a.upper() for a in supported_accountants(spec))}"
-        )
+    require_supported(spec, accountant)
     if accountant == "pld":  # the curve: Poisson PLD with its truncation, the interval refined
         return epsilon_curve(spec, "pld")(spec.rounds if rounds is None else int(rounds))
     event = training_event(spec, rounds, accountant=accountant)
@@ -448,12 +436,6 @@ def epsilon_for(spec: PrivacySpec, accountant: str = "rdp", rounds: int | None =
 
 
 # ---------------------------------------------------------------------- fast curves
-def _rdp_of(event: dp_accounting.DpEvent, relation: Relation) -> np.ndarray:
-    acc = make_accountant("rdp", relation)
-    acc.compose(event)
-    return acc.rdp
-
-
 class EpsilonCurve:
     """epsilon(t) for t rounds of ``spec`` under one accountant, memoised per t.
 
@@ -469,44 +451,60 @@ class EpsilonCurve:
     def __init__(self, spec: PrivacySpec, accountant: str = "rdp") -> None:
         self.spec = spec
         self.accountant = _check_accountant(accountant)
-        if not spec.nonprivate and accountant not in supported_accountants(spec):
-            raise UnsupportedAccountantError(
-                f"the {accountant.upper()} accountant cannot account for {spec.sampling} sampling with "
-                f"{spec.mechanism} noise; use the RDP accountant"
-            )
+        require_supported(spec, accountant, "the RDP accountant")
+        # what is computed: for BandMF the equivalent DP-FedEmb spec, at ceil(t / b) rounds
+        bandmf = spec.mechanism == "bandmf" and not spec.nonprivate
+        self._spec = bandmf_equivalent_spec(spec) if bandmf else spec
         self._memo: dict[int, float] = {}
         self._unit_rdp: np.ndarray | None = None
-        self._units: Callable[[int], int] | None = None
         self._base_plds: dict[float, pld_lib.PrivacyLossDistribution] = {}
         self._pld_intervals: dict[int, float] = {}
-        # BandMF: the equivalent DP-FedEmb curve, read at ceil(t / b) participations
-        self._equivalent: EpsilonCurve | None = (
-            epsilon_curve(bandmf_equivalent_spec(spec), accountant)
-            if spec.mechanism == "bandmf" and not spec.nonprivate else None)
 
     def _participations(self, rounds: int) -> int:
-        """BandMF: the rounds of the equivalent curve after ``rounds`` rounds (ceil(t / b))."""
+        """The rounds of ``self._spec`` after ``rounds`` rounds (BandMF: ceil(t / b))."""
         return math.ceil(int(rounds) / self.spec.bands)
 
-    def _setup_rdp(self) -> None:
-        spec = self.spec
-        z = spec.noise_multiplier
-        if spec.mechanism == "gaussian" and spec.sampling in ("poisson", "fixed"):
-            self._unit_rdp = _rdp_of(round_event(spec), spec.relation)
-            self._units = lambda t: t
-        else:
-            self._unit_rdp = _rdp_of(dpe.GaussianDpEvent(z), Relation.ADD_REMOVE)
-            if spec.mechanism == "gaussian":
-                self._units = lambda t: epochs_touched(spec, t)
+    def _rdp_epsilon(self, t: int) -> float:
+        """(RDP of one unit) x (units in t rounds): a round (poisson, fixed), an epoch's
+        Gaussian (epoch) or one unit of S (tree), converted at the spec's delta."""
+        spec = self._spec
+        per_round = spec.mechanism == "gaussian" and spec.sampling in ("poisson", "fixed")
+        if self._unit_rdp is None:
+            if per_round:
+                acc = make_accountant("rdp", spec.relation)
+                acc.compose(round_event(spec))
             else:
-                self._units = lambda t: tree_sum_of_squares(spec, t)
+                acc = make_accountant("rdp", Relation.ADD_REMOVE)
+                acc.compose(dpe.GaussianDpEvent(spec.noise_multiplier))
+            self._unit_rdp = acc.rdp
+        if per_round:
+            units = t
+        elif spec.mechanism == "gaussian":
+            units = epochs_touched(spec, t)
+        else:
+            units = tree_sum_of_squares(spec, t)
+        eps, _ = rdp_privacy_accountant.compute_epsilon(RDP_ORDERS, units * self._unit_rdp,
+                                                        spec.resolved_delta)
+        return float(eps)
 
-    def base_pld(self, interval: float) -> pld_lib.PrivacyLossDistribution:
-        """Poisson sampling: one round's PLD at ``interval`` (dp_accounting, pessimistic,
-        connect-the-dots, truncation ``pld_truncation_bound`` for the spec's delta and rounds)."""
-        spec = self.spec
-        if self._equivalent is not None:
-            return self._equivalent.base_pld(interval)
+    def pld_compositions(self, rounds: int) -> int:
+        """How many mechanisms the PLD of ``rounds`` rounds composes."""
+        t = self._participations(rounds)
+        if self._spec.sampling == "poisson":
+            return t
+        return _compositions(training_event(self._spec, t, accountant="pld"))
+
+    def pld_epsilon_at(self, rounds: int, interval: float) -> float:
+        """The PLD epsilon after ``rounds`` rounds at one given interval (an upper bound too).
+        Poisson sampling self-composes one round's PLD at ``interval`` (dp_accounting,
+        pessimistic, connect-the-dots, truncation ``pld_truncation_bound`` for the spec's
+        delta and rounds)."""
+        t = self._participations(rounds)
+        spec = self._spec
+        if spec.sampling != "poisson":
+            event = training_event(spec, t, accountant="pld")
+            return compute_epsilon(event, spec.resolved_delta, "pld", relation=spec.relation,
+                                   pld_discretization=interval)
         if interval not in self._base_plds:
             self._base_plds[interval] = pld_lib.from_gaussian_mechanism(
                 spec.noise_multiplier,
@@ -515,40 +513,15 @@ class EpsilonCurve:
                 log_mass_truncation_bound=pld_truncation_bound(spec.resolved_delta, spec.rounds),
                 neighboring_relation=to_dp_accounting(spec.relation),
             )
-        return self._base_plds[interval]
-
-    def _pld_epsilon(self, t: int) -> float:
-        eps, self._pld_intervals[t] = refined_pld_epsilon(lambda h: self.pld_epsilon_at(t, h),
-                                                          self.pld_compositions(t))
-        return eps
-
-    def pld_compositions(self, rounds: int) -> int:
-        """How many mechanisms the PLD of ``rounds`` rounds composes."""
-        if self._equivalent is not None:
-            return self._equivalent.pld_compositions(self._participations(rounds))
-        if self.spec.sampling == "poisson":
-            return int(rounds)
-        return _compositions(training_event(self.spec, int(rounds), accountant="pld"))
-
-    def pld_epsilon_at(self, rounds: int, interval: float) -> float:
-        """The PLD epsilon after ``rounds`` rounds at one given interval (an upper bound too)."""
-        t = int(rounds)
-        spec = self.spec
-        if self._equivalent is not None:
-            return self._equivalent.pld_epsilon_at(self._participations(t), interval)
-        if spec.sampling == "poisson":
-            return float(self.base_pld(interval).self_compose(t).get_epsilon_for_delta(spec.resolved_delta))
-        return compute_epsilon(training_event(spec, t, accountant="pld"), spec.resolved_delta, "pld",
-                               relation=spec.relation, pld_discretization=interval)
+        composed = self._base_plds[interval].self_compose(t)
+        return float(composed.get_epsilon_for_delta(spec.resolved_delta))
 
     def pld_interval(self, rounds: int) -> float:
         """The PLD discretisation interval behind ``self(rounds)`` (PLD curves only)."""
         if self.accountant != "pld" or self.spec.nonprivate or int(rounds) <= 0:
             raise ValueError("only a private PLD curve at rounds >= 1 has a discretisation interval")
-        if self._equivalent is not None:
-            return self._equivalent.pld_interval(self._participations(rounds))
         self(rounds)
-        return self._pld_intervals[int(rounds)]
+        return self._pld_intervals[self._participations(rounds)]
 
     def __call__(self, rounds: int) -> float:
         t = int(rounds)
@@ -558,19 +531,14 @@ class EpsilonCurve:
             return math.inf if t > 0 else 0.0
         if t == 0:
             return 0.0
-        if self._equivalent is not None:
-            return self._equivalent(self._participations(t))
-        if t not in self._memo:
+        p = self._participations(t)  # the memo's key: BandMF rounds of one participation share it
+        if p not in self._memo:
             if self.accountant == "rdp":
-                if self._unit_rdp is None:
-                    self._setup_rdp()
-                assert self._units is not None and self._unit_rdp is not None
-                rdp = self._units(t) * self._unit_rdp
-                eps, _ = rdp_privacy_accountant.compute_epsilon(RDP_ORDERS, rdp, self.spec.resolved_delta)
-                self._memo[t] = float(eps)
+                self._memo[p] = self._rdp_epsilon(p)
             else:
-                self._memo[t] = self._pld_epsilon(t)
-        return self._memo[t]
+                self._memo[p], self._pld_intervals[p] = refined_pld_epsilon(
+                    lambda h: self.pld_epsilon_at(t, h), self.pld_compositions(t))
+        return self._memo[p]
 
 
 @functools.lru_cache(maxsize=64)

@@ -1,13 +1,10 @@
 """``PrivacyLedger``: what has been composed so far, epsilon every round, checkpointable.
 
-The ledger is bound to one ``PrivacySpec``. ``step()`` records completed rounds;
-``dp_event()`` is the dp_accounting event they compose (``events.training_event``) and
-``epsilon()`` the guarantee for them (for the released sequence of models): dp_accounting's
-epsilon of that event, read off the spec's memoised curve (``events.EpsilonCurve``), so
-calling it every round is cheap (RDP: one conversion; PLD: one self-composition of the
-cached one-round distribution; the same epsilon as composing ``dp_event()`` afresh, to
-float rounding: ``tests/privacy/test_dp_event.py``). ``state_dict`` goes into
-checkpoints; loading refuses a state recorded under a different spec.
+The ledger is bound to one ``PrivacySpec``. ``epsilon()`` is the guarantee for the rounds
+recorded (for the released sequence of models): dp_accounting's epsilon of ``dp_event()``,
+read off the spec's memoised curve (``events.EpsilonCurve``), so calling it every round is
+cheap; the same epsilon as composing ``dp_event()`` afresh, to float rounding
+(``tests/privacy/test_dp_event.py``). Loading a state refuses one recorded under another spec.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ from __future__ import annotations
 import numbers
 from typing import TYPE_CHECKING, Any
 
-from dpemb.privacy.events import UnsupportedAccountantError, epsilon_curve, supported_accountants, training_event
+from dpemb.privacy.events import epsilon_curve, require_supported, training_event
 from dpemb.privacy.spec import PrivacySpec
 from dpemb.privacy.statements import describe_mechanism
 
@@ -72,12 +69,7 @@ class PrivacyLedger:
 
     def epsilon_after(self, rounds: int, accountant: str = "rdp") -> float:
         """Epsilon if ``rounds`` rounds in total had been composed (for a budget stop)."""
-        if accountant not in supported_accountants(self.spec):
-            raise UnsupportedAccountantError(
-                f"the {accountant.upper()} accountant cannot account for {self.spec.sampling} "
-                f"sampling with {self.spec.mechanism} noise; use "
-                f"{' or '.join(a.upper() for a in supported_accountants(self.spec))}"
-            )
+        require_supported(self.spec, accountant)
         return epsilon_curve(self.spec, accountant)(rounds)
 
     def entries(self) -> list[dict[str, Any]]:

@@ -68,8 +68,8 @@ class TreeParticipation:
             raise ValueError(f"rounds per epoch must be >= 1, got {rounds_per_epoch!r}")
         self.rounds_per_epoch = int(rounds_per_epoch)
         self.restart = bool(restart)
-        self._cache: dict[int, int] = {}
         self._node = lru_cache(maxsize=None)(self._node_uncached)
+        self._single_tree = lru_cache(maxsize=None)(self._single_tree_uncached)
 
     def _epochs_touched(self, start: int, stop: int) -> int:
         """Epochs intersecting rounds [start, stop) (0-based)."""
@@ -87,27 +87,20 @@ class TreeParticipation:
         best = _maxplus(left, right, cap)
         return best + np.arange(len(best), dtype=float) ** 2
 
-    def _single_tree(self, t: int) -> int:
-        total, start, best = 0, 0, np.array([0.0])
+    def _single_tree_uncached(self, t: int) -> int:
+        start, best = 0, np.array([0.0])
         for level in reversed(range(t.bit_length())):
             if (t >> level) & 1:
                 node = self._node(start % self.rounds_per_epoch, level)
                 best = _maxplus(best, node, self._epochs_touched(0, start + (1 << level)))
                 start += 1 << level
-        total = best.max()
-        return int(round(total))
+        return int(round(best.max()))
 
     def sum_of_squares(self, t: int) -> int:
         """S(t) for the complete nodes released during rounds 1..t."""
         if isinstance(t, bool) or int(t) < 0:
             raise ValueError(f"rounds must be >= 0, got {t!r}")
-        t = int(t)
-        if t == 0:
-            return 0
-        if t not in self._cache:
-            if self.restart:
-                full, rest = divmod(t, self.rounds_per_epoch)
-                self._cache[t] = full * tree_depth(self.rounds_per_epoch) + tree_depth(rest)
-            else:
-                self._cache[t] = self._single_tree(t)
-        return self._cache[t]
+        if self.restart:
+            full, rest = divmod(int(t), self.rounds_per_epoch)
+            return full * tree_depth(self.rounds_per_epoch) + tree_depth(rest)
+        return self._single_tree(int(t))

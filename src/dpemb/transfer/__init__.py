@@ -1,7 +1,7 @@
 """dpemb.transfer: DP classification from frozen-backbone features (Mehta et al. 2022).
 
 Pipeline: ``features`` (extract and store features) -> ``prepare`` (clip rows to C,
-unit weights) -> a method (``dp_ls``, ``dp_sgd``, ``dp_newton``, ``dp_fc``): every
+unit weights) -> a method (``methods``: DP-LS, DP-SGD, DP-Newton, DP-FC): every
 statistic is built by ``statistics`` as a ``ClippedSum`` carrying its sensitivity and
 released through ``budget.ReleaseMechanism``, i.e. the privacy layer's Gaussian
 mechanism -> ``result.LinearModel``. ``runner.train_transfer`` runs it

@@ -8,13 +8,9 @@ The run is then exactly the R-fold composition of the Gaussian mechanism with
 multiplier z (full batch, no sampling), and its epsilon comes from
 ``dpemb.privacy.accounting`` (dp_accounting) like every other epsilon in dpemb.
 
-Every release goes through ``ReleaseMechanism.release``: it takes the ``ClippedSum``
-built by ``dpemb.transfer.statistics`` (the statistic with the sensitivity derived
-next to it from the clipping) and noises it with ``dpemb.privacy.noise.GaussianNoise``
-(fresh, independent draws for every entry of every tensor and every call, hence for
-every class). The mechanism refuses more releases than were accounted for and
-records each one (name, sensitivity, noise std) so the split can be printed and
-stored.
+Every release goes through ``ReleaseMechanism.release`` (fresh, independent noise on
+every entry of every tensor and every call, hence for every class); it refuses more
+releases than were accounted for and records each one.
 
 Unit of privacy: one example (default) or one user (see ``dpemb.transfer.prepare``);
 neighbouring relation: add/remove one unit. delta defaults to 1 / (10 N) for N units
@@ -87,16 +83,10 @@ class PrivacyRequest:
             raise PrivacyConfigError(
                 "give exactly one of epsilon or noise_multiplier (or ask for a non-private run explicitly)"
             )
-        if self.epsilon is not None and not (0 < self.epsilon < math.inf):
-            raise PrivacyConfigError(
-                f"epsilon must be positive and finite, got {self.epsilon}; for a run without noise "
-                "ask for it explicitly (non-private)"
-            )
-        if self.noise_multiplier is not None and not (0 < self.noise_multiplier < math.inf):
-            raise PrivacyConfigError(
-                f"noise multiplier must be positive and finite, got {self.noise_multiplier}; for a "
-                "run without noise ask for it explicitly (non-private)"
-            )
+        for what, value in (("epsilon", self.epsilon), ("noise multiplier", self.noise_multiplier)):
+            if value is not None and not (0 < value < math.inf):
+                raise PrivacyConfigError(f"{what} must be positive and finite, got {value}; for a "
+                                         "run without noise ask for it explicitly (non-private)")
         if self.noise_multiplier is not None:
             try:  # the range in which the accountant is exact (privacy.spec)
                 check_noise_multiplier(self.noise_multiplier, allow_nonprivate=False)
@@ -144,9 +134,8 @@ class NoisePlan:
         for r in releases:
             groups.setdefault(r.kind, []).append(r)
         parts = [
-            f"{kind} x{len(rs)} (sensitivity {rs[0].sensitivity:.4g}, noise std {rs[0].noise_std:.4g})"
-            if len(rs) > 1
-            else f"{kind} (sensitivity {rs[0].sensitivity:.4g}, noise std {rs[0].noise_std:.4g})"
+            f"{kind}{f' x{len(rs)}' if len(rs) > 1 else ''} (sensitivity {rs[0].sensitivity:.4g}, "
+            f"noise std {rs[0].noise_std:.4g})"
             for kind, rs in groups.items()
         ]
         return (

@@ -101,6 +101,9 @@ def classifier_card(run: TransferRun, train: FeatureSet, *, train_file: str, eva
         **({"audit": audit} if audit else {}),
     }
     backbone = features_backbone(train.meta)
+    clip, normalize = run.config.clip_norm, run.config.normalize_features
+    rule = (f"every non-zero row scaled to L2 norm {clip:g}" if normalize
+            else f"rows longer than {clip:g} (L2) scaled down to it")
     return {
         "format": CARD_FORMAT,
         "format_version": CARD_VERSION,
@@ -111,7 +114,8 @@ def classifier_card(run: TransferRun, train: FeatureSet, *, train_file: str, eva
         "label_names": list(train.label_names),
         "num_classes": train.num_classes,
         "feature_dim": train.dim,
-        "preprocessing": _preprocessing(run.config.clip_norm, run.config.normalize_features),
+        "preprocessing": {"clip_norm": float(clip), "normalize_features": bool(normalize),
+                          "rule": rule},
         "features": {
             "train_file": train_file,
             "data": train.meta.get("data"),
@@ -136,12 +140,6 @@ def joint_release(names: Sequence[str], runs: Sequence[TransferRun]) -> dict[str
     return {"classifiers": list(names), "statement": " ".join(parts) or None}
 
 
-def _preprocessing(clip_norm: float, normalize: bool) -> dict[str, Any]:
-    rule = (f"every non-zero row scaled to L2 norm {clip_norm:g}" if normalize
-            else f"rows longer than {clip_norm:g} (L2) scaled down to it")
-    return {"clip_norm": float(clip_norm), "normalize_features": bool(normalize), "rule": rule}
-
-
 # ------------------------------------------------------------------------------ writing
 def check_classifier_out(out: str | os.PathLike, *, overwrite: bool) -> None:
     """Refuse (``OutDirError``) a non-empty ``out`` unless it holds classifiers and
@@ -149,17 +147,13 @@ def check_classifier_out(out: str | os.PathLike, *, overwrite: bool) -> None:
     path = Path(out)
     if not nonempty_out(path):
         return
-    if not _holds_classifier(path):
+    if not ((path / CLASSIFIER_CARD).exists()
+            or any((p / CLASSIFIER_CARD).exists() for p in path.iterdir() if p.is_dir())):
         raise OutDirError(f"--out {path} is not empty and holds no dpemb classifier; nothing was written. Choose "
                           "another --out (or an empty directory)")
     if not overwrite:
         raise OutDirError(f"--out {path} already holds a classifier; nothing was written. Pass --overwrite to "
                           "replace the whole directory, or choose another --out")
-
-
-def _holds_classifier(path: Path) -> bool:
-    return (path / CLASSIFIER_CARD).exists() or any((p / CLASSIFIER_CARD).exists() for p in path.iterdir()
-                                                     if p.is_dir())
 
 
 def write_classifiers(out: str | os.PathLike, items: Sequence[tuple[str, TransferRun, dict[str, Any]]], *,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from .budget import PrivacyRequest
@@ -75,12 +75,9 @@ class TransferConfig:
 
     def privacy_spec(self) -> PrivacyRequest:
         """The privacy request: explicitly non-private for the baseline method."""
+        shared = {f.name: getattr(self, f.name) for f in fields(PrivacyRequest)}
         nonprivate = self.nonprivate or self.method == "non-private"
-        return PrivacyRequest(
-            epsilon=self.epsilon, delta=self.delta, noise_multiplier=self.noise_multiplier,
-            nonprivate=nonprivate, accountant=self.accountant, unit=self.unit,
-            allow_large_delta=self.allow_large_delta,
-        )
+        return PrivacyRequest(**{**shared, "nonprivate": nonprivate})
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -107,14 +107,9 @@ class FeatureSet:
 
     def subset(self, rows: np.ndarray) -> "FeatureSet":
         """The rows ``rows`` (indices or a boolean mask); users and labels kept as-is."""
-        return FeatureSet(
-            features=self.features[rows],
-            labels=self.labels[rows],
-            label_names=self.label_names,
-            users=None if self.users is None else self.users[rows],
-            meta=dict(self.meta),
-            source=self.source,
-        )
+        users = None if self.users is None else self.users[rows]
+        return replace(self, features=self.features[rows], labels=self.labels[rows], users=users,
+                       meta=dict(self.meta))
 
 
 def save_features(path: str | os.PathLike, fs: FeatureSet) -> Path:
@@ -180,14 +175,9 @@ def load_features(path: str | os.PathLike) -> FeatureSet:
 
 
 def read_feature_rows(path: str | os.PathLike) -> FeatureRows:
-    """Read a feature file of either format (errors name the file and the fix):
-
-    * dpemb's (``save_features``): ``features``, ``labels``, ``label_names``, ``meta``
-      (JSON with ``"format": 1``), optionally ``users``;
-    * plain (your own features): ``X`` float (N, D), optionally ``y`` int (N,) labels
-      0..K-1, ``users`` int (N,) and ``label_names`` str (K,); no ``meta``. It records
-      no backbone: the rows are taken as the data itself (``dpemb.transfer.backbone``).
-    """
+    """Read a feature file of either format of the module docstring: dpemb's
+    (``save_features``) or plain (your own features, which record no backbone). Errors
+    name the file and the fix."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such feature file; create one with `dpemb features` or save your own "
@@ -408,9 +398,8 @@ def extract_features(
         bar.update(stop - start)
     bar.close()
     if out is None:  # an empty share (more ranks than rows): the width from one forward pass
-        with torch.no_grad():
-            probe = torch.zeros(1, channels, size, size, device=device)
-            out = np.empty((0, backbone.forward_features(probe).shape[1]), dtype=np.float32)
+        probe = torch.zeros(1, channels, size, size, device=device)  # (no grad: inference mode)
+        out = np.empty((0, backbone.forward_features(probe).shape[1]), dtype=np.float32)
     if shards is not None:
         out = shards.gather(out)
         if out is None:

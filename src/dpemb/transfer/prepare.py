@@ -17,7 +17,7 @@ every other row's weight unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -93,11 +93,9 @@ class PreparedFeatures:
 
     def class_gramians(self) -> Tensor:
         """Exact ``A_l = sum_{y_i = l} w_i x_i x_i^T`` for every class, ``(K, d, d)``;
-        computed once and cached (their sum is the Gramian ``G``).
-
-        One unit changes the stack of all K (and G) by Frobenius norm
-        <= ``sum w_i ||x_i||^2 <= C^2``. Never returned to a caller without noise by
-        the DP methods; the cache only saves recomputation across a sweep.
+        computed once and cached (their sum is the Gramian ``G``). Never returned to a
+        caller without noise by the DP methods (sensitivities: ``dpemb.transfer.statistics``);
+        the cache only saves recomputation across a sweep.
         """
         if "class_gramians" not in self._cache:
             d = self.dim
@@ -201,8 +199,5 @@ def with_absent_rows(prep: PreparedFeatures, absent: np.ndarray | Tensor) -> Pre
     mask = torch.as_tensor(np.asarray(absent), dtype=torch.bool, device=prep.weights.device)
     if mask.shape != prep.weights.shape:
         raise ValueError(f"absent must have one entry per row ({prep.num_examples}), got shape {tuple(mask.shape)}")
-    return PreparedFeatures(
-        x=prep.x, labels=prep.labels, weights=torch.where(mask, torch.zeros_like(prep.weights), prep.weights),
-        num_classes=prep.num_classes, clip_norm=prep.clip_norm, normalize=prep.normalize, unit=prep.unit,
-        num_units=prep.num_units, num_clipped=prep.num_clipped,
-    )
+    weights = torch.where(mask, torch.zeros_like(prep.weights), prep.weights)
+    return replace(prep, weights=weights, _cache={})

@@ -13,22 +13,21 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-import dpemb.transfer.dp_fc as dp_fc
-import dpemb.transfer.dp_ls as dp_ls
-import dpemb.transfer.dp_newton as dp_newton
-import dpemb.transfer.dp_sgd as dp_sgd
-import dpemb.transfer.nonprivate as nonprivate
 from dpemb.data.dataset import DataError
 
 from .backbone import BackboneAccount, backbone_account
 from .budget import NoisePlan, ReleaseMechanism, ReleaseRecord, plan_noise
 from .config import TransferConfig
 from .features import FeatureSet
+from .methods import (
+    DP_METHODS, DpFcParams, DpLsParams, DpNewtonParams, DpSgdParams, NonprivateParams,
+    fit_nonprivate,
+)
 from .prepare import PreparedFeatures, prepare_features, transform_features
 from .result import LinearModel
 
@@ -43,42 +42,30 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def auto_reg(plan: NoisePlan, clip_norm: float, dim: int, reg_noise: float, reg_floor: float) -> float:
+def default_reg(method: str, plan: NoisePlan, clip_norm: float, dim: int) -> float:
     """The default ridge ``lambda`` of the Gramian-based methods, from PUBLIC quantities only.
 
-    ``reg_noise * z * C^2 * sqrt(d) + reg_floor * C^2``: the first term is of the order of
-    the spectral norm of the noise added to a Gramian (std ``z C^2`` per entry, d x d),
-    which the ridge must dominate; the floor keeps a non-private fit well posed.
+    ``reg_noise * z * C^2 * sqrt(d) + reg_floor * C^2`` (the method's ``DEFAULTS``): the
+    first term is of the order of the spectral norm of the noise added to a Gramian (std
+    ``z C^2`` per entry, d x d), which the ridge must dominate; the floor keeps a
+    non-private fit well posed.
     """
-    return reg_noise * plan.noise_multiplier * clip_norm**2 * math.sqrt(dim) + reg_floor * clip_norm**2
-
-
-def default_reg(method: str, plan: NoisePlan, clip_norm: float, dim: int) -> float:
-    """``auto_reg`` with the method's default ``reg_noise`` and ``reg_floor``."""
     d = DEFAULTS[method]
-    return auto_reg(plan, clip_norm, dim, d["reg_noise"], d["reg_floor"])
+    noise_term = d["reg_noise"] * plan.noise_multiplier * clip_norm**2 * math.sqrt(dim)
+    return noise_term + d["reg_floor"] * clip_norm**2
 
 
 def _pick(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 
-#: each DP method: ``num_releases(steps)`` (public, data-independent) and its fit function
-DP_METHOD_IMPLS: dict[str, tuple[Callable[[int], int], Callable[..., LinearModel]]] = {
-    "dp-ls": (dp_ls.num_releases, dp_ls.fit_dp_ls),
-    "dp-sgd": (dp_sgd.num_releases, dp_sgd.fit_dp_sgd),
-    "dp-newton": (dp_newton.num_releases, dp_newton.fit_dp_newton),
-    "dp-fc": (dp_fc.num_releases, dp_fc.fit_dp_fc),
-}
-
-
 def num_releases(config: TransferConfig) -> int:
     """The number of Gaussian releases the method will make (public, data-independent);
     0 for the non-private baseline."""
-    if config.method not in DP_METHOD_IMPLS:
+    if config.method not in DP_METHODS:
         return 0
     steps = int(_pick(config.steps, DEFAULTS[config.method].get("steps", 1)))
-    return int(DP_METHOD_IMPLS[config.method][0](steps))
+    return int(DP_METHODS[config.method][0](steps))
 
 
 def resolve_params(config: TransferConfig, plan: NoisePlan, dim: int) -> Any:
@@ -86,24 +73,24 @@ def resolve_params(config: TransferConfig, plan: NoisePlan, dim: int) -> Any:
     m, d, c = config.method, DEFAULTS[config.method], config.clip_norm
     gclip = _pick(config.grad_clip_norm, c)
     if m == "dp-ls":
-        return dp_ls.DpLsParams(reg=_pick(config.reg, default_reg(m, plan, c, dim)), alpha=_pick(config.alpha, d["alpha"]))
+        return DpLsParams(reg=_pick(config.reg, default_reg(m, plan, c, dim)), alpha=_pick(config.alpha, d["alpha"]))
     if m == "dp-sgd":
-        return dp_sgd.DpSgdParams(
+        return DpSgdParams(
             steps=int(_pick(config.steps, d["steps"])), lr=_pick(config.lr, d["lr"]), grad_clip=gclip,
             bias=_pick(config.bias, d["bias"]), optimizer=_pick(config.optimizer, d["optimizer"]),
             reg=_pick(config.reg, d["reg"]), public_size=config.public_size,
         )
     if m == "dp-newton":
-        return dp_newton.DpNewtonParams(
+        return DpNewtonParams(
             reg=_pick(config.reg, default_reg(m, plan, c, dim)), steps=int(_pick(config.steps, d["steps"])),
             lr=_pick(config.lr, d["lr"]), neg_weight=_pick(config.alpha, d["alpha"]), bias=_pick(config.bias, d["bias"]),
         )
     if m == "dp-fc":
-        return dp_fc.DpFcParams(
+        return DpFcParams(
             steps=int(_pick(config.steps, d["steps"])), lr=_pick(config.lr, d["lr"]),
             reg=_pick(config.reg, default_reg(m, plan, c, dim)), grad_clip=gclip, bias=_pick(config.bias, d["bias"]),
         )
-    return nonprivate.NonprivateParams(reg=_pick(config.reg, d["reg"]))
+    return NonprivateParams(reg=_pick(config.reg, d["reg"]))
 
 
 #: the label of ``TransferRun.private_diagnostics`` (and of the file the CLI writes it to)
@@ -169,13 +156,8 @@ class TransferRun:
             "top1": self.top1,
             "target_epsilon": self.config.epsilon,
             "epsilon": eps if math.isfinite(eps) else None,
-            "nonprivate": self.plan.nonprivate,
-            "delta": self.plan.delta,
-            "accountant": self.plan.accountant,
-            "unit": self.plan.unit,
-            "relation": self.plan.relation,
-            "noise_multiplier": self.plan.noise_multiplier,
-            "num_releases": self.plan.num_releases,
+            **{k: getattr(self.plan, k) for k in ("nonprivate", "delta", "accountant", "unit",
+                                                  "relation", "noise_multiplier", "num_releases")},
             "epsilon_sentence": self.epsilon_sentence,
             "warnings": list(self.plan.warnings),
             "budget_split": self.split_sentence,
@@ -267,11 +249,11 @@ def train_prepared(prep: PreparedFeatures, config: TransferConfig, *, progress: 
     params = resolve_params(config, plan, prep.dim)
     t0 = time.perf_counter()
     if config.method == "non-private":
-        model = nonprivate.fit_nonprivate(prep, params, progress=progress)
+        model = fit_nonprivate(prep, params, progress=progress)
         records, seeded, raw, sampler = [], False, {}, ""
     else:
         mech = ReleaseMechanism(plan, seed=config.seed, keep_raw=keep_raw, secure=config.secure_noise)
-        model = DP_METHOD_IMPLS[config.method][1](prep, params, mech, progress=progress)
+        model = DP_METHODS[config.method][1](prep, params, mech, progress=progress)
         mech.check_complete()
         records, seeded, raw, sampler = list(mech.records), mech.seeded, mech.raw, mech.sampler_sentence
     seconds = time.perf_counter() - t0
@@ -301,10 +283,11 @@ def train_transfer(train: FeatureSet, config: TransferConfig, test: FeatureSet |
     is only evaluated on. Where the backbone trained on these users, the statement says
     what it does not cover, or the total with a DP backbone (``run.backbone_total``), and
     a non-DP backbone is refused unless ``config.allow_nonprivate_init``
-    (``check_backbone``).
+    (``InitProvenanceError`` naming the fix, ``dpemb.transfer.backbone``).
     """
     check_compatible(train, test)
-    account = check_backbone(train, config)
+    account = backbone_account(train.meta, private_run=config.is_private,
+                               allow_nonprivate_init=config.allow_nonprivate_init)
     prep = prepare_train(train, config, device)
     run = train_prepared(prep, config, progress=progress, keep_raw=keep_raw)
     run.backbone = account
@@ -319,7 +302,9 @@ def sweep_epsilon(train: FeatureSet, test: FeatureSet, config: TransferConfig, e
     check_compatible(train, test)
     cfgs = [dataclasses.replace(config, epsilon=float(eps), noise_multiplier=None, nonprivate=False)
             for eps in epsilons]
-    account = check_backbone(train, cfgs[0]) if cfgs else None
+    account = None if not cfgs else backbone_account(
+        train.meta, private_run=cfgs[0].is_private,
+        allow_nonprivate_init=cfgs[0].allow_nonprivate_init)
     prep = prepare_train(train, config, device)
     runs = []
     for cfg in cfgs:
@@ -328,14 +313,6 @@ def sweep_epsilon(train: FeatureSet, test: FeatureSet, config: TransferConfig, e
         evaluate(run, test)
         runs.append(run)
     return runs
-
-
-def check_backbone(train: FeatureSet, config: TransferConfig) -> BackboneAccount | None:
-    """The backbone's part in a run on ``train`` (``dpemb.transfer.backbone``): refuses
-    (``InitProvenanceError``, naming the fix) features of a backbone trained without DP on
-    users that may be theirs, unless ``config.allow_nonprivate_init``."""
-    return backbone_account(train.meta, private_run=config.is_private,
-                            allow_nonprivate_init=config.allow_nonprivate_init)
 
 
 def check_compatible(train: FeatureSet, test: FeatureSet | None) -> None:

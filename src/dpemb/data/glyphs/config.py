@@ -6,15 +6,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 REGIMES = ("shared", "owned")
-CJK_FONT_PACKAGES = (
-    "fonts-wqy-zenhei",
-    "fonts-wqy-microhei",
-    "fonts-arphic-uming",
-    "fonts-arphic-ukai",
-    "fonts-ipafont-gothic",
-    "fonts-unfonts-core",
-    "fonts-noto-cjk",
-)
+CJK_FONT_PACKAGES = ("fonts-wqy-zenhei", "fonts-wqy-microhei", "fonts-arphic-uming",
+                     "fonts-arphic-ukai", "fonts-ipafont-gothic", "fonts-unfonts-core",
+                     "fonts-noto-cjk")
 
 
 class GlyphConfigError(ValueError):
@@ -99,15 +93,11 @@ class GlyphConfig:
                 raise bad(name, f"must be an integer >= {low}")
         if not _is_int(self.image_size) or not 8 <= self.image_size <= 256:
             raise bad("image_size", "must be an integer in [8, 256]")
-        for name in (
-            "eval_identity_fraction",
-            "validation_identity_fraction",
-            "eval_user_fraction",
-            "validation_user_fraction",
-            "public_user_fraction",
-        ):
+        optional = ("eval_user_fraction", "validation_user_fraction")  # None: automatic
+        for name in ("eval_identity_fraction", "validation_identity_fraction", *optional,
+                     "public_user_fraction"):
             v = getattr(self, name)
-            if v is None and name.endswith("_user_fraction") and name != "public_user_fraction":
+            if v is None and name in optional:
                 continue
             if not _is_num(v) or not 0.0 <= v < 1.0:
                 raise bad(name, "must be a number in [0, 1)")
@@ -174,18 +164,12 @@ class GlyphConfig:
                         "identities come with their owners); leave it None",
                     )
             groups = self.num_users // upi
-            n_val = self.validation_groups(groups)
-            if self.validation_identity_fraction > 0 and n_val == 0:
-                raise bad(
-                    "validation_identity_fraction",
-                    f"holds out no identity group of {groups}; raise it or num_users",
-                )
-            n_eval = self.eval_groups(groups)
-            if self.eval_identity_fraction > 0 and n_eval == 0:
-                raise bad(
-                    "eval_identity_fraction",
-                    f"holds out no identity group of {groups}; raise it or num_users",
-                )
+            n_val, n_eval = self.validation_groups(groups), self.eval_groups(groups)
+            for name, held in (("validation_identity_fraction", n_val),
+                               ("eval_identity_fraction", n_eval)):
+                if getattr(self, name) > 0 and held == 0:
+                    raise bad(name, f"holds out no identity group of {groups}; raise it or "
+                              "num_users")
             if n_eval + n_val >= groups:
                 raise bad(
                     "eval_identity_fraction",
@@ -210,13 +194,13 @@ class GlyphConfig:
 
     def held_out_users(self) -> tuple[int, int]:
         """Shared regime: the numbers of dedicated (test, validation) writers."""
-        out = []
-        for user_f, ident_f in (
-            (self.eval_user_fraction, self.eval_identity_fraction),
-            (self.validation_user_fraction, self.validation_identity_fraction),
-        ):
-            out.append(_held(ident_f if user_f is None else user_f, self.num_users) if ident_f > 0 else 0)
-        return out[0], out[1]
+        def held(user_f: float | None, ident_f: float) -> int:
+            if ident_f <= 0:
+                return 0
+            return _held(ident_f if user_f is None else user_f, self.num_users)
+
+        return (held(self.eval_user_fraction, self.eval_identity_fraction),
+                held(self.validation_user_fraction, self.validation_identity_fraction))
 
     def identities_needed(self) -> int:
         """Owned regime: identities the build assigns (each to one owner group)."""

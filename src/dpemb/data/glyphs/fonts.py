@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from dpemb.data.dataset import DataError
 
@@ -146,12 +148,9 @@ def discover_font_paths(
     missing path is a :class:`DataError`.
     """
     groups: list[list[Path]] = []
-    if system:
-        found = _fc_list()
-        for d in SYSTEM_FONT_DIRS:
-            p = Path(d).expanduser()
-            if p.is_dir():
-                found += _walk_fonts(p)
+    if system:  # (os.walk of a missing folder finds nothing)
+        dirs = [Path(d).expanduser() for d in SYSTEM_FONT_DIRS]
+        found = _fc_list() + [f for d in dirs for f in _walk_fonts(d)]
         groups.append(sorted(found))
     if packages:
         groups.append([f for d in package_font_dirs() for f in _walk_fonts(d)])
@@ -168,15 +167,10 @@ def discover_font_paths(
                 "or directories holding them"
             )
     groups.append(extra)
-    seen: set[str] = set()
-    out: list[Path] = []
-    for group in groups:
-        for p in group:
-            key = os.path.realpath(p)
-            if key not in seen:
-                seen.add(key)
-                out.append(p)
-    return out
+    first: dict[str, Path] = {}  # real path -> the first path naming that file
+    for p in itertools.chain(*groups):
+        first.setdefault(os.path.realpath(p), p)
+    return list(first.values())
 
 
 # ---------------------------------------------------------------------- analysis
@@ -196,18 +190,12 @@ def _name_matches(glyph_name: str, cp: int) -> bool | None:
     if glyph_name in (f"uni{cp:04X}", f"u{cp:04X}", f"u{cp:05X}"):
         return True
     known = agl.AGL2UV.get(glyph_name)
-    if known == cp:
-        return True
     decoded = chr(known) if known is not None else agl.toUnicode(glyph_name)
     if not decoded:
         return None
-    ch = chr(cp)
-    if decoded == ch:
+    if (glyph_name.split(".", 1)[0], cp) in _AGL_ALIASES:
         return True
-    base = glyph_name.split(".", 1)[0]
-    if (base, cp) in _AGL_ALIASES:
-        return True
-    return unicodedata.normalize("NFKC", decoded) == unicodedata.normalize("NFKC", ch)
+    return unicodedata.normalize("NFKC", decoded) == unicodedata.normalize("NFKC", chr(cp))
 
 
 ANALYSIS_VERSION = 1  # bump when the checks change: invalidates the disk cache
@@ -333,14 +321,9 @@ def _analyze(path: str, index: int, candidates: frozenset[int]) -> FontInfo | Re
             return reject(
                 f"placeholder font ({len(items)} characters drawn by {distinct} glyphs)"
             )
-        mismatched = []
-        decodable = 0
-        for cp, g in items:
-            ok = _name_matches(g, cp)
-            if ok is not None:
-                decodable += 1
-                if not ok:
-                    mismatched.append((cp, g))
+        verdicts = [(cp, g, _name_matches(g, cp)) for cp, g in items]  # None: name says nothing
+        decodable = sum(ok is not None for _, _, ok in verdicts)
+        mismatched = [(cp, g) for cp, g, ok in verdicts if ok is False]
         if len(mismatched) > max(MAX_NAME_MISMATCHES, 0.02 * decodable):
             ex = ", ".join(f"U+{cp:04X} -> {g!r}" for cp, g in mismatched[:3])
             return reject(
@@ -389,11 +372,8 @@ def scan_fonts(
     rejected: list[Rejected] = []
     seen: dict[tuple[str, str], str] = {}
     paths = discover_font_paths(extra_paths, system=system, packages=packages)
-    if progress:
-        from tqdm.auto import tqdm
-
-        paths = tqdm(paths, desc="glyphs: checking fonts", unit="file", leave=False)
-    for path in paths:
+    for path in tqdm(paths, desc="glyphs: checking fonts", unit="file", leave=False,
+                     disable=not progress):
         try:
             n = _face_count(path)
         except Exception as e:

@@ -42,7 +42,6 @@ CJK_BLOCKS: tuple[tuple[int, int], ...] = (
     (0xAC00, 0xD7A3),  # Hangul syllables
     (0x4E00, 0x9FFF),  # CJK unified ideographs
 )
-TIERS = ("basic", "cjk")
 
 LOOKALIKE_GROUPS: tuple[str, ...] = (
     "\u002f\u2215",  # / ∕
@@ -140,56 +139,27 @@ def _block_code_points(blocks: Sequence[tuple[int, int]]) -> frozenset[int]:
 
 
 @functools.lru_cache(maxsize=None)
-def candidate_code_points(tiers: tuple[str, ...] = TIERS) -> frozenset[int]:
-    """Every code point the benchmark may use, in the given tiers."""
-    bad = set(tiers) - set(TIERS)
-    if bad:
-        raise ValueError(f"unknown tier(s) {sorted(bad)}; choose from {TIERS}")
-    out: frozenset[int] = frozenset()
-    if "basic" in tiers:
-        out |= _block_code_points(BASIC_BLOCKS)
-    if "cjk" in tiers:
-        out |= _block_code_points(CJK_BLOCKS)
-    return out
-
-
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: dict[int, int] = {}
-
-    def find(self, x: int) -> int:
-        p = self.parent.setdefault(x, x)
-        while p != x:
-            self.parent[x] = self.parent.setdefault(p, p)
-            x, p = p, self.parent[p]
-        return x
-
-    def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
+def candidate_code_points() -> frozenset[int]:
+    """Every code point the benchmark may use, of both tiers."""
+    return _block_code_points(BASIC_BLOCKS + CJK_BLOCKS)
 
 
 def lookalike_groups(fonts: Sequence[FontInfo] = ()) -> list[tuple[int, ...]]:
     """Groups of code points that must share one identity (static table + code points
-    that a font draws with one glyph). Sorted; singletons omitted."""
-    uf = _UnionFind()
-    for g in LOOKALIKE_GROUPS:
-        for ch in g[1:]:
-            uf.union(ord(g[0]), ord(ch))
-    for f in fonts:
-        for shared in f.shared_glyphs:
-            for cp in shared[1:]:
-                uf.union(shared[0], cp)
-    groups: dict[int, list[int]] = {}
-    for x in list(uf.parent):
-        groups.setdefault(uf.find(x), []).append(x)
-    return sorted(tuple(sorted(g)) for g in groups.values() if len(g) > 1)
+    that a font draws with one glyph), overlapping groups merged. Sorted; singletons
+    omitted."""
+    group_of: dict[int, set[int]] = {}
+    table = [tuple(map(ord, g)) for g in LOOKALIKE_GROUPS]
+    for group in table + [shared for f in fonts for shared in f.shared_glyphs]:
+        merged = set(group).union(*(group_of.get(cp, ()) for cp in group))
+        for cp in merged:
+            group_of[cp] = merged
+    return sorted({tuple(sorted(g)) for g in group_of.values() if len(g) > 1})
 
 
-def build_pool(fonts: Sequence[FontInfo], tiers: tuple[str, ...] = TIERS) -> list[Identity]:
+def build_pool(fonts: Sequence[FontInfo]) -> list[Identity]:
     """All identities the fonts can draw, look-alikes merged, sorted by code point."""
-    cands = candidate_code_points(tiers)
+    cands = candidate_code_points()
     cps_of = [np.fromiter(f.chars & cands, dtype=np.int64) for f in fonts]
     all_cp = np.concatenate(cps_of) if cps_of else np.zeros(0, dtype=np.int64)
     all_font = np.repeat(np.arange(len(fonts)), [len(c) for c in cps_of])

@@ -1,4 +1,9 @@
-"""Building the glyph benchmark: fonts -> pool -> assignment -> strokes -> images."""
+"""Building the glyph benchmark: fonts -> pool -> assignment -> strokes -> images.
+
+Who writes what follows :class:`~dpemb.data.glyphs.config.GlyphConfig`'s regimes. Every
+user is one font (a writer); in the owned regime a group's identities are drawn by every
+font of the group. No example is wasted: each is in exactly one split.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +14,9 @@ from typing import Sequence
 import numpy as np
 
 from dpemb.data.dataset import DataError, UserDataset
-from dpemb.data.glyphs.benchmark import Assignment, assign, select_pool, widen_hint
-from dpemb.data.glyphs.config import GlyphConfig
+from dpemb.data.glyphs.config import CJK_FONT_PACKAGES, GlyphConfig
 from dpemb.data.glyphs.fonts import FontInfo, scan_fonts
-from dpemb.data.glyphs.identities import build_pool, candidate_code_points, label_name
+from dpemb.data.glyphs.identities import Identity, build_pool, candidate_code_points, label_name
 from dpemb.data.glyphs.render import (
     Geometry,
     StrokeCache,
@@ -29,25 +33,234 @@ GENERATOR_VERSION = 2  # bump when the same config would produce different data
 _POOL, _ASSIGN, _STYLE, _JITTER = 1, 2, 3, 4
 
 
-def available_fonts(extra_paths: Sequence[str | os.PathLike] = ()) -> list[FontInfo]:
+@dataclasses.dataclass(frozen=True)
+class Assignment:
+    pool: list[Identity]
+    user_font: np.ndarray  # (U,) font index per user
+    user_identities: list[np.ndarray]  # per user: sorted pool indices it holds
+    eval_identities: np.ndarray  # sorted pool indices held out for test
+    public_users: np.ndarray  # sorted user indices
+    validation_identities: np.ndarray  # sorted pool indices held out for validation
+    test_users: np.ndarray  # sorted user indices: write only test identities
+    validation_users: np.ndarray  # sorted user indices: write only validation identities
+
+
+def widen_hint() -> str:
+    return (
+        "install CJK fonts to widen the pool (Debian: apt-get install "
+        + " ".join(CJK_FONT_PACKAGES)
+        + "; `make cjk-fonts` does it) or add font files with --font PATH (Python: extra_font_paths)"
+    )
+
+
+def select_pool(full: Sequence[Identity], cfg: GlyphConfig, rng: np.random.Generator) -> list[Identity]:
+    """The identities a build may use.
+
+    shared: the basic tier (Latin, Greek, Cyrillic, digits, symbols) so that every
+    identity is written by many users; ``max_identities`` larger than the basic tier
+    adds CJK characters. owned: every tier; ``max_identities`` caps it at random.
+    """
+    full = list(full)
+    k = cfg.max_identities
+    if cfg.regime == "shared":
+        basic = [i for i in full if i.tier == "basic"]
+        other = [i for i in full if i.tier != "basic"]
+        if not basic:
+            basic, other = other, []
+        if k is None or k == len(basic):
+            pool = basic
+        elif k < len(basic):
+            keep = rng.choice(len(basic), k, replace=False)
+            pool = [basic[j] for j in keep]
+        else:
+            extra = min(k - len(basic), len(other))
+            keep = rng.choice(len(other), extra, replace=False)
+            pool = basic + [other[j] for j in keep]
+    else:
+        pool = full
+        if k is not None and k < len(full):
+            keep = rng.choice(len(full), k, replace=False)
+            pool = [full[j] for j in keep]
+    return sorted(pool, key=lambda i: i.cp)
+
+
+def _coverage(pool: Sequence[Identity], num_fonts: int) -> np.ndarray:
+    cover = np.zeros((num_fonts, len(pool)), dtype=bool)
+    for j, ident in enumerate(pool):
+        cover[list(ident.fonts), j] = True
+    return cover
+
+
+def _public(users: np.ndarray, cfg: GlyphConfig, rng: np.random.Generator) -> np.ndarray:
+    k = int(round(cfg.public_user_fraction * len(users)))
+    if k == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.sort(rng.choice(users, k, replace=False)).astype(np.int64)
+
+
+def _held_count(fraction: float, n: int) -> int:
+    k = int(round(fraction * n))
+    return max(k, 2) if fraction > 0 else 0
+
+
+def assign_shared(
+    pool: list[Identity], fonts: Sequence[FontInfo], cfg: GlyphConfig, rng: np.random.Generator
+) -> Assignment:
+    n = len(pool)
+    n_test = _held_count(cfg.eval_identity_fraction, n)
+    n_val = _held_count(cfg.validation_identity_fraction, n)
+    if n - n_test - n_val < 2:
+        raise DataError(
+            f"glyphs (shared regime): the pool has {n} identities; holding out {n_test} for "
+            f"test and {n_val} for validation leaves fewer than 2 for training; lower "
+            "eval_identity_fraction / validation_identity_fraction or raise max_identities"
+        )
+    perm = rng.permutation(n)
+    test_ids = np.sort(perm[:n_test]).astype(np.int64)
+    val_ids = np.sort(perm[n_test : n_test + n_val]).astype(np.int64)
+    train_ids = np.sort(perm[n_test + n_val :]).astype(np.int64)
+    u_test, u_val = cfg.held_out_users()
+    uperm = rng.permutation(cfg.num_users)
+    test_users = np.sort(uperm[:u_test]).astype(np.int64)
+    val_users = np.sort(uperm[u_test : u_test + u_val]).astype(np.int64)
+    train_users = np.sort(uperm[u_test + u_val :]).astype(np.int64)
+
+    cover = _coverage(pool, len(fonts))
+    user_font = np.zeros(cfg.num_users, dtype=np.int64)
+    user_ids: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * cfg.num_users
+    for what, ids, users in (
+        ("training", train_ids, train_users),
+        ("test", test_ids, test_users),
+        ("validation", val_ids, val_users),
+    ):
+        if len(users) == 0:
+            continue
+        sub = cover[:, ids]
+        per_font = sub.sum(1)
+        k = min(cfg.identities_per_user, int(per_font.max(initial=0)))
+        if what == "training" and k < cfg.identities_per_user:
+            raise DataError(
+                f"glyphs (shared regime): identities_per_user={cfg.identities_per_user} "
+                f"exceeds the {k} training characters the best font draws (pool: {n}, "
+                f"{len(ids)} training characters); lower identities_per_user or the "
+                "held-out fractions, or raise max_identities"
+            )
+        if k == 0:
+            raise DataError(f"glyphs (shared regime): no font draws a {what} character")
+        eligible = np.flatnonzero(per_font >= k)
+        fonts_of = eligible[rng.integers(0, len(eligible), len(users))]
+        for u, f in zip(users, fonts_of):
+            user_font[u] = f
+            user_ids[u] = np.sort(rng.choice(ids[sub[f]], k, replace=False)).astype(np.int64)
+    return Assignment(
+        pool, user_font, user_ids, test_ids, _public(train_users, cfg, rng),
+        validation_identities=val_ids, test_users=test_users, validation_users=val_users,
+    )
+
+
+def assign_owned(
+    pool: list[Identity], fonts: Sequence[FontInfo], cfg: GlyphConfig, rng: np.random.Generator
+) -> Assignment:
+    upi, ipu = cfg.users_per_identity, cfg.identities_per_user
+    groups = cfg.num_users // upi
+    need = cfg.identities_needed()
+    n = len(pool)
+    if need > n:
+        capped = " (capped by max_identities)" if cfg.max_identities is not None else ""
+        raise DataError(
+            f"glyphs (owned regime): this config needs {need} identities (num_users "
+            f"{cfg.num_users} x identities_per_user {ipu} / users_per_identity {upi}), "
+            f"but only {n} are available{capped}: the installed fonts draw {n} distinct "
+            f"characters after filtering and look-alike merging. Lower num_users or "
+            f"identities_per_user, raise users_per_identity, or {widen_hint()}."
+        )
+    cover = _coverage(pool, len(fonts))
+    available = np.ones(n, dtype=bool)
+    count = cover.sum(1)  # available identities each font draws
+    idents_fonts = [np.asarray(i.fonts, dtype=np.int64) for i in pool]
+    user_font = np.empty(cfg.num_users, dtype=np.int64)
+    user_ids: list[np.ndarray] = []
+    nf = len(fonts)
+    for g in range(groups):
+        chosen: list[int] = []
+        joint = None
+        for _ in range(upi):
+            pick = None
+            for repeat_ok in (False, True):
+                for f in rng.permutation(nf):
+                    if (f in chosen and not repeat_ok) or count[f] < ipu:
+                        continue
+                    if joint is None:
+                        pick, cand = f, np.flatnonzero(available & cover[f])
+                    else:
+                        cand = joint[cover[f, joint]]
+                        if len(cand) < ipu:
+                            continue
+                        pick = f
+                    break
+                if pick is not None:
+                    break
+            if pick is None:
+                raise DataError(
+                    f"glyphs (owned regime): ran out of identities drawable by one group "
+                    f"of fonts after {g} of {groups} owner groups ({need - g * ipu} of "
+                    f"{need} identities still to place, pool {n}); lower num_users or "
+                    f"identities_per_user, lower users_per_identity, or {widen_hint()}."
+                )
+            chosen.append(int(pick))
+            joint = cand
+        ids = np.sort(rng.choice(joint, ipu, replace=False))
+        available[ids] = False
+        for j in ids:
+            count[idents_fonts[j]] -= 1
+        for k, f in enumerate(chosen):
+            user_font[g * upi + k] = f
+            user_ids.append(ids)
+    n_eval, n_val = cfg.eval_groups(groups), cfg.validation_groups(groups)
+    gperm = rng.permutation(groups)
+    eval_groups = np.sort(gperm[:n_eval])
+    val_groups = np.sort(gperm[n_eval : n_eval + n_val])
+
+    def ids_of(gs: np.ndarray) -> np.ndarray:
+        if not len(gs):
+            return np.zeros(0, dtype=np.int64)
+        return np.sort(np.concatenate([user_ids[g * upi] for g in gs])).astype(np.int64)
+
+    def users_of(gs: np.ndarray) -> np.ndarray:
+        return (gs[:, None] * upi + np.arange(upi)[None, :]).ravel().astype(np.int64)
+
+    group_role = np.zeros(groups, dtype=np.int8)
+    group_role[eval_groups], group_role[val_groups] = 2, 1
+    train_users = np.flatnonzero(np.repeat(group_role, upi) == 0)
+    return Assignment(
+        pool, user_font, user_ids, ids_of(eval_groups), _public(train_users, cfg, rng),
+        validation_identities=ids_of(val_groups), test_users=users_of(eval_groups),
+        validation_users=users_of(val_groups),
+    )
+
+
+def assign(
+    pool: list[Identity], fonts: Sequence[FontInfo], cfg: GlyphConfig, rng: np.random.Generator
+) -> Assignment:
+    if cfg.regime == "shared":
+        return assign_shared(pool, fonts, cfg, rng)
+    return assign_owned(pool, fonts, cfg, rng)
+
+
+def available_fonts(
+    extra_paths: Sequence[str | os.PathLike] = (), *, progress: bool = False
+) -> list[FontInfo]:
     """Usable font faces (system, Python packages, ``extra_paths``) after filtering,
     sorted by family and style."""
-    return _fonts(extra_paths, progress=False)
-
-
-def _fonts(extra_paths: Sequence[str | os.PathLike], *, progress: bool) -> list[FontInfo]:
     return list(scan_fonts(candidate_code_points(), extra_paths, progress=progress).usable)
 
 
 def _examples(asg: Assignment, cfg: GlyphConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-example (user, pool index), grouped by user; and the per-user counts."""
     k = cfg.images_per_identity
-    users = np.concatenate(
-        [np.full(len(ids) * k, u, dtype=np.int64) for u, ids in enumerate(asg.user_identities)]
-    )
-    idents = np.concatenate([np.repeat(ids, k) for ids in asg.user_identities]).astype(np.int64)
     counts = np.array([len(ids) * k for ids in asg.user_identities], dtype=np.int64)
-    return users, idents, counts
+    idents = np.concatenate([np.repeat(ids, k) for ids in asg.user_identities]).astype(np.int64)
+    return np.repeat(np.arange(len(counts), dtype=np.int64), counts), idents, counts
 
 
 def make_glyphs(cfg: GlyphConfig, *, progress: bool = True) -> UserDataset:
@@ -62,7 +275,7 @@ def make_glyphs(cfg: GlyphConfig, *, progress: bool = True) -> UserDataset:
     """
     if not isinstance(cfg, GlyphConfig):
         raise TypeError(f"make_glyphs expects a GlyphConfig, got {type(cfg).__name__}")
-    fonts = _fonts(cfg.extra_font_paths, progress=progress)
+    fonts = available_fonts(cfg.extra_font_paths, progress=progress)
     if not fonts:
         raise DataError(
             "glyphs: no usable font found (searched fc-list, /usr/share/fonts and "

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image, ImageDraw, ImageFont
+from tqdm.auto import tqdm
 
 from dpemb.data.glyphs.fonts import FontInfo
 
@@ -99,13 +100,9 @@ class StrokeCache:
         todo = sorted({p for p in pairs if p not in self.index and p not in self._empty})
         if not todo:
             return []
-        it = todo
-        if progress:
-            from tqdm.auto import tqdm
-
-            it = tqdm(todo, desc="glyphs: rasterising strokes", unit="glyph", leave=False)
         empty = []
-        for f, cp in it:
+        for f, cp in tqdm(todo, desc="glyphs: rasterising strokes", unit="glyph", leave=False,
+                          disable=not progress):
             res = self._rasterise(f, cp)
             if res is None:
                 self._empty.add((f, cp))
@@ -145,15 +142,12 @@ class StrokeCache:
 
     # -- internals
     def _face(self, f: int, size: int) -> ImageFont.FreeTypeFont:
-        key = (f, size)
-        face = self._faces.get(key)
-        if face is None:
+        if (f, size) not in self._faces:
             info = self.fonts[f]
-            face = ImageFont.truetype(
+            self._faces[(f, size)] = ImageFont.truetype(
                 info.path, size, index=info.index, layout_engine=ImageFont.Layout.BASIC
             )
-            self._faces[key] = face
-        return face
+        return self._faces[(f, size)]
 
     def _draw(self, f: int, cp: int, size: int) -> tuple[np.ndarray, float, float]:
         """Draw on a scratch canvas 3 em wide; return it with the anchor (baseline-left)."""
@@ -409,22 +403,15 @@ def render_images(
     bx, by = base[..., 0], base[..., 1]
     bank_x, bank_y = bank[..., 0].contiguous(), bank[..., 1].contiguous()
 
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=n, desc="glyphs: drawing images", unit="img", leave=False)
-    with _threads(RENDER_THREADS):
+    bar = tqdm(total=n, desc="glyphs: drawing images", unit="img", leave=False, disable=not progress)
+    with _threads(RENDER_THREADS), bar:
         for ci, start in enumerate(range(0, n, CHUNK)):
             sl = slice(start, min(start + CHUNK, n))
             out[sl] = _draw_chunk(
                 rasters, params, sl, geometry, bank_x, bank_y, bx, by, mat_g[sl], ctr_g[sl],
                 np.random.default_rng([seed, 5, ci]),
             )
-            if bar is not None:
-                bar.update(sl.stop - sl.start)
-    if bar is not None:
-        bar.close()
+            bar.update(sl.stop - sl.start)
     return out
 
 

