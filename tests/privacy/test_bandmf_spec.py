@@ -213,3 +213,19 @@ def test_the_plan_builds_bandmf_noise_and_cyclic_sampling():
     assert all(len({t % 4 for t in ts}) == 1 for ts in rounds_of.values())
     assert plan.ledger.dp_event() == training_event(s, 8)
     assert not make_noise(bandmf(4, noise_multiplier=0.0, nonprivate=True)).private
+
+
+def test_the_small_cohort_warning_reads_bandmf_as_its_noise_on_the_model():
+    """BandMF's per-round noise is z x sensitivity / M, but the model sees less of it: the
+    warning's thresholds (measured with independent noise) are applied to the independent
+    noise that adds as much to the model (prefix_noise_rms of b bands over that of one)."""
+    from dpemb.privacy.advice import cohort_warnings, relative_noise
+    from dpemb.privacy.bandmf import banded_sqrt_coefficients, prefix_noise_rms
+
+    s = bandmf(8, noise_multiplier=30.0)
+    ratio = prefix_noise_rms(banded_sqrt_coefficients(8), T) / prefix_noise_rms([1.0], T)
+    assert 0.3 < ratio < 0.6
+    assert relative_noise(s) == pytest.approx(s.noise_on_average / s.clip_norm * ratio, rel=1e-12)
+    assert relative_noise(bandmf(1, noise_multiplier=30.0)) == relative_noise(gaussian(noise_multiplier=30.0))
+    (warning,) = [w for w in cohort_warnings(s) if w.startswith("small cohort")]
+    assert f"is {relative_noise(s):.2g} x the clip norm per coordinate (as independent noise adding" in warning

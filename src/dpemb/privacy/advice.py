@@ -37,7 +37,7 @@ def cohort_warnings(spec: PrivacySpec, epsilon: float | None = None) -> list[str
     if spec.nonprivate:
         return [NONPRIVATE_STATEMENT]
     out = []
-    relative = spec.noise_on_average / spec.clip_norm
+    relative = relative_noise(spec)
     if relative > TRAINS_UP_TO:
         out.append(noise_warning(spec, relative))
     about_delta = delta_warning(spec.resolved_delta, spec.population, spec.unit)
@@ -48,11 +48,24 @@ def cohort_warnings(spec: PrivacySpec, epsilon: float | None = None) -> list[str
     return out
 
 
+def relative_noise(spec: PrivacySpec) -> float:
+    """The noise on the averaged update per round in units of C, for BandMF that of the
+    Gaussian mechanism adding the same noise to the model (the thresholds were measured with
+    independent noise): z x sensitivity / M x ``bandmf.prefix_noise_rms`` of b bands / of 1."""
+    relative = spec.noise_on_average / spec.clip_norm
+    if spec.mechanism == "bandmf" and spec.bands > 1:
+        from dpemb.privacy.bandmf import banded_sqrt_coefficients, prefix_noise_rms
+
+        relative *= (prefix_noise_rms(banded_sqrt_coefficients(spec.bands, spec.rounds), spec.rounds)
+                     / prefix_noise_rms([1.0], spec.rounds))
+    return relative
+
+
 def trainable_population(spec: PrivacySpec) -> int:
     """The population N' at which ``spec``'s sampling rate and z (so about its epsilon:
     the same events, at the delta of N') give noise on the average of ``TRAINS_UP_TO`` x C,
     with M x N'/N clients per round."""
-    relative = spec.noise_on_average / spec.clip_norm
+    relative = relative_noise(spec)
     return int(math.ceil(spec.population * relative / TRAINS_UP_TO))
 
 
@@ -68,7 +81,9 @@ def noise_warning(spec: PrivacySpec, relative: float) -> str:
     m_star = int(math.ceil(spec.clients_per_round * n_star / spec.population))
     return (
         f"small cohort: with {spec.clients_per_round} clients per round the noise on the averaged update is "
-        f"{relative:.2g} x the clip norm per coordinate (z = {spec.noise_multiplier:g}, sensitivity "
+        f"{relative:.2g} x the clip norm per coordinate"
+        + (" (as independent noise adding what BandMF adds to the model)" if spec.bands > 1 else "")
+        + f" (z = {spec.noise_multiplier:g}, sensitivity "
         f"{spec.sensitivity / spec.clip_norm:g}C): {what}. At about {n_star:,} users ({m_star:,} clients per "
         f"round, the same sampling rate and z, so about this epsilon) it would be {TRAINS_UP_TO:g} x C: "
         f"`dpemb account --extrapolate-to {n_star}` gives that run's epsilon"
