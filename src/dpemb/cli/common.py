@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from dpemb.data.dataset import DataError
 
@@ -41,6 +42,18 @@ def guarded(fn: Callable[[argparse.Namespace], int], name: str) -> Callable[[arg
     return run
 
 
+@contextlib.contextmanager
+def usage_errors(kind: type[ValueError] = ValueError, prefix: str = "") -> Iterator[None]:
+    """Within it, a ``kind`` error is a UsageError (exit 2) with its text after ``prefix``;
+    a DataError (bad data, exit 1) passes unchanged."""
+    try:
+        yield
+    except DataError:
+        raise
+    except kind as e:
+        raise UsageError(prefix + str(e)) from e
+
+
 def add_device_flag(parser: argparse.ArgumentParser | Any) -> None:
     """``--device auto|cpu|cuda|cuda:N`` (performance only; never changes privacy)."""
     parser.add_argument("--device", default="auto",
@@ -51,10 +64,8 @@ def device_from(args: argparse.Namespace):
     """The torch device ``--device`` names; a UsageError when it is unknown or absent."""
     from dpemb.data.tensors import resolve_device
 
-    try:
+    with usage_errors():
         return resolve_device(args.device)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
 
 
 def add_secure_noise_flag(group: Any, seed_flag: str) -> None:
