@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -280,38 +280,29 @@ def _cosines(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", x[a], x[b])
 
 
-def _far_rows(result: Any, fars: tuple[float, ...]) -> list[dict[str, Any]]:
-    return [{"far": f, "tar": result.recall_at_far[f], "threshold": result.thresholds[f],
-             "measurable": result.supported(f)} for f in fars]
-
-
-def _print_far_rows(rows: list[dict[str, Any]], n_imp: int, auc: float, roc: str | None) -> None:
+def _print_far_rows(record: dict[str, Any], roc: str | None) -> None:
+    """The TAR at FAR table, the AUC and where the ROC went, of ``_verification``'s record."""
+    rows = record["tar_at_far"]
     print("FAR   TAR     threshold  measurable")
     for r in rows:
-        th = f"{r['threshold']:.6f}" if np.isfinite(r["threshold"]) else "inf"
+        th = f"{r['threshold']:.6f}" if r["threshold"] is not None else "inf"
         far = f"{r['far']:.0e}".replace("e-0", "e-")
         print(f"{far:<5} {r['tar']:.4f}  {th:<10} {'yes' if r['measurable'] else 'no *'}")
     print("TAR at FAR f: the largest TAR over thresholds with FAR <= f (accept score >= threshold).")
     if not all(r["measurable"] for r in rows):
-        print(f"* not measurable: FAR below 1/{n_imp} impostor pairs; the TAR shown is at zero false accepts.")
+        print(f"* not measurable: FAR below 1/{record['impostor_pairs']} impostor pairs; the TAR "
+              "shown is at zero false accepts.")
     print()
-    print(f"  {'roc_auc':40s} {fmt(auc)}")
+    print(f"  {'roc_auc':40s} {fmt(record['roc_auc'])}")
     if roc:
         print(f"ROC curve: {roc}")
 
 
-def _json_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{**r, "threshold": r["threshold"] if np.isfinite(r["threshold"]) else None} for r in rows]
-
-
-def _roc(args: argparse.Namespace, result: Any, title: str) -> None:
-    if args.roc:
-        from dpemb.metrics import plot_roc
-
-        plot_roc({Path(args.model[0]).name: result}, args.roc, title=title)
-
-
-def _load(args: argparse.Namespace) -> tuple[Any, dict, Any, Any]:
+def _embed_listed(args: argparse.Namespace, read: Callable[[], Any], *,
+                  flip: bool) -> tuple[Any, Any]:
+    """Check the flags, load the one model, read the protocol's files (``read()``) and embed
+    every image they name: (what ``read`` returned, the embeddings). Under torchrun each
+    rank embeds a share and a worker rank exits here once it is delivered."""
     from dpemb.training.artifact import load_artifact
     from dpemb.training.shards import RowShards
 
@@ -319,53 +310,63 @@ def _load(args: argparse.Namespace) -> tuple[Any, dict, Any, Any]:
     if len(models) != 1:
         raise UsageError("--pairs and --templates evaluate one model at a time; run them once per model")
     if args.images is None:
-        raise UsageError("--pairs and --templates need --images ROOT (the folder the image paths are relative to)")
+        raise UsageError("--pairs and --templates need --images ROOT (the folder the image paths "
+                         "are relative to)")
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be a positive integer; got {args.batch_size}")
-    shards, device = RowShards.join(device_from(args))  # under torchrun: each rank embeds a share
+    shards, device = RowShards.join(device_from(args))
     model, card = load_artifact(models[0], device)
-    return model, card, device, shards
-
-
-def _embed_all(model: Any, card: dict, images: Any, args: argparse.Namespace, device: Any, shards: Any,
-               flip: bool) -> np.ndarray | None:
-    """Every image's embedding on rank 0 (None on the other ranks of a torchrun job,
-    which have then delivered their share)."""
-    lo, hi = shards.span(len(images.paths))
-    part = embed_files(model, card, images.paths[lo:hi], images.where[lo:hi], flip=flip,
+    lists = read()
+    lo, hi = shards.span(len(lists.images.paths))
+    part = embed_files(model, card, lists.images.paths[lo:hi], lists.images.where[lo:hi], flip=flip,
                        batch_size=args.batch_size, device=device,
                        show_progress=shards.is_main and not args.json)
-    return shards.gather(part)
+    x = shards.gather(part)
+    shards.finish()
+    return lists, x
+
+
+def _verification(args: argparse.Namespace, scores: np.ndarray, same: np.ndarray,
+                  fars: tuple[float, ...], title: str) -> dict[str, Any]:
+    """TAR at each FAR of ``fars`` and the AUC of the listed pairs' ``scores`` (the ROC
+    drawn to --roc): the record --json prints, less the protocol's own fields."""
+    from dpemb.metrics.verification import listed_pair_metrics
+
+    res = listed_pair_metrics(scores, same, fars=fars, warn=False)
+    if args.roc:
+        from dpemb.metrics import plot_roc
+
+        plot_roc({Path(args.model[0]).name: res}, args.roc, title=title)
+    t = res.thresholds
+    return {"model": args.model[0],
+            "genuine_pairs": int(same.sum()), "impostor_pairs": int((~same).sum()),
+            "tar_at_far": [{"far": f, "tar": res.recall_at_far[f],
+                            "threshold": t[f] if np.isfinite(t[f]) else None,
+                            "measurable": res.supported(f)} for f in fars],
+            "roc_auc": res.auc}
 
 
 def run_pairs(args: argparse.Namespace) -> int:
     from dpemb.data.pair_lists import read_pairs
     from dpemb.metrics.pairs import assign_folds, kfold_accuracy
-    from dpemb.metrics.verification import listed_pair_metrics
 
-    model, card, device, shards = _load(args)
-    pl = read_pairs(args.pairs, args.images)
+    pl, x = _embed_listed(args, lambda: read_pairs(args.pairs, args.images), flip=args.flip)
     folds, folds_note = pl.folds, "given in the file"
     if folds is None:
         folds = assign_folds(pl.same, 10)
         folds_note = "assigned: genuine and impostor pairs dealt round robin in file order (no fold column)"
     k = int(np.unique(folds).size)
-    x = _embed_all(model, card, pl.images, args, device, shards, args.flip)
-    shards.finish()  # a worker rank exits here
     scores = _cosines(x, pl.first, pl.second)
     acc = kfold_accuracy(scores, pl.same, folds)
-    res = listed_pair_metrics(scores, pl.same, fars=PAIR_FARS, warn=False)
-    rows = _far_rows(res, PAIR_FARS)
-    n_gen, n_imp = int(pl.same.sum()), int((~pl.same).sum())
-    _roc(args, res, f"ROC (pairs of {Path(args.pairs).name})")
+    rec = _verification(args, scores, pl.same, PAIR_FARS, f"ROC (pairs of {Path(args.pairs).name})")
     if args.json:
-        print_json({"model": args.model[0], "protocol": "pairs", "pairs": str(args.pairs),
-                    "format": pl.format, "images": len(pl.images.paths), "flip": args.flip,
-                    "genuine_pairs": n_gen, "impostor_pairs": n_imp, "folds": k, "folds_source": folds_note,
-                    "accuracy": acc.to_dict(), "tar_at_far": _json_rows(rows), "roc_auc": res.auc})
+        print_json({**rec, "protocol": "pairs", "pairs": str(args.pairs), "format": pl.format,
+                    "images": len(pl.images.paths), "flip": args.flip, "folds": k,
+                    "folds_source": folds_note, "accuracy": acc.to_dict()})
         return 0
     fmt_name = "LFW pairs.txt" if pl.format == "lfw" else "CSV"
-    print(f"{args.pairs} ({fmt_name}): {n_gen} genuine / {n_imp} impostor pairs of {len(pl.images.paths)} images"
+    print(f"{args.pairs} ({fmt_name}): {rec['genuine_pairs']} genuine / {rec['impostor_pairs']} "
+          f"impostor pairs of {len(pl.images.paths)} images"
           + (", flip: embeddings of image + mirror image" if args.flip else ""))
     print(f"folds: {k}, {folds_note}")
     print()
@@ -373,40 +374,33 @@ def run_pairs(args: argparse.Namespace) -> int:
           f"threshold chosen on the other {k - 1} to maximise their accuracy)")
     print("  per fold: " + " ".join(f"{a:.4f}" for a in acc.accuracies))
     print()
-    _print_far_rows(rows, n_imp, res.auc, args.roc)
+    _print_far_rows(rec, args.roc)
     return 0
 
 
 def run_templates(args: argparse.Namespace) -> int:
     from dpemb.data.pair_lists import read_templates
     from dpemb.metrics.templates import pool_templates
-    from dpemb.metrics.verification import listed_pair_metrics
 
     if args.template_pairs is None:
         raise UsageError("--templates needs --template-pairs P.csv (template1,template2,same)")
     if args.flip:
         raise UsageError("--flip applies to --pairs only")
-    model, card, device, shards = _load(args)
-    tp = read_templates(args.templates, args.template_pairs, args.images)
-    x = _embed_all(model, card, tp.images, args, device, shards, False)
-    shards.finish()  # a worker rank exits here
+    tp, x = _embed_listed(
+        args, lambda: read_templates(args.templates, args.template_pairs, args.images), flip=False)
     feats = pool_templates(x[tp.image_of], tp.template_of, tp.media_of)
-    scores = _cosines(feats, tp.first, tp.second)
-    res = listed_pair_metrics(scores, tp.same, fars=TEMPLATE_FARS, warn=False)
-    rows = _far_rows(res, TEMPLATE_FARS)
-    n_gen, n_imp = int(tp.same.sum()), int((~tp.same).sum())
+    rec = _verification(args, _cosines(feats, tp.first, tp.second), tp.same, TEMPLATE_FARS,
+                        f"ROC (template pairs of {Path(args.template_pairs).name})")
     pooling = "media, then template" if tp.media_of is not None else "template"
-    _roc(args, res, f"ROC (template pairs of {Path(args.template_pairs).name})")
     if args.json:
-        print_json({"model": args.model[0], "protocol": "templates", "templates": str(args.templates),
+        print_json({**rec, "protocol": "templates", "templates": str(args.templates),
                     "template_pairs": str(args.template_pairs), "num_templates": len(tp.template_names),
-                    "images": len(tp.images.paths), "pooling": pooling,
-                    "genuine_pairs": n_gen, "impostor_pairs": n_imp,
-                    "tar_at_far": _json_rows(rows), "roc_auc": res.auc})
+                    "images": len(tp.images.paths), "pooling": pooling})
         return 0
     print(f"{args.templates}: {len(tp.template_names)} templates of {len(tp.images.paths)} images "
           f"(feature: mean of L2-normalised embeddings per {pooling}, re-normalised; score: cosine)")
-    print(f"{args.template_pairs}: {n_gen} genuine / {n_imp} impostor template pairs")
+    print(f"{args.template_pairs}: {rec['genuine_pairs']} genuine / {rec['impostor_pairs']} "
+          "impostor template pairs")
     print()
-    _print_far_rows(rows, n_imp, res.auc, args.roc)
+    _print_far_rows(rec, args.roc)
     return 0
