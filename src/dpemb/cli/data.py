@@ -432,18 +432,13 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
     lines = []
     for k, v in summary.items():
         if k == "splits" and isinstance(v, dict):  # one line per part
-            first = True
-            for part, c in v.items():
-                text = (
-                    f"{part}: {c['users']} users, {c['identities']} identities, "
-                    f"{c['examples']} examples"
-                    if isinstance(c, dict)
-                    else f"{part.replace('_', ' ')}: {c} (in no split)"
-                )
-                lines.append(f"{k if first else '':<{width}}  {text}")
-                first = False
-            continue
-        lines.append(f"{k:<{width}}  {fmt(v)}")
+            for i, (part, c) in enumerate(v.items()):
+                text = (f"{part}: {c['users']} users, {c['identities']} identities, "
+                        f"{c['examples']} examples" if isinstance(c, dict)
+                        else f"{part.replace('_', ' ')}: {c} (in no split)")
+                lines.append(f"{'' if i else k:<{width}}  {text}")
+        else:
+            lines.append(f"{k:<{width}}  {fmt(v)}")
     return lines
 
 
