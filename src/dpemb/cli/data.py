@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from dpemb.cli.main import UsageError
+from dpemb.cli.common import UsageError, guarded
 from dpemb.data.dataset import DataError, UserDataset, check_replaceable
 from dpemb.data.glyphs.config import GlyphConfig
 from dpemb.data.images import DEFAULT_IMAGE_SIZE
@@ -108,7 +107,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     split.add_argument("--out", metavar="DIR",
                        help="write the re-split dataset here (default: replace DIR)")
     _add_splits(split, defaults=IMPORT_SPLIT_DEFAULTS, importer=True)
-    split.set_defaults(func=_run_split)
+    split.set_defaults(func=guarded(_run_split, "data"))
 
     inspect = actions.add_parser(
         "inspect",
@@ -126,7 +125,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              help=f"{what} in the grid (default: 8)")
     inspect.add_argument("--seed", type=int, default=0,
                          help="seed choosing the users shown (default: 0)")
-    inspect.set_defaults(func=_run_inspect)
+    inspect.set_defaults(func=guarded(_run_inspect, "data"))
 
 
 #: the split defaults of the importers and `dpemb data split` (assign_splits')
@@ -212,7 +211,7 @@ def _add_glyphs(sources: argparse._SubParsersAction) -> None:
                    help="an extra font file to use (repeatable)")
     _add_splits(p, defaults=GLYPH_DEFAULTS, importer=False)
     _add_out(p)
-    p.set_defaults(func=_run_glyphs)
+    p.set_defaults(func=guarded(_run_glyphs, "data"))
 
 
 def _add_out(p: argparse.ArgumentParser) -> None:
@@ -311,25 +310,11 @@ def _finish(p: argparse.ArgumentParser, source: str, *, geometry: tuple[int, int
                             "they are imported and counted in the report")
     _add_splits(p, defaults=IMPORT_SPLIT_DEFAULTS, importer=True)
     _add_out(p)
-    p.set_defaults(func=_run_import, source=source)
+    p.set_defaults(func=guarded(_run_import, "data"), source=source)
 
 
 # --------------------------------------------------------------------------- handlers
-def _data_errors(fn: Callable[[argparse.Namespace], None]) -> Callable[[argparse.Namespace], int]:
-    """A handler whose DataError is one line ``dpemb data: error: ...``, exit 1."""
-
-    @functools.wraps(fn)
-    def run(args: argparse.Namespace) -> int:
-        try:
-            fn(args)
-        except DataError as e:
-            print(f"dpemb data: error: {e}", file=sys.stderr)
-            return 1
-        return 0
-
-    return run
-
-
+# (each run under ``guarded``: a DataError is one line ``dpemb data: error: ...``, exit 1)
 def _load_source(args: argparse.Namespace) -> tuple[UserDataset, Any]:
     from dpemb.data import importers as imp
 
@@ -355,7 +340,6 @@ def _check_out(out: str) -> None:
     check_replaceable(Path(out), " (choose another --out or remove it)")
 
 
-@_data_errors
 def _run_import(args: argparse.Namespace) -> None:
     _check_out(args.out)
     ds, report = _load_source(args)
@@ -373,12 +357,10 @@ def _assign(ds: UserDataset, args: argparse.Namespace) -> UserDataset:
         "public_user_fraction", "seed")})
 
 
-@_data_errors
 def _run_split(args: argparse.Namespace) -> None:
     _save(_assign(UserDataset.load(args.dir), args), args.out or args.dir)
 
 
-@_data_errors
 def _run_glyphs(args: argparse.Namespace) -> None:
     try:
         from dpemb.data.glyphs import make_glyphs
@@ -404,7 +386,6 @@ def _save(ds: UserDataset, out: str) -> None:
     print("\n".join(format_summary(ds.summary())))
 
 
-@_data_errors
 def _run_inspect(args: argparse.Namespace) -> None:
     ds = UserDataset.load(args.dir)
     summary = ds.summary()
