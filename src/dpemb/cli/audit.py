@@ -1,11 +1,7 @@
 """`dpemb audit`: an AUDIT run with canary users; the empirical epsilon beside the reported one.
 
-Takes every flag of `dpemb train` (the same parser, ``dpemb.cli.train.add_train_arguments``)
-for the federated algorithms with Gaussian noise and Poisson sampling, trains ONE run
-with N canary users (default 1000) and prints the reported epsilon (accountant, delta,
-unit, neighbouring relation) beside the one-shot estimate and the lower bounds, then
-writes the plot (``dpemb.training.audit_plot``). White-box canaries by default
-(``dpemb.training.audit_run``); ``--black-box`` audits the released model only
+Every flag of `dpemb train` (``dpemb.cli.train.add_train_arguments``). White-box canaries
+by default (``dpemb.training.audit_run``); ``--black-box`` audits the released model only
 (``dpemb.training.blackbox_audit``).
 """
 

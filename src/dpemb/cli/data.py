@@ -1,11 +1,5 @@
-"""`dpemb data`: build datasets (`make`) and look at them (`inspect`).
-
-`dpemb data make SOURCE ... --out DIR` builds a user-partitioned dataset from the
-built-in glyph benchmark or from files in a known layout, holds out test and
-validation identities together with their own users, marks public users, and saves
-it (atomically) for `dpemb train`. `dpemb data split DIR` chooses those roles again
-(e.g. for a dataset written by an older dpemb).
-"""
+"""`dpemb data`: build user-partitioned datasets (`make`, saved atomically), choose their
+held-out and public users again (`split`) and look at them (`inspect`)."""
 
 from __future__ import annotations
 
