@@ -184,20 +184,12 @@ def _spec_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _combinations(args: argparse.Namespace) -> list[dict[str, Any]]:
-    lists = {
-        "population": args.population,
-        "clients_per_round": args.clients_per_round,
-        "users_per_client": args.users_per_client,
-        "rounds": args.rounds,
-        "noise_multiplier": args.noise_multiplier or [None],
-        "target_epsilon": args.target_epsilon or [None],
-        "delta": args.delta or [None],
-        "extrapolate_to": args.extrapolate_to or [None],
-        "epsilon_budget": args.epsilon_budget or [None],
-        "bands": args.bands or [1],
-    }
-    keys = list(lists)
-    return [dict(zip(keys, values)) for values in itertools.product(*(lists[k] for k in keys))]
+    """Every combination of the list flags' values (a flag not given: None; --bands: 1)."""
+    lists = {k: getattr(args, k) or [None] for k in (
+        "population", "clients_per_round", "users_per_client", "rounds", "noise_multiplier",
+        "target_epsilon", "delta", "extrapolate_to", "epsilon_budget")}
+    lists["bands"] = args.bands or [1]
+    return [dict(zip(lists, values)) for values in itertools.product(*lists.values())]
 
 
 def _epsilons(spec: Any, accountants: tuple[str, ...]) -> dict[str, Any]:
