@@ -8,7 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from dpemb.cli.common import add_device_flag, add_resize_flag, device_from, guarded
+from dpemb.cli.common import (
+    add_device_flag, add_resize_flag, check_input, device_from, guarded, resize_note,
+)
 
 SPLITS = ("train", "public", "validation", "test")
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
@@ -65,7 +67,6 @@ def run(args: argparse.Namespace) -> int:
     from dpemb.data.tensors import to_float_tensor
     from dpemb.models import embed
     from dpemb.training.artifact import load_artifact
-    from dpemb.cli.common import check_input, resize_note
     from dpemb.training.evaluate import embed_images
     from dpemb.training.shards import RowShards
     from dpemb.atomic import atomic_write, atomic_write_text

@@ -12,7 +12,8 @@ from typing import Any, Callable
 import numpy as np
 
 from dpemb.cli.common import (
-    UsageError, add_device_flag, add_resize_flag, device_from, fmt, guarded, print_json,
+    UsageError, add_device_flag, add_resize_flag, check_input, device_from, fmt, guarded, print_json,
+    resize_note,
 )
 from dpemb.data.dataset import DataError
 
@@ -130,8 +131,6 @@ def _flat(table: Any, other: dict[str, float]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     import torch
-
-    from dpemb.cli.common import check_input, resize_note
 
     from dpemb.training.evaluate import embed_images
     from dpemb.training.shards import RowShards
