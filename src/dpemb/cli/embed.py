@@ -11,9 +11,9 @@ import numpy as np
 from dpemb.cli.common import (
     add_device_flag, add_resize_flag, check_input, device_from, guarded, resize_note,
 )
+from dpemb.data.images import IMAGE_EXTENSIONS
 
 SPLITS = ("train", "public", "validation", "test")
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,7 +51,7 @@ def _collect(inputs: list[str]) -> list[Path]:
     for item in inputs:
         path = Path(item)
         if path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES))
+            files.extend(sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS))
         elif path.exists():
             files.append(path)
         else:
