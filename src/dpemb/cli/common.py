@@ -43,15 +43,15 @@ def guarded(fn: Callable[[argparse.Namespace], int], name: str) -> Callable[[arg
 
 
 @contextlib.contextmanager
-def usage_errors(kind: type[ValueError] = ValueError, prefix: str = "") -> Iterator[None]:
-    """Within it, a ``kind`` error is a UsageError (exit 2) with its text after ``prefix``;
-    a DataError (bad data, exit 1) passes unchanged."""
+def usage_errors(kind: type[ValueError] = ValueError) -> Iterator[None]:
+    """Within it, a ``kind`` error is a UsageError (exit 2) with its text; a DataError
+    (bad data, exit 1) passes unchanged."""
     try:
         yield
     except DataError:
         raise
     except kind as e:
-        raise UsageError(prefix + str(e)) from e
+        raise UsageError(str(e)) from e
 
 
 def add_device_flag(parser: argparse.ArgumentParser | Any) -> None:

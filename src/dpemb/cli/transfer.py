@@ -75,9 +75,11 @@ def run_features(args: argparse.Namespace) -> int:
         mask = np.zeros(ds.num_examples, dtype=bool)  # a seeded random subset: datasets may be sorted
         mask[np.random.default_rng(0).choice(ds.num_examples, args.limit, replace=False)] = True
         ds = ds.select(mask)
-    with usage_errors(prefix="--backbone-model: " if args.backbone_model else ""):
+    try:
         model, desc = load_backbone(args.backbone, model=args.backbone_model,
                                     in_channels=ds.image_shape[2], image_size=args.image_size)
+    except ValueError as e:  # a DataError included
+        raise UsageError(f"--backbone-model: {e}" if args.backbone_model else str(e)) from e
     shards, device = RowShards.join(device_from(args))  # under torchrun: each rank extracts a share
     fs = extract_features(ds, model, batch_size=args.batch_size, progress=not args.quiet and shards.is_main,
                           meta={"data": spec, **desc}, device=device, shards=shards)
