@@ -25,7 +25,7 @@ COMMAND_MODULES = [
 ]
 
 
-from dpemb.cli.common import UsageError  # noqa: E402  (re-exported for command modules)
+from dpemb.cli.common import UsageError  # noqa: E402  (re-exported: callers import it from here)
 from dpemb.training.job_env import DistributedEnv  # noqa: E402  (no torch import)
 
 
