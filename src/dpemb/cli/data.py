@@ -456,10 +456,8 @@ def save_grid(
         imgs, labels = np.asarray(imgs)[pick], np.asarray(labels)[pick]
         for c in range(cols):
             ax = axes[r][c]
-            ax.set_xticks([])
-            ax.set_yticks([])
-            for spine in ax.spines.values():
-                spine.set_visible(False)
+            ax.set(xticks=[], yticks=[])
+            ax.spines[:].set_visible(False)
             if c >= len(imgs):
                 continue
             img = np.asarray(imgs[c])

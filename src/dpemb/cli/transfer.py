@@ -385,11 +385,10 @@ def _table(results: list[dict], sweep: list[float]) -> str:
     methods = list(dict.fromkeys(r["method"] for r in results if r["method"] != "non-private"))
     head = "| method | " + " | ".join(f"eps {e:g}" for e in sweep) + " |"
     lines = [head, "|" + "---|" * (len(sweep) + 1)]
+    # (method, target epsilon) -> top-1 of its first run
+    top1 = {(r["method"], r["target_epsilon"]): r["top1"] for r in reversed(results)}
     for m in methods:
-        cells = []
-        for e in sweep:
-            hit = [r for r in results if r["method"] == m and r["target_epsilon"] == e]
-            cells.append(f"{hit[0]['top1']:.4f}" if hit and hit[0]["top1"] is not None else "-")
+        cells = [f"{top1[m, e]:.4f}" if top1.get((m, e)) is not None else "-" for e in sweep]
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     for r in results:
         if r["method"] == "non-private":
