@@ -181,9 +181,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(str(e).replace("--eval-max-examples", "--max-examples")) from e
         part = validation if args.split == "validation" else test
     if part.num_examples < 2:
-        print(f"dpemb eval: error: the {args.split} split of {args.data} has fewer than 2 examples",
-              file=sys.stderr)
-        return 1
+        raise DataError(f"the {args.split} split of {args.data} has fewer than 2 examples")
     # every model is loaded and checked before the first (long) evaluation
     loaded = []
     for path in paths:
