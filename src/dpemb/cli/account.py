@@ -176,8 +176,8 @@ def _spec_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if args.bands is not None and args.mechanism != "bandmf":
         raise UsageError(f"--bands applies to --mechanism bandmf (the bands of its strategy), not to "
                          f"--mechanism {args.mechanism}; add --mechanism bandmf or drop --bands")
-    return {k: getattr(args, k) for k in (
-        "clip_norm", "sampling", "mechanism", "relation", "unit", "tree_restarts", "allow_large_delta")}
+    return {k: getattr(args, k) for k in ("clip_norm", "sampling", "mechanism", "relation", "unit",
+                                          "tree_restarts", "allow_large_delta")}
 
 
 def _combinations(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -225,8 +225,8 @@ def compute_row(combo: dict[str, Any], args: argparse.Namespace) -> dict[str, An
     target = combo["target_epsilon"]
     with usage_errors():  # invalid spec values, calibration failures
         spec = PrivacySpec(
-            **{k: combo[k] for k in ("population", "clients_per_round", "users_per_client", "rounds",
-                                     "delta", "bands")},
+            **{k: combo[k] for k in ("population", "clients_per_round", "users_per_client",
+                                     "rounds", "delta", "bands")},
             noise_multiplier=1.0 if z is None else z, **_spec_kwargs(args))
         if acc == "pld" and spec.sampling == "fixed":
             raise UsageError("the PLD accountant does not support fixed-size sampling; use --accountant rdp")

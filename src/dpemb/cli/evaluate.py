@@ -12,8 +12,8 @@ from typing import Any, Callable
 import numpy as np
 
 from dpemb.cli.common import (
-    UsageError, add_device_flag, add_resize_flag, check_input, device_from, fmt, guarded, print_json,
-    resize_note,
+    UsageError, add_device_flag, add_resize_flag, check_input, device_from, fmt, guarded,
+    print_json, resize_note,
 )
 from dpemb.data.dataset import DataError
 
