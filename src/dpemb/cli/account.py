@@ -21,7 +21,7 @@ import math
 import sys
 from typing import Any, Callable
 
-from dpemb.cli.main import UsageError
+from dpemb.cli.common import UsageError, usage_errors
 from dpemb.privacy.delta import DEFAULT_DELTA_RULE
 from dpemb.privacy.spec import ACCOUNTANTS, MECHANISMS, SAMPLINGS
 from dpemb.training.run_config import PrivacyRequest
@@ -122,10 +122,8 @@ def apply_config(args: argparse.Namespace) -> None:
     request, cohort and populations ``dpemb train --config`` would run."""
     from dpemb.training.run_config import ConfigError, load_config
 
-    try:
+    with usage_errors(ConfigError):
         config = load_config(args.config)
-    except ConfigError as e:
-        raise UsageError(str(e)) from e
     r = config.privacy
 
     def fill(dest: str, value: Any) -> None:
@@ -150,11 +148,9 @@ def apply_config(args: argparse.Namespace) -> None:
                 raise UsageError(f"--config {args.config} calibrates epsilon {r.target_epsilon:g} for "
                                  f"{r.target_population:,} users from the population trained on: give one "
                                  "--population N (or a config naming its dataset)")
-            try:
-                with contextlib.redirect_stdout(sys.stderr):  # stdout holds the table (or --json) only
-                    z = resolve_privacy(config, args.population[0]).noise_multiplier
-            except ConfigError as e:
-                raise UsageError(str(e)) from e
+            # stdout holds the table (or --json) only
+            with usage_errors(ConfigError), contextlib.redirect_stdout(sys.stderr):
+                z = resolve_privacy(config, args.population[0]).noise_multiplier
             fill("noise_multiplier", [z])
         else:
             fill_list("noise_multiplier", "target_epsilon")
@@ -180,28 +176,17 @@ def _spec_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if args.bands is not None and args.mechanism != "bandmf":
         raise UsageError(f"--bands applies to --mechanism bandmf (the bands of its strategy), not to "
                          f"--mechanism {args.mechanism}; add --mechanism bandmf or drop --bands")
-    return dict(
-        clip_norm=args.clip_norm, sampling=args.sampling, mechanism=args.mechanism,
-        relation=args.relation, unit=args.unit, tree_restarts=args.tree_restarts,
-        allow_large_delta=args.allow_large_delta,
-    )
+    return {k: getattr(args, k) for k in ("clip_norm", "sampling", "mechanism", "relation", "unit",
+                                          "tree_restarts", "allow_large_delta")}
 
 
 def _combinations(args: argparse.Namespace) -> list[dict[str, Any]]:
-    lists = {
-        "population": args.population,
-        "clients_per_round": args.clients_per_round,
-        "users_per_client": args.users_per_client,
-        "rounds": args.rounds,
-        "noise_multiplier": args.noise_multiplier or [None],
-        "target_epsilon": args.target_epsilon or [None],
-        "delta": args.delta or [None],
-        "extrapolate_to": args.extrapolate_to or [None],
-        "epsilon_budget": args.epsilon_budget or [None],
-        "bands": args.bands or [1],
-    }
-    keys = list(lists)
-    return [dict(zip(keys, values)) for values in itertools.product(*(lists[k] for k in keys))]
+    """Every combination of the list flags' values (a flag not given: None; --bands: 1)."""
+    lists = {k: getattr(args, k) or [None] for k in (
+        "population", "clients_per_round", "users_per_client", "rounds", "noise_multiplier",
+        "target_epsilon", "delta", "extrapolate_to", "epsilon_budget")}
+    lists["bands"] = args.bands or [1]
+    return [dict(zip(lists, values)) for values in itertools.product(*lists.values())]
 
 
 PREFIX_NOISE = ("the std the noise of rounds 1..t adds to the sum of their averaged updates, RMS over t: "
@@ -244,37 +229,30 @@ def _epsilons(spec: Any, accountants: tuple[str, ...]) -> dict[str, Any]:
 
 def compute_row(combo: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """One configuration: epsilon(s), calibration, budget, extrapolation, warnings."""
-    from dpemb.privacy import (
-        PrivacySpec,
-        calibrate_noise_multiplier,
-        cohort_warnings,
-        describe_mechanism,
-        extrapolate,
-        max_rounds,
-    )
+    from dpemb.privacy import (PrivacySpec, calibrate_noise_multiplier, cohort_warnings,
+                               describe_mechanism, extrapolate, max_rounds)
 
     accountants = _accountants(args.accountant)
+    acc = "pld" if args.accountant == "pld" else "rdp"  # calibrates and bounds the rounds
     z = combo["noise_multiplier"]
     target = combo["target_epsilon"]
-    try:
+    with usage_errors():  # invalid spec values, calibration failures
         spec = PrivacySpec(
-            population=combo["population"], clients_per_round=combo["clients_per_round"],
-            users_per_client=combo["users_per_client"], rounds=combo["rounds"],
-            noise_multiplier=1.0 if z is None else z, delta=combo["delta"], bands=combo["bands"],
-            **_spec_kwargs(args),
-        )
-        if "pld" in accountants and args.accountant == "pld" and spec.sampling == "fixed":
+            **{k: combo[k] for k in ("population", "clients_per_round", "users_per_client",
+                                     "rounds", "delta", "bands")},
+            noise_multiplier=1.0 if z is None else z, **_spec_kwargs(args))
+        if acc == "pld" and spec.sampling == "fixed":
             raise UsageError("the PLD accountant does not support fixed-size sampling; use --accountant rdp")
         if target is not None:
             if not (0 < target < math.inf):
                 raise UsageError(f"--target-epsilon must be positive and finite, got {target}")
-            calib_acc = "pld" if args.accountant == "pld" else "rdp"
-            spec = dataclasses.replace(spec, noise_multiplier=calibrate_noise_multiplier(spec, target, calib_acc))
+            z = calibrate_noise_multiplier(spec, target, acc)
+            spec = dataclasses.replace(spec, noise_multiplier=z)
         row: dict[str, Any] = {
             "population": spec.population, "clients_per_round": spec.clients_per_round,
             "users_per_client": spec.users_per_client, "rounds": spec.rounds,
             "noise_multiplier": spec.noise_multiplier, "calibrated": target is not None,
-            "target_epsilon": target, "calibrated_with": (calib_acc if target is not None else None),
+            "target_epsilon": target, "calibrated_with": (acc if target is not None else None),
             "delta": spec.resolved_delta, "delta_is_default": spec.delta is None,
             "sampling": spec.sampling, "mechanism": spec.mechanism, "relation": spec.relation.value,
             "unit": spec.unit, "tree_restarts": spec.tree_restarts,
@@ -294,7 +272,6 @@ def compute_row(combo: dict[str, Any], args: argparse.Namespace) -> dict[str, An
             if not (0 < budget < math.inf):
                 raise UsageError(f"--epsilon-budget must be positive and finite, got {budget}")
             row["epsilon_budget"] = budget
-            acc = "pld" if args.accountant == "pld" else "rdp"
             row["max_rounds"] = max_rounds(spec, budget, acc)
             row["max_rounds_accountant"] = acc
         target_n = combo["extrapolate_to"]
@@ -309,10 +286,6 @@ def compute_row(combo: dict[str, Any], args: argparse.Namespace) -> dict[str, An
         row["warnings"] = cohort_warnings(spec, eps_for_warning)
         row["_spec"] = spec
         return row
-    except UsageError:
-        raise
-    except ValueError as e:  # invalid spec values, calibration failures
-        raise UsageError(str(e)) from e
 
 
 # ---------------------------------------------------------------------------- output

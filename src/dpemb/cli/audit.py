@@ -1,11 +1,7 @@
 """`dpemb audit`: an AUDIT run with canary users; the empirical epsilon beside the reported one.
 
-Takes every flag of `dpemb train` (the same parser, ``dpemb.cli.train.add_train_arguments``)
-for the federated algorithms with Gaussian noise and Poisson sampling, trains ONE run
-with N canary users (default 1000) and prints the reported epsilon (accountant, delta,
-unit, neighbouring relation) beside the one-shot estimate and the lower bounds, then
-writes the plot (``dpemb.training.audit_plot``). White-box canaries by default
-(``dpemb.training.audit_run``); ``--black-box`` audits the released model only
+Every flag of `dpemb train` (``dpemb.cli.train.add_train_arguments``). White-box canaries
+by default (``dpemb.training.audit_run``); ``--black-box`` audits the released model only
 (``dpemb.training.blackbox_audit``).
 """
 
@@ -15,8 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dpemb.cli.common import DefaultsHelpFormatter, device_from, guarded
-from dpemb.cli.main import UsageError
+from dpemb.cli.common import DefaultsHelpFormatter, UsageError, device_from, guarded, usage_errors
 
 DEFAULT_CANARIES = 1000
 AUDITABLE = ("dp-fedemb", "dp-fedavg")
@@ -113,28 +108,22 @@ def run_black_box(args: argparse.Namespace) -> None:
 
     config, perf = config_from_args(args)
     request = config.privacy
-    try:
+    with usage_errors(ConfigError):
         run = runner.prepare(config, args.out, data=None, perf=perf, resume=RESUME[args.resume],
                              overwrite=args.overwrite)
         train, held_out, n = run.train, run.held_out, request.audit_canaries
         spec = runner.resolve_privacy(config, train.num_users + n)
-    except ConfigError as e:
-        raise UsageError(str(e)) from e
-    try:
+    with usage_errors(AuditError):
         check_audit(n, spec, resume=RESUME[args.resume])
-    except AuditError as e:
-        raise UsageError(str(e)) from e
     print(f"black-box audit run: {n} canary users with crafted images join the {train.num_users} real users; the "
           f"accountant counts {spec.population} users (sampling rate q = {spec.sampling_rate:.4g})")
     runner.print_privacy_advice(request, spec)
     k = args.canary_images if args.canary_images is not None else DEFAULT_IMAGES_PER_USER
-    try:
+    with usage_errors(AuditError):
         report = black_box_audit(train, held_out, config.model, config.federated, spec, run.run_cfg, canaries=n,
                                  images_per_user=k, noise_seed=request.noise_seed, provenance=run.provenance,
                                  release=request.release_audit_run,
                                  device=device_from(argparse.Namespace(device=perf.device)))
-    except AuditError as e:
-        raise UsageError(str(e)) from e
     print_summary(report)
 
 

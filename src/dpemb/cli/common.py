@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from dpemb.data.dataset import DataError
 
@@ -41,6 +42,18 @@ def guarded(fn: Callable[[argparse.Namespace], int], name: str) -> Callable[[arg
     return run
 
 
+@contextlib.contextmanager
+def usage_errors(kind: type[ValueError] = ValueError) -> Iterator[None]:
+    """Within it, a ``kind`` error is a UsageError (exit 2) with its text; a DataError
+    (bad data, exit 1) passes unchanged."""
+    try:
+        yield
+    except DataError:
+        raise
+    except kind as e:
+        raise UsageError(str(e)) from e
+
+
 def add_device_flag(parser: argparse.ArgumentParser | Any) -> None:
     """``--device auto|cpu|cuda|cuda:N`` (performance only; never changes privacy)."""
     parser.add_argument("--device", default="auto",
@@ -51,10 +64,8 @@ def device_from(args: argparse.Namespace):
     """The torch device ``--device`` names; a UsageError when it is unknown or absent."""
     from dpemb.data.tensors import resolve_device
 
-    try:
+    with usage_errors():
         return resolve_device(args.device)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
 
 
 def add_secure_noise_flag(group: Any, seed_flag: str) -> None:
@@ -106,3 +117,53 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         if "%(default)" in text or "default" in text.lower() or not self._shows_default(action):
             return text
         return text + " (default: %(default)s)"
+
+
+# ----------------------------------------- the model's input geometry (`dpemb eval`, `embed`)
+def add_resize_flag(parser: argparse.ArgumentParser | Any) -> None:
+    """``--resize`` of `dpemb eval` and `dpemb embed`: a dataset's images of another size
+    than the model's input are resized on the fly (``check_input``), else refused."""
+    parser.add_argument("--resize", action="store_true",
+                        help="resize the dataset's images to the model's input size on the fly "
+                             "(bilinear, antialiased) when they differ; without it a size mismatch "
+                             "is an error")
+
+
+def model_geometry(model: Any, card: dict[str, Any] | None) -> tuple[int, int]:
+    """``(image_size, in_channels)`` the model takes: from the card's backbone kwargs,
+    else from the model."""
+    kw = ((card or {}).get("backbone") or {}).get("kwargs") or {}
+    size = kw.get("image_size", getattr(model, "image_size", None))
+    channels = kw.get("in_channels", getattr(model, "in_channels", None))
+    if size is None or channels is None:
+        raise DataError("the model card does not say the model's input size (backbone kwargs "
+                        "image_size and in_channels)")
+    return int(size), int(channels)
+
+
+def check_input(
+    model: Any, card: dict[str, Any] | None, ds: Any, data_name: str, *, resize: bool
+) -> int | None:
+    """None when ``ds``'s images fit the model; the side to resize them to when they
+    differ in size only and ``resize``; otherwise a one-line DataError naming both
+    geometries and the fix."""
+    size, channels = model_geometry(model, card)
+    h, w, c = ds.image_shape
+    want, have = f"{size}x{size}x{channels}", f"{h}x{w}x{c}"
+    if c != channels:
+        raise DataError(f"the model takes {want} images, {data_name} holds {have}: re-make the data with "
+                        f"--channels {channels} (--resize changes the size, not the channels)")
+    if (h, w) == (size, size):
+        return None
+    if not resize:
+        raise DataError(f"the model takes {want} images, {data_name} holds {have}: re-make the data with "
+                        f"--image-size {size}, or pass --resize to resize on the fly")
+    return size
+
+
+def resize_note(model: Any, card: dict[str, Any] | None, ds: Any, data_name: str) -> str:
+    """The line a command prints when it resizes ``ds``'s images (``check_input``)."""
+    size, channels = model_geometry(model, card)
+    h, w, c = ds.image_shape
+    return (f"note: resizing {data_name}'s {h}x{w}x{c} images to the model's {size}x{size}x{channels} "
+            "(bilinear, antialiased)")

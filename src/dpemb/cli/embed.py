@@ -8,11 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from dpemb.cli.common import add_device_flag, device_from, guarded
-from dpemb.cli.model_input import add_resize_flag
+from dpemb.cli.common import (
+    add_device_flag, add_resize_flag, check_input, device_from, guarded, resize_note,
+)
+from dpemb.data.images import IMAGE_EXTENSIONS
 
 SPLITS = ("train", "public", "validation", "test")
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,7 +51,7 @@ def _collect(inputs: list[str]) -> list[Path]:
     for item in inputs:
         path = Path(item)
         if path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES))
+            files.extend(sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS))
         elif path.exists():
             files.append(path)
         else:
@@ -66,7 +67,6 @@ def run(args: argparse.Namespace) -> int:
     from dpemb.data.tensors import to_float_tensor
     from dpemb.models import embed
     from dpemb.training.artifact import load_artifact
-    from dpemb.cli.model_input import check_input, resize_note
     from dpemb.training.evaluate import embed_images
     from dpemb.training.shards import RowShards
     from dpemb.atomic import atomic_write, atomic_write_text

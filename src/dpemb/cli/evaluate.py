@@ -1,14 +1,24 @@
-"""`dpemb eval`: score one or several trained backbones on a dataset's held-out identities."""
+"""`dpemb eval`: score one or several trained backbones on a dataset's held-out identities,
+or one on image files by the field's verification protocols (`--pairs`: LFW-style pair
+lists with k-fold accuracy; `--templates`: IJB-style template 1:1)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from dpemb.cli.common import UsageError, add_device_flag, device_from, fmt, guarded, print_json
-from dpemb.cli.model_input import add_resize_flag
+import numpy as np
+
+from dpemb.cli.common import (
+    UsageError, add_device_flag, add_resize_flag, check_input, device_from, fmt, guarded,
+    print_json, resize_note,
+)
+from dpemb.data.dataset import DataError
+
+PAIR_FARS = (1e-3, 1e-2, 1e-1)
+TEMPLATE_FARS = (1e-4, 1e-3, 1e-2, 1e-1)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -96,7 +106,6 @@ def run_names(paths: list[str]) -> list[str]:
 def _other_metrics(embeddings: Any, labels: Any) -> dict[str, float]:
     """The retrieval metrics and the reference's in-batch approximation (as
     `dpemb.training.evaluate.evaluate_embeddings` reports them)."""
-    import numpy as np
     import torch
 
     from dpemb.metrics import in_batch_recall_at_far, map_at_r, precision_at_1
@@ -121,7 +130,6 @@ def _flat(table: Any, other: dict[str, float]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dpemb.cli.model_input import check_input, resize_note
     import torch
 
     from dpemb.training.evaluate import embed_images
@@ -138,8 +146,6 @@ def run(args: argparse.Namespace) -> int:
                          "(a pair list) or --templates T.csv --template-pairs P.csv --images ROOT"
                          + (f"; got {' and '.join(modes)}" if modes else ""))
     if args.data is None:
-        from dpemb.cli.eval_protocols import run_pairs, run_templates
-
         for flag, value in (("--split", args.split), ("--max-pairs", args.max_pairs), ("--max-examples", args.max_examples),
                             ("--bootstrap", args.bootstrap), ("--bootstrap-seed", args.bootstrap_seed),
                             ("--resize", args.resize or None)):
@@ -175,9 +181,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(str(e).replace("--eval-max-examples", "--max-examples")) from e
         part = validation if args.split == "validation" else test
     if part.num_examples < 2:
-        print(f"dpemb eval: error: the {args.split} split of {args.data} has fewer than 2 examples",
-              file=sys.stderr)
-        return 1
+        raise DataError(f"the {args.split} split of {args.data} has fewer than 2 examples")
     # every model is loaded and checked before the first (long) evaluation
     loaded = []
     for path in paths:
@@ -229,4 +233,171 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {k:40s} " + "  ".join(fmt(flats[n][k]).ljust(width) for n in names).rstrip())
     if args.roc:
         print(f"ROC curve{'s' if len(paths) > 1 else ''}: {args.roc}")
+    return 0
+
+
+# ------------------------------------------------------ --pairs and --templates (image files)
+def embed_files(model: Any, card: dict, paths: list[Path], where: list[str], *, flip: bool,
+                batch_size: int, device: Any, show_progress: bool = True) -> np.ndarray:
+    """L2-normalised float64 embeddings of image files, decoded at the model card's image
+    size and channels. With ``flip``: the normalised sum of the embeddings of the image
+    and of its horizontal mirror. A missing or corrupt file is a DataError naming it and
+    the protocol file line that named it."""
+    import torch
+
+    from dpemb.data.images import decode_image
+    from dpemb.data.tensors import to_float_tensor
+    from dpemb.models import embed
+    from dpemb.progress import progress
+
+    kw = card["backbone"]["kwargs"]
+    out = np.zeros((len(paths), model.embedding_dim), dtype=np.float64)
+    bar = progress(total=len(paths), desc="embedding images", unit="img", enabled=show_progress)
+    with bar:
+        for lo in range(0, len(paths), batch_size):
+            batch = []
+            for i in range(lo, min(lo + batch_size, len(paths))):
+                try:
+                    batch.append(decode_image(paths[i], image_size=kw["image_size"], channels=kw["in_channels"]))
+                except DataError as e:
+                    raise DataError(f"{e} (named at {where[i]})") from e
+            arr = np.stack(batch)  # (B, H, W, C)
+            with torch.no_grad():
+                e = embed(model, to_float_tensor(arr, device)).double().cpu().numpy()
+                if flip:
+                    mirrored = np.ascontiguousarray(arr[:, :, ::-1, :])
+                    e = e + embed(model, to_float_tensor(mirrored, device)).double().cpu().numpy()
+                    e /= np.linalg.norm(e, axis=1, keepdims=True)
+            out[lo : lo + len(batch)] = e
+            bar.update(len(batch))
+    return out
+
+
+def _cosines(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.einsum("ij,ij->i", x[a], x[b])
+
+
+def _print_far_rows(record: dict[str, Any], roc: str | None) -> None:
+    """The TAR at FAR table, the AUC and where the ROC went, of ``_verification``'s record."""
+    rows = record["tar_at_far"]
+    print("FAR   TAR     threshold  measurable")
+    for r in rows:
+        th = f"{r['threshold']:.6f}" if r["threshold"] is not None else "inf"
+        far = f"{r['far']:.0e}".replace("e-0", "e-")
+        print(f"{far:<5} {r['tar']:.4f}  {th:<10} {'yes' if r['measurable'] else 'no *'}")
+    print("TAR at FAR f: the largest TAR over thresholds with FAR <= f (accept score >= threshold).")
+    if not all(r["measurable"] for r in rows):
+        print(f"* not measurable: FAR below 1/{record['impostor_pairs']} impostor pairs; the TAR "
+              "shown is at zero false accepts.")
+    print()
+    print(f"  {'roc_auc':40s} {fmt(record['roc_auc'])}")
+    if roc:
+        print(f"ROC curve: {roc}")
+
+
+def _embed_listed(args: argparse.Namespace, read: Callable[[], Any], *,
+                  flip: bool) -> tuple[Any, Any]:
+    """Check the flags, load the one model, read the protocol's files (``read()``) and embed
+    every image they name: (what ``read`` returned, the embeddings). Under torchrun each
+    rank embeds a share and a worker rank exits here once it is delivered."""
+    from dpemb.training.artifact import load_artifact
+    from dpemb.training.shards import RowShards
+
+    models = list(args.model) + list(args.compare)
+    if len(models) != 1:
+        raise UsageError("--pairs and --templates evaluate one model at a time; run them once per model")
+    if args.images is None:
+        raise UsageError("--pairs and --templates need --images ROOT (the folder the image paths "
+                         "are relative to)")
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size must be a positive integer; got {args.batch_size}")
+    shards, device = RowShards.join(device_from(args))
+    model, card = load_artifact(models[0], device)
+    lists = read()
+    lo, hi = shards.span(len(lists.images.paths))
+    part = embed_files(model, card, lists.images.paths[lo:hi], lists.images.where[lo:hi], flip=flip,
+                       batch_size=args.batch_size, device=device,
+                       show_progress=shards.is_main and not args.json)
+    x = shards.gather(part)
+    shards.finish()
+    return lists, x
+
+
+def _verification(args: argparse.Namespace, scores: np.ndarray, same: np.ndarray,
+                  fars: tuple[float, ...], title: str) -> dict[str, Any]:
+    """TAR at each FAR of ``fars`` and the AUC of the listed pairs' ``scores`` (the ROC
+    drawn to --roc): the record --json prints, less the protocol's own fields."""
+    from dpemb.metrics.verification import listed_pair_metrics
+
+    res = listed_pair_metrics(scores, same, fars=fars, warn=False)
+    if args.roc:
+        from dpemb.metrics import plot_roc
+
+        plot_roc({Path(args.model[0]).name: res}, args.roc, title=title)
+    t = res.thresholds
+    return {"model": args.model[0],
+            "genuine_pairs": int(same.sum()), "impostor_pairs": int((~same).sum()),
+            "tar_at_far": [{"far": f, "tar": res.recall_at_far[f],
+                            "threshold": t[f] if np.isfinite(t[f]) else None,
+                            "measurable": res.supported(f)} for f in fars],
+            "roc_auc": res.auc}
+
+
+def run_pairs(args: argparse.Namespace) -> int:
+    from dpemb.data.pair_lists import read_pairs
+    from dpemb.metrics.pairs import assign_folds, kfold_accuracy
+
+    pl, x = _embed_listed(args, lambda: read_pairs(args.pairs, args.images), flip=args.flip)
+    folds, folds_note = pl.folds, "given in the file"
+    if folds is None:
+        folds = assign_folds(pl.same, 10)
+        folds_note = "assigned: genuine and impostor pairs dealt round robin in file order (no fold column)"
+    k = int(np.unique(folds).size)
+    scores = _cosines(x, pl.first, pl.second)
+    acc = kfold_accuracy(scores, pl.same, folds)
+    rec = _verification(args, scores, pl.same, PAIR_FARS, f"ROC (pairs of {Path(args.pairs).name})")
+    if args.json:
+        print_json({**rec, "protocol": "pairs", "pairs": str(args.pairs), "format": pl.format,
+                    "images": len(pl.images.paths), "flip": args.flip, "folds": k,
+                    "folds_source": folds_note, "accuracy": acc.to_dict()})
+        return 0
+    fmt_name = "LFW pairs.txt" if pl.format == "lfw" else "CSV"
+    print(f"{args.pairs} ({fmt_name}): {rec['genuine_pairs']} genuine / {rec['impostor_pairs']} "
+          f"impostor pairs of {len(pl.images.paths)} images"
+          + (", flip: embeddings of image + mirror image" if args.flip else ""))
+    print(f"folds: {k}, {folds_note}")
+    print()
+    print(f"{k}-fold accuracy: {acc.mean:.4f} ± {acc.std:.4f} (mean ± std over folds; each fold's "
+          f"threshold chosen on the other {k - 1} to maximise their accuracy)")
+    print("  per fold: " + " ".join(f"{a:.4f}" for a in acc.accuracies))
+    print()
+    _print_far_rows(rec, args.roc)
+    return 0
+
+
+def run_templates(args: argparse.Namespace) -> int:
+    from dpemb.data.pair_lists import read_templates
+    from dpemb.metrics.templates import pool_templates
+
+    if args.template_pairs is None:
+        raise UsageError("--templates needs --template-pairs P.csv (template1,template2,same)")
+    if args.flip:
+        raise UsageError("--flip applies to --pairs only")
+    tp, x = _embed_listed(
+        args, lambda: read_templates(args.templates, args.template_pairs, args.images), flip=False)
+    feats = pool_templates(x[tp.image_of], tp.template_of, tp.media_of)
+    rec = _verification(args, _cosines(feats, tp.first, tp.second), tp.same, TEMPLATE_FARS,
+                        f"ROC (template pairs of {Path(args.template_pairs).name})")
+    pooling = "media, then template" if tp.media_of is not None else "template"
+    if args.json:
+        print_json({**rec, "protocol": "templates", "templates": str(args.templates),
+                    "template_pairs": str(args.template_pairs), "num_templates": len(tp.template_names),
+                    "images": len(tp.images.paths), "pooling": pooling})
+        return 0
+    print(f"{args.templates}: {len(tp.template_names)} templates of {len(tp.images.paths)} images "
+          f"(feature: mean of L2-normalised embeddings per {pooling}, re-normalised; score: cosine)")
+    print(f"{args.template_pairs}: {rec['genuine_pairs']} genuine / {rec['impostor_pairs']} "
+          "impostor template pairs")
+    print()
+    _print_far_rows(rec, args.roc)
     return 0

@@ -15,19 +15,17 @@ import sys
 # One module per command group; order is the order shown in --help.
 COMMAND_MODULES = [
     "dpemb.cli.data",
-    "dpemb.cli.train",
-    "dpemb.cli.recipes",
+    "dpemb.cli.train",  # train and recipes
     "dpemb.cli.evaluate",
     "dpemb.cli.embed",
     "dpemb.cli.export",
     "dpemb.cli.account",
-    "dpemb.cli.transfer",
-    "dpemb.cli.predict",
+    "dpemb.cli.transfer",  # features, transfer and predict
     "dpemb.cli.audit",
 ]
 
 
-from dpemb.cli.common import UsageError  # noqa: E402  (re-exported for command modules)
+from dpemb.cli.common import UsageError  # noqa: E402  (re-exported: callers import it from here)
 from dpemb.training.job_env import DistributedEnv  # noqa: E402  (no torch import)
 
 

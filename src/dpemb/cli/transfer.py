@@ -1,13 +1,16 @@
-"""`dpemb features` (frozen-backbone features to .npz) and `dpemb transfer` (DP classifiers on them)."""
+"""`dpemb features` (frozen-backbone features to .npz), `dpemb transfer` (DP classifiers on
+them) and `dpemb predict` (apply a classifier written by `dpemb transfer --out` to feature rows)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
+from pathlib import Path
 
-from dpemb.cli.common import add_device_flag, add_secure_noise_flag, device_from, guarded
-from dpemb.data.dataset import DataError
+from dpemb.cli.common import (
+    UsageError, add_device_flag, add_secure_noise_flag, device_from, guarded, usage_errors,
+)
 from dpemb.privacy.spec import ACCOUNTANTS
 
 METHOD_HELP = "dp-ls, dp-sgd, dp-newton, dp-fc, non-private (comma-separated for several)"
@@ -16,6 +19,7 @@ METHOD_HELP = "dp-ls, dp-sgd, dp-newton, dp-fc, non-private (comma-separated for
 def register(sub: argparse._SubParsersAction) -> None:
     _register_features(sub)
     _register_transfer(sub)
+    _register_predict(sub)
 
 
 # ------------------------------------------------------------------------------ features
@@ -54,7 +58,6 @@ def _register_features(sub: argparse._SubParsersAction) -> None:
 
 
 def run_features(args: argparse.Namespace) -> int:
-    from dpemb.cli.main import UsageError
     from dpemb.training.shards import RowShards
     from dpemb.transfer.features import extract_features, load_backbone, load_image_dataset, save_features
 
@@ -64,12 +67,8 @@ def run_features(args: argparse.Namespace) -> int:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit must be >= 1, got {args.limit}")
-    try:
+    with usage_errors():
         ds, spec = load_image_dataset(args.data, fashion_mnist_dir=args.fashion_mnist_dir)
-    except ValueError as e:
-        if isinstance(e, DataError):
-            raise
-        raise UsageError(str(e)) from e
     if args.limit is not None and args.limit < ds.num_examples:
         import numpy as np
 
@@ -77,11 +76,9 @@ def run_features(args: argparse.Namespace) -> int:
         mask[np.random.default_rng(0).choice(ds.num_examples, args.limit, replace=False)] = True
         ds = ds.select(mask)
     try:
-        model, desc = load_backbone(
-            args.backbone, model=args.backbone_model, in_channels=ds.image_shape[2],
-            image_size=args.image_size,
-        )
-    except ValueError as e:
+        model, desc = load_backbone(args.backbone, model=args.backbone_model,
+                                    in_channels=ds.image_shape[2], image_size=args.image_size)
+    except ValueError as e:  # a DataError included
         raise UsageError(f"--backbone-model: {e}" if args.backbone_model else str(e)) from e
     shards, device = RowShards.join(device_from(args))  # under torchrun: each rank extracts a share
     fs = extract_features(ds, model, batch_size=args.batch_size, progress=not args.quiet and shards.is_main,
@@ -200,7 +197,6 @@ def _register_transfer(sub: argparse._SubParsersAction) -> None:
 
 
 def _parse_methods(text: str) -> list[str]:
-    from dpemb.cli.main import UsageError
     from dpemb.transfer.config import METHODS
 
     methods = [m.strip() for m in text.split(",") if m.strip()]
@@ -211,8 +207,6 @@ def _parse_methods(text: str) -> list[str]:
 
 
 def _parse_epsilons(text: str) -> list[float]:
-    from dpemb.cli.main import UsageError
-
     try:
         eps = [float(x) for x in text.split(",") if x.strip()]
     except ValueError as e:
@@ -223,7 +217,6 @@ def _parse_epsilons(text: str) -> list[float]:
 
 
 def run_transfer(args: argparse.Namespace) -> int:
-    from dpemb.cli.main import UsageError
     from dpemb.transfer.config import TransferConfig
     from dpemb.transfer.features import load_features
     from dpemb.transfer.plot import plot_sweep
@@ -261,13 +254,10 @@ def run_transfer(args: argparse.Namespace) -> int:
     if args.overwrite and not args.out:
         raise UsageError("--overwrite replaces the classifier in --out: give --out DIR")
     if args.out:
-        from dpemb.training.rundir import OutDirError
         from dpemb.transfer.classifier import check_classifier_out
 
-        try:
+        with usage_errors():  # an OutDirError
             check_classifier_out(args.out, overwrite=args.overwrite)  # before any work
-        except OutDirError as e:
-            raise UsageError(str(e)) from e
 
     train = load_features(args.train)
     if args.test is not None:
@@ -275,18 +265,15 @@ def run_transfer(args: argparse.Namespace) -> int:
     else:
         train, test = holdout_split(train, args.holdout)
 
-    common = dict(
-        delta=args.delta, accountant=args.accountant, unit=args.unit, clip_norm=args.clip_norm,
-        normalize_features=args.normalize_features, grad_clip_norm=args.grad_clip_norm, reg=args.reg,
-        alpha=args.alpha, steps=args.steps, lr=args.lr, optimizer=args.optimizer, bias=args.bias,
-        public_size=args.public_size, seed=args.seed, allow_large_delta=args.allow_large_delta,
-        allow_nonprivate_init=args.allow_nonprivate_init,
-    )
+    common = {k: getattr(args, k) for k in (
+        "delta", "accountant", "unit", "clip_norm", "normalize_features", "grad_clip_norm", "reg",
+        "alpha", "steps", "lr", "optimizer", "bias", "public_size", "seed", "allow_large_delta",
+        "allow_nonprivate_init")}
     results: list[dict] = []  # released
     diagnostics: list[dict] = []  # private: exact counts of the training data
     trained: list = []  # the TransferRun of every result, in order
     baseline = None
-    try:
+    with usage_errors():
         for method in methods:
             if method == "non-private":
                 cfg = TransferConfig(method=method, **common)  # adds no noise: no sampler
@@ -306,10 +293,6 @@ def run_transfer(args: argparse.Namespace) -> int:
                 trained.append(run)
             if args.audit_canaries is not None and method != "non-private":
                 results[-1]["audit"] = _audit(train, cfg, args, device, runs[-1].backbone)
-    except ValueError as e:
-        if isinstance(e, DataError):
-            raise
-        raise UsageError(str(e)) from e
 
     delta = results[0]["delta"]  # resolved (default 1/(10 N)); the same for every run on this training set
     private_runs = [r for r in results if r.get("method") != "non-private"]
@@ -346,10 +329,6 @@ def run_transfer(args: argparse.Namespace) -> int:
 
 def _write_out(args: argparse.Namespace, train, runs: list, results: list[dict]) -> None:
     """``--out``: every run's classifier, in DIR itself (one run) or DIR/<name> (several)."""
-    from pathlib import Path
-
-    from dpemb.cli.main import UsageError
-    from dpemb.training.rundir import OutDirError
     from dpemb.transfer.classifier import classifier_card, joint_release, write_classifiers
 
     names = [""] if len(runs) == 1 else _run_names(runs, bool(args.sweep_epsilon))
@@ -358,10 +337,8 @@ def _write_out(args: argparse.Namespace, train, runs: list, results: list[dict])
     items = [(name, run, classifier_card(run, train, train_file=args.train, evaluated_on=evaluated_on,
                                          released_with=together, audit=result.get("audit")))
              for name, run, result in zip(names, runs, results)]
-    try:
+    with usage_errors():  # an OutDirError
         write_classifiers(args.out, items, overwrite=args.overwrite)
-    except OutDirError as e:
-        raise UsageError(str(e)) from e
     where = [str(Path(args.out) / n) if n else args.out for n in names]
     print(f"wrote the classifier{'s' if len(where) > 1 else ''} for release to {', '.join(where)} "
           "(classifier.safetensors + classifier_card.json; apply with `dpemb predict`)")
@@ -385,14 +362,11 @@ def _audit(train, cfg, args: argparse.Namespace, device, backbone=None) -> dict:
     """The example-level audit run of ``cfg`` (``dpemb.transfer.audit``): printed, and its
     released record returned; its statement carries what the reported epsilon does not
     cover (``backbone``: a ``BackboneAccount`` or None)."""
-    from dpemb.cli.main import UsageError
     from dpemb.transfer.audit import TransferAuditError, transfer_audit
 
-    try:
+    with usage_errors(TransferAuditError):
         audit = transfer_audit(train, cfg, args.audit_canaries, progress=args.progress, device=device,
-                               canary_seed=None if args.seed is None else args.seed + 4)  # seeded: reproducible
-    except TransferAuditError as e:
-        raise UsageError(str(e)) from e
+                               canary_seed=None if args.seed is None else args.seed + 4)  # seeded
     a = audit.record
     if backbone is not None:
         a = {**a, "statement": backbone.qualify(a["statement"])}
@@ -403,8 +377,6 @@ def _audit(train, cfg, args: argparse.Namespace, device, backbone=None) -> dict:
 
 def private_path(json_path: str) -> str:
     """Where the private diagnostics of ``--json OUT`` go: OUT's sibling ``<stem>.private.json``."""
-    from pathlib import Path
-
     p = Path(json_path)
     return str(p.with_name((p.name[:-len(".json")] if p.name.endswith(".json") else p.name) + ".private.json"))
 
@@ -413,13 +385,58 @@ def _table(results: list[dict], sweep: list[float]) -> str:
     methods = list(dict.fromkeys(r["method"] for r in results if r["method"] != "non-private"))
     head = "| method | " + " | ".join(f"eps {e:g}" for e in sweep) + " |"
     lines = [head, "|" + "---|" * (len(sweep) + 1)]
+    # (method, target epsilon) -> top-1 of its first run
+    top1 = {(r["method"], r["target_epsilon"]): r["top1"] for r in reversed(results)}
     for m in methods:
-        cells = []
-        for e in sweep:
-            hit = [r for r in results if r["method"] == m and r["target_epsilon"] == e]
-            cells.append(f"{hit[0]['top1']:.4f}" if hit and hit[0]["top1"] is not None else "-")
+        cells = [f"{top1[m, e]:.4f}" if top1.get((m, e)) is not None else "-" for e in sweep]
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     for r in results:
         if r["method"] == "non-private":
             lines.append(f"| non-private (no DP) | {r['top1']:.4f} |" + " |" * (len(sweep) - 1))
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------ predict
+def _register_predict(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="apply a DP classifier (`dpemb transfer --out`) to features",
+        description=(
+            "Classify feature rows with a classifier written by `dpemb transfer --out DIR`: the same "
+            "feature clipping as in training, then the linear scores. Prints top-1 when the features carry "
+            "labels. Features of another dimension or another backbone than the classifier's training "
+            "features are refused. Predictions are as private as the features they are made for."
+        ),
+    )
+    p.add_argument("classifier", metavar="CLASSIFIER_DIR",
+                   help="a directory holding classifier.safetensors + classifier_card.json")
+    p.add_argument("features", metavar="FEATURES.npz",
+                   help="features from `dpemb features` with the classifier's backbone, or your own: X (float, "
+                        "N x D), optionally y, label_names (docs/TRANSFER.md, 'Your own features')")
+    p.add_argument("--out", default=None, metavar="PREDICTIONS",
+                   help="write per-row predictions: .csv (row, label, label_name, one score column per class) "
+                        "or .npz (label, label_name, scores, label_names)")
+    p.set_defaults(func=guarded(run_predict, "predict"))
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    from dpemb.transfer.classifier import load_classifier, predict
+    from dpemb.transfer.features import read_feature_rows
+
+    if args.out is not None and not args.out.endswith((".csv", ".npz")):
+        raise UsageError(f"--out {args.out}: say a .csv or an .npz file")
+    clf = load_classifier(args.classifier)
+    rows = read_feature_rows(args.features)
+    pred = predict(clf, rows)
+    card = clf.card
+    print(f"classifier {clf.path} ({card['method']}, {len(clf.label_names)} classes, {clf.dim}-dimensional "
+          f"features): {card['privacy']['statement']}")
+    n = len(pred.predicted)
+    if pred.top1 is not None:
+        print(f"top-1 {pred.top1:.4f} on {args.features} ({n} rows)")
+    else:
+        print(f"predicted {n} rows of {args.features} (no labels: no top-1)")
+    if args.out:
+        pred.write(args.out)
+        print(f"wrote {args.out} (per-row predictions: as private as the features)")
+    return 0
