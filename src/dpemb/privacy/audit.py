@@ -1,19 +1,17 @@
 """Empirical privacy auditing: estimators that turn canary scores into an epsilon.
 
-The estimator layer of issue #14. A training run is audited ONCE: canary users are
-inserted (each with probability 1/2 for the one-run bounds, or a fixed "in" set and a
-held-out "out" set for the one-shot estimate), each canary gets a score, and this module
-turns the scores into an epsilon. Three kinds of answer, not to be confused:
+The estimator layer of issue #14 (docs/AUDIT.md, "The two lower bounds"). A run is audited ONCE:
+canaries inserted by fair coins (or a fixed "in" set and a held-out "out" set for the one-shot
+estimate) are scored, and this module turns the scores into one of three kinds of answer, not to
+be confused:
 
-- ``estimate_epsilon_gaussian`` (Andrew et al. 2023): an ESTIMATE, neither an upper nor
-  a lower bound; it can be above the accounted epsilon by chance.
-- ``one_run_lower_bound`` (Steinke, Nasr, Jagielski 2023, arXiv 2305.08846): a
-  high-confidence LOWER bound on the (eps, delta) epsilon.
-- ``fdp_one_run_audit`` (Mahloujifar, Melis, Chaudhuri 2024): a high-confidence LOWER
-  bound on the Gaussian-DP parameter mu, and the test of a claimed trade-off curve. For a
-  Gaussian mechanism it is much tighter than the (eps, delta) bound at the same canaries:
-  a factor 2 in the noise, invisible to the (eps, delta) bound at 1000 canaries, is
-  caught at 10 000 (docs/AUDIT.md). The proof is in ``fdp_one_run_mass``.
+- ``estimate_epsilon_gaussian`` (Andrew et al. 2023): an ESTIMATE, neither an upper nor a lower
+  bound; it can be above the accounted epsilon by chance.
+- ``one_run_lower_bound`` (Steinke, Nasr, Jagielski 2023, arXiv 2305.08846): a high-confidence
+  LOWER bound on the (eps, delta) epsilon.
+- ``fdp_one_run_audit`` (Mahloujifar, Melis, Chaudhuri 2024): a high-confidence LOWER bound on
+  the Gaussian-DP parameter mu, and the test of a claimed trade-off curve; much tighter for a
+  Gaussian mechanism (docs/AUDIT.md, table 2). The proof is in ``fdp_one_run_mass``.
 
 numpy / scipy only; no torch, nothing from the rest of dpemb except argument checks.
 """
