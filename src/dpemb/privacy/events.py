@@ -262,13 +262,9 @@ def _infer_relation(event: dp_accounting.DpEvent) -> Relation:
 
 
 # ---------------------------------------------------------------------- PLD discretisation
-# dp_accounting's PLD rounds the privacy loss pessimistically onto a grid of spacing
-# ``interval``: every interval gives an upper bound on epsilon, a finer one a tighter
-# bound at more cost. The error grows with the number of compositions and matters
-# relative to epsilon (about (interval x sqrt(T) / epsilon)^2, measured in
-# bench/bench_pld_precision.py), so no fixed interval is both tight at small epsilon and
-# fast at large epsilon. ``refined_pld_epsilon`` picks the interval per question on a
-# fixed ladder PLD_BASE_INTERVAL x 2^j.
+# Every interval gives an upper bound, a finer one a tighter bound at more cost; why no
+# fixed interval fits: docs/PRIVACY.md, "PLD discretisation". ``refined_pld_epsilon`` picks
+# one per question on a fixed ladder PLD_BASE_INTERVAL x 2^j.
 PLD_TOLERANCE = 0.008  # accepted: estimated distance to the fine-grid limit <= 0.8% (1% promised)
 PLD_BASE_INTERVAL = 1e-4
 PLD_LADDER = (-6, 7)  # exponents j: intervals 1.5625e-6 .. 1.28e-2

@@ -79,15 +79,8 @@ def check_clip_norm(clip_norm: object) -> float:
         ) from None
 
 
-#: The range of a private noise multiplier z (relative to the sensitivity). Outside it
-#: dp_accounting's arithmetic breaks down (measured with dp-accounting 0.6.0, RDP, 10
-#: rounds): below about 1e-150 the RDP of a round overflows, so epsilon comes out inf, as
-#: a ZeroDivisionError, or (Poisson or fixed-size sampling) as a false epsilon of 0;
-#: from about 3e8 fixed-size sampling fails ("math domain error"), and above 1e154 every
-#: accountant overflows. The floor keeps a wide margin: at z = 1e-6 epsilon already
-#: exceeds 1e11 for a single release (no guarantee at all). The ceiling is as high as
-#: the accountant allows, because an extrapolation to a larger population multiplies z
-#: by N'/N; at 1e8 the noise, z x sensitivity, swamps any update yet stays finite in float32.
+#: The range of a private noise multiplier z (relative to the sensitivity): outside it
+#: dp_accounting's arithmetic breaks down (measured; docs/PRIVACY.md, "The guarantee").
 MIN_NOISE_MULTIPLIER = 1e-6
 MAX_NOISE_MULTIPLIER = 1e8
 
