@@ -199,8 +199,9 @@ def test_bandmf_text_calibration_and_sweep(capsys):
     status, out, _ = run([*BASE, "--noise-multiplier", "1.0", "--mechanism", "bandmf", "--bands", "1,4",
                           "--accountant", "rdp"], capsys)
     lines = out.splitlines()
-    assert status == 0 and lines[0].split()[:5] == ["N", "M", "K", "T", "b"] and len(lines) == 4
-    assert "mechanism bandmf, sampling cyclic-poisson" in lines[-1]
+    assert status == 0 and lines[0].split()[:5] == ["N", "M", "K", "T", "b"] and len(lines) == 5
+    assert "mechanism bandmf, sampling cyclic-poisson" in lines[-2]
+    assert lines[-1].endswith("rows at different epsilons: compare them with one --target-epsilon")
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -216,3 +217,22 @@ def test_bandmf_text_calibration_and_sweep(capsys):
 def test_bandmf_refusals(argv, message, capsys):
     status, _, err = run([*BASE, "--noise-multiplier", "1", *argv], capsys)
     assert status == 2 and message in err
+
+
+def test_bandmf_sweep_states_the_noise_on_the_model_and_the_lowest(capsys):
+    """At equal epsilon, more bands need a larger z (amplification is spent over fewer,
+    denser participations); the sweep states each b's accumulated noise and the lowest. At
+    100,000 users, M 349, K 8, 1,200 rounds and epsilon 1 that is b = 1 (DP-FedEmb)."""
+    from dpemb.privacy.bandmf import banded_sqrt_coefficients, prefix_noise_rms
+
+    argv = ["--population", "100000", "--clients-per-round", "349", "--users-per-client", "8", "--rounds",
+            "1200", "--delta", "1e-6", "--target-epsilon", "1", "--accountant", "rdp", "--mechanism", "bandmf",
+            "--bands", "1,4,16"]
+    status, out, _ = run(argv, capsys)
+    assert status == 0 and "model noise" in out and "lowest: b = 1" in out
+    status, out, _ = run([*argv, "--json"], capsys)
+    rows = json.loads(out)["rows"]
+    for row in rows:
+        rms = prefix_noise_rms(banded_sqrt_coefficients(row["bands"]), 1200)
+        assert row["prefix_noise"] == pytest.approx(row["noise_multiplier"] * 2 / 349 * rms, rel=1e-12)
+    assert [r["prefix_noise"] for r in rows] == sorted(r["prefix_noise"] for r in rows)

@@ -184,36 +184,36 @@ def test_default_cohort_larger_than_the_population_is_a_usage_error_with_a_fit(t
     assert not (out / "private").exists()
 
 
-# ---------------------------------------------------------------------- BandMF: accounted, not yet trainable
-@pytest.mark.parametrize("flags", [
-    ["--algorithm", "dp-fedemb", "--mechanism", "bandmf", "--bands", "4"],
-    ["--algorithm", "dp-ftrl-fedemb", "--mechanism", "bandmf"],
-    ["--algorithm", "dp-fedavg", "--mechanism", "bandmf", "--bands", "1"],
+# ---------------------------------------------------------------------- BandMF: DP-FTRL-FedEmb's second mechanism
+@pytest.mark.parametrize("flags, message", [
+    (["--algorithm", "dp-fedemb", "--mechanism", "bandmf", "--bands", "4"],
+     "--mechanism bandmf with --algorithm dp-fedemb, whose noise is gaussian: use --algorithm dp-ftrl-fedemb"),
+    (["--algorithm", "dp-fedavg", "--mechanism", "bandmf"], "use --algorithm dp-ftrl-fedemb for bandmf noise"),
+    (["--algorithm", "dp-fedemb", "--bands", "4"],
+     "--bands 4 applies to BandMF noise only: add --algorithm dp-ftrl-fedemb --mechanism bandmf, or drop --bands"),
+    (["--algorithm", "dp-ftrl-fedemb", "--sampling", "cyclic-poisson"],
+     "--sampling cyclic-poisson applies to BandMF noise only"),
+    (["--algorithm", "dp-fedemb", "--mechanism", "tree"], "use --algorithm dp-ftrl-fedemb for tree noise"),
+    (["--algorithm", "dp-ftrl-fedemb", "--mechanism", "gaussian"],
+     "whose noise is tree or bandmf: use --algorithm dp-fedemb for gaussian noise"),
 ])
-def test_bandmf_training_is_refused_before_any_work(tmp_path, capsys, flags):
+def test_mechanism_flags_that_contradict_the_algorithm_are_refused(tmp_path, capsys, flags, message):
     # no dataset at --data: the refusal comes before the data is read or --out is written
     argv = ["train", "--data", str(tmp_path / "no-such-data"), "--out", str(tmp_path / "r"), "--noise-multiplier",
             "1", *flags]
     assert exit_code(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1
-    assert "BandMF is accounted and calibrated (`dpemb account --mechanism bandmf --bands B`) but not yet " \
-           "trainable" in err
-    assert "use --algorithm dp-ftrl-fedemb (tree noise) or --algorithm dp-fedemb (Gaussian noise) meanwhile" in err
+    assert len(err.splitlines()) == 1 and message in err
     assert not (tmp_path / "r").exists()
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--algorithm", "dp-fedemb", "--bands", "4"], "--bands 4: BandMF is accounted and calibrated"),
-    (["--algorithm", "dp-fedemb", "--mechanism", "tree"], "use --algorithm dp-ftrl-fedemb for tree noise"),
-    (["--algorithm", "dp-ftrl-fedemb", "--mechanism", "gaussian"], "use --algorithm dp-fedemb for gaussian noise"),
-])
-def test_mechanism_flags_that_contradict_the_algorithm_are_refused(tmp_path, capsys, flags, message):
-    argv = ["train", "--data", str(tmp_path / "no-such-data"), "--out", str(tmp_path / "r"), "--noise-multiplier",
-            "1", *flags]
-    assert exit_code(argv) == 2
-    assert message in capsys.readouterr().err
-    assert not (tmp_path / "r").exists()
+def test_bandmf_reaches_the_run_as_one_spec(tiny_data_dir, tmp_path, captured):
+    ftrl = [a if a != "dp-fedemb" else "dp-ftrl-fedemb" for a in FED]
+    seen = run_stubbed(["train", "--data", tiny_data_dir, "--out", str(tmp_path / "r"), *ftrl,
+                        "--noise-multiplier", "1", "--mechanism", "bandmf", "--bands", "2"], captured)
+    spec = seen["spec"]
+    assert (spec.mechanism, spec.bands, spec.sampling) == ("bandmf", 2, "cyclic-poisson")
+    assert spec.sampling_rate == 2 * 3 * 2 / spec.population  # b M K / N, the rate within a group
 
 
 def test_the_algorithms_own_mechanism_may_be_named(tiny_data_dir, tmp_path, captured):
@@ -222,18 +222,18 @@ def test_the_algorithms_own_mechanism_may_be_named(tiny_data_dir, tmp_path, capt
     assert seen["spec"].mechanism == "gaussian" and seen["spec"].bands == 1
 
 
-def test_bandmf_through_the_python_api_and_a_config_file_is_refused(tmp_path):
+def test_bandmf_through_the_python_api_and_a_config_file_is_checked(tmp_path):
     from dpemb import api
     from dpemb.training.run_config import ConfigError, PrivacyRequest, TrainConfig, load_config
 
     config = TrainConfig(algorithm="dp-fedemb", privacy=PrivacyRequest(noise_multiplier=1.0, mechanism="bandmf",
                                                                        bands=4))
-    with pytest.raises(ConfigError, match="not yet trainable: issue #36 wires it into DP-FTRL-FedEmb"):
+    with pytest.raises(ConfigError, match="use --algorithm dp-ftrl-fedemb for bandmf noise"):
         api.train(config, tmp_path / "r")  # no data given: refused before it is looked for
     assert not (tmp_path / "r").exists()
     (tmp_path / "c.toml").write_text('algorithm = "dp-fedemb"\n[privacy]\nnoise_multiplier = 1.0\n'
                                      'sampling = "cyclic-poisson"\n')
-    with pytest.raises(ConfigError, match="not yet trainable"):
+    with pytest.raises(ConfigError, match="applies to BandMF noise only"):
         api.train(load_config(tmp_path / "c.toml"), tmp_path / "r")
     with pytest.raises(ConfigError, match="--mechanism must be one of gaussian, tree, bandmf"):
         PrivacyRequest(mechanism="bogus")

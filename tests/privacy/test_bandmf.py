@@ -218,3 +218,86 @@ def test_resume_equals_uninterrupted():
             other.load_state_dict(first.state_dict())
     with pytest.raises(ValueError, match="noise state cannot be loaded"):
         BandMFNoise(0.8, bands=5).load_state_dict(GaussianNoise(0.8, seed=1).state_dict())
+
+
+def test_sensitivity_with_real_local_training_and_the_cyclic_sampler():
+    """Adding one user to a DP-FTRL-FedEmb population (K = 2, add/remove, sensitivity 2C),
+    with real local training (several local steps per client) and the cyclic Poisson
+    sampler keyed alike on both sides: every round's clipped sum differs only where the
+    user took part, at most once in any b rounds, and the strategy's output C x moves by at
+    most sqrt(participations) x (max column norm) x 2C, by at most (max column norm) x 2C
+    per participation. The model each round starts from is the same on both sides (the
+    released outputs the adversary conditions on)."""
+    from dpemb.algorithms.client import ClientTrainer
+    from dpemb.algorithms.config import FederatedConfig
+    from dpemb.algorithms.round import ClientData, map_clients
+    from dpemb.privacy.client_keys import ClientRandomness, client_keys
+    from dpemb.privacy.clipping import ClipAndSum
+    from dpemb.privacy.relations import user_sensitivity
+    from dpemb.training.config import ModelConfig
+    from dpemb.training.modelinit import build_model
+    from tests.conftest import make_tiny_dataset
+
+    big = make_tiny_dataset(num_users=30).split().train
+    last = big.num_users - 1
+    small = big.select(big.user_of_example() != last)
+    torch.manual_seed(0)
+    model, _ = build_model(ModelConfig(backbone="lenet", embedding_dim=16), big.image_shape, per_user_training=True)
+    trainer = ClientTrainer(model, big.num_classes, FederatedConfig(algorithm="dp-ftrl-fedemb",
+                                                                    local_batch_size=2))  # >= 3 local steps
+    params = [p for p in model.parameters() if p.requires_grad]
+    start = torch.nn.utils.parameters_to_vector(params).detach()
+    b, m, k, clip, rounds = 3, 2, 2, 0.002, 12  # deltas of norm ~0.01: clipped
+    sens = user_sensitivity(clip, k, Relation.ADD_REMOVE)
+    assert sens == 2 * clip
+    coeffs = banded_sqrt_coefficients(b)
+    c, cn = strategy_matrix(coeffs, rounds), max_column_norm(coeffs, rounds)
+    for seed in range(20):
+        sa = CyclicPoissonSampler(small.num_users, bands=b, clients_per_round=m, users_per_client=k, seed=seed,
+                                  sampling_rate=0.6)
+        sb = CyclicPoissonSampler(big.num_users, bands=b, clients_per_round=m, users_per_client=k, seed=seed,
+                                  sampling_rate=0.6)
+        slots = [(sa.sample_round(), sb.sample_round()) for _ in range(rounds)]
+        mine = [t for t, (_, cb) in enumerate(slots) if any(last in cl for cl in cb)]
+        if len(mine) >= 2:
+            break
+    assert len(mine) >= 2 and all(v - u >= b for u, v in zip(mine, mine[1:]))
+    randomness = ClientRandomness(seed=11)
+
+    def clipped_sum(ds, cl, rnd):
+        acc = ClipAndSum([torch.zeros_like(start)], clip, sens, Relation.ADD_REMOVE)
+        for r, _ in map_clients(trainer, start, cl, client_keys(cl, k), ClientData.of(ds), randomness, rnd):
+            acc.add([r.delta])
+        return acc.result().value[0].double()
+
+    diff = torch.zeros(rounds, start.numel(), dtype=torch.float64)
+    for t, (ca, cb) in enumerate(slots):
+        changed = [i for i, (x, y) in enumerate(zip(ca, cb)) if list(x) != list(y)]
+        assert len(ca) == len(cb) and len(changed) == (t in mine)  # one virtual client, in its rounds only
+        if t in mine:  # elsewhere the same clients with the same keys: the same sum
+            diff[t] = clipped_sum(big, cb, t) - clipped_sum(small, ca, t)
+    assert all(float(diff[t].norm()) > 0.25 * sens for t in mine)  # the user's client moved the sum visibly
+    moved = c @ diff
+    assert float(moved.norm()) <= math.sqrt(len(mine)) * cn * sens * (1 + 1e-9)
+    for t in mine:
+        assert float((c[:, t:t + 1] @ diff[t:t + 1]).norm()) <= cn * sens * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("bands", [1, 2, 4, 8])
+def test_prefix_noise_is_the_workload_times_the_inverse_strategy(bands):
+    """prefix_noise_rms = RMS over t of ||row t of A C^{-1}|| (A: prefix sums), from the
+    streamed recurrence's impulse response; one band: sqrt((T + 1) / 2), the Gaussian's."""
+    from dpemb.privacy.bandmf import prefix_noise_rms
+
+    rounds = 60
+    coeffs = banded_sqrt_coefficients(bands)
+    a = torch.tril(torch.ones(rounds, rounds, dtype=torch.float64))
+    by_matrix = (a @ torch.linalg.inv(strategy_matrix(coeffs, rounds))).norm(dim=1).pow(2).mean().sqrt()
+    assert prefix_noise_rms(coeffs, rounds) == pytest.approx(float(by_matrix), rel=1e-10)
+    if bands == 1:
+        assert prefix_noise_rms(coeffs, rounds) == pytest.approx(math.sqrt((rounds + 1) / 2), rel=1e-12)
+    # and it is the noise the mechanism streams: the empirical std of its prefix sums
+    mech = BandMFNoise(1.0, bands=bands, seed=bands)
+    noise = _noise_sequence(mech, rounds, [torch.zeros(40_000)])  # sigma = z x sensitivity = 2; rel. sd < 0.4%
+    empirical = noise.cumsum(0).pow(2).mean(1).mean().sqrt() / 2.0
+    assert float(empirical) == pytest.approx(prefix_noise_rms(coeffs, rounds), rel=0.03)

@@ -33,13 +33,14 @@ def diagnostics(run_dir):
 
 
 def setup(tmp_path, name="run", rounds=4, clip=0.5, z=0.5, algorithm="dp-fedemb", adaptive=None, secure=False,
-          **fed_kw):
+          bands=None, **fed_kw):
+    """A tiny run; ``bands``: DP-FTRL-FedEmb with BandMF noise of that many bands (else tree)."""
     splits = make_tiny_dataset(num_users=30).split()
     train, ev = splits.train, splits.eval
     spec = PrivacySpec(population=train.num_users, clients_per_round=3, users_per_client=2,
                        noise_multiplier=z, clip_norm=clip, rounds=rounds,
-                       mechanism="tree" if algorithm == "dp-ftrl-fedemb" else "gaussian",
-                       adaptive_clipping=adaptive, secure_noise=secure)
+                       mechanism="bandmf" if bands else "tree" if algorithm == "dp-ftrl-fedemb" else "gaussian",
+                       bands=bands or 1, adaptive_clipping=adaptive, secure_noise=secure)
     cfg = FederatedConfig(algorithm=algorithm, local_batch_size=4, **fed_kw)  # >= 2 local steps
     run = RunConfig(out=str(tmp_path / name), eval_every=2, progress=False)
     return train, ev, spec, cfg, run
@@ -63,12 +64,17 @@ def crash_in_round_3(monkeypatch, train, ev, cfg, spec, run, step=None) -> dict:
     return load_checkpoint(run.out)
 
 
-@pytest.mark.parametrize("algorithm", ["dp-fedemb", "dp-fedavg", "dp-ftrl-fedemb"])
+ALGORITHMS = ["dp-fedemb", "dp-fedavg", "dp-ftrl-fedemb",
+              pytest.param(("dp-ftrl-fedemb", 2), id="dp-ftrl-fedemb-bandmf")]  # (algorithm, BandMF bands)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_resume_equals_uninterrupted(tmp_path, monkeypatch, algorithm):
-    train, ev, spec, cfg, run_a = setup(tmp_path, "a", algorithm=algorithm)
+    algorithm, bands = algorithm if isinstance(algorithm, tuple) else (algorithm, None)
+    train, ev, spec, cfg, run_a = setup(tmp_path, "a", algorithm=algorithm, bands=bands)
     rep_a = fed.train_federated(train, ev, MODEL, cfg, spec, run_a, noise_seed=7)
 
-    _, _, _, _, run_b = setup(tmp_path, "b", algorithm=algorithm)
+    _, _, _, _, run_b = setup(tmp_path, "b", algorithm=algorithm, bands=bands)
     assert crash_in_round_3(monkeypatch, train, ev, cfg, spec, run_b)["round"] == 2
     rep_b = fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=7, resume=True)
 
@@ -162,9 +168,10 @@ def test_all_zero_deltas_are_reported(tmp_path, capsys):
     assert "every client's backbone delta was exactly zero" in err and "--local-batch-size" in err
 
 
-@pytest.mark.parametrize("algorithm", ["dp-fedemb", "dp-fedavg", "dp-ftrl-fedemb"])
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_released_outputs_hold_no_unnoised_statistics(tmp_path, algorithm):
-    train, ev, spec, cfg, run = setup(tmp_path, rounds=3, algorithm=algorithm)
+    algorithm, bands = algorithm if isinstance(algorithm, tuple) else (algorithm, None)
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=3, algorithm=algorithm, bands=bands)
     rep = fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=1)
     out = tmp_path / "run"
     for rec in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()):
@@ -176,6 +183,15 @@ def test_released_outputs_hold_no_unnoised_statistics(tmp_path, algorithm):
     recs = diagnostics(out)
     assert [r["round"] for r in recs] == [1, 2, 3]
     assert all({"train_loss", "fraction_clipped", "users"} <= set(r) for r in recs)
+    if bands:  # BandMF's noise state (b - 1 past noise vectors) is in the private checkpoint only
+        state = load_checkpoint(out)["mechanism"]
+        assert state["kind"] == "bandmf" and len(state["past"]) == bands - 1 and state["rounds"] == 3
+        released = [p for p in out.rglob("*") if p.is_file() and "private" not in p.relative_to(out).parts]
+        assert released and not any(b'"past"' in p.read_bytes() or b"bandmf_state" in p.read_bytes()
+                                    for p in released)
+        schedule = "; BandMF, 2 bands, cyclic Poisson participation)"  # every epsilon names the schedule
+        assert on_disk["privacy"]["statement_rdp"].endswith(schedule)
+        assert on_disk["privacy"]["dp_event"]["count"] == 2  # ceil(3 / 2) participations
 
 
 def test_nonfinite_model_stops_with_round_cause_and_remedy(tmp_path, monkeypatch):

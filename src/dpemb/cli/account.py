@@ -204,6 +204,19 @@ def _combinations(args: argparse.Namespace) -> list[dict[str, Any]]:
     return [dict(zip(keys, values)) for values in itertools.product(*(lists[k] for k in keys))]
 
 
+PREFIX_NOISE = ("the std the noise of rounds 1..t adds to the sum of their averaged updates, RMS over t: "
+                "z x sensitivity / M x bandmf.prefix_noise_rms; what SGD on the released averages adds to the model "
+                "before the learning rate; lower is better at equal epsilon")
+
+
+def prefix_noise(spec: Any) -> float:
+    """The accumulated noise of a bandmf ``spec`` on the averaged updates, in units of C."""
+    from dpemb.privacy.bandmf import banded_sqrt_coefficients, prefix_noise_rms
+
+    rms = prefix_noise_rms(banded_sqrt_coefficients(spec.bands, spec.rounds), spec.rounds)
+    return spec.noise_multiplier * spec.sensitivity / spec.clip_norm / spec.clients_per_round * rms
+
+
 def _epsilons(spec: Any, accountants: tuple[str, ...]) -> dict[str, Any]:
     from dpemb.privacy import describe_epsilon, describe_schedule, epsilon_for, supported_accountants
     from dpemb.privacy.advice import PLD_MAX_RDP_EPSILON
@@ -274,6 +287,7 @@ def compute_row(combo: dict[str, Any], args: argparse.Namespace) -> dict[str, An
         if spec.mechanism == "bandmf":
             row["bands"] = spec.bands
             row["participations"] = math.ceil(spec.rounds / spec.bands)
+            row["prefix_noise"] = prefix_noise(spec)
         row.update(_epsilons(spec, accountants))
         budget = combo["epsilon_budget"]
         if budget is not None:
@@ -320,6 +334,8 @@ def _print_single(row: dict[str, Any]) -> None:
            f"q = b*M*K/N = {row['sampling_rate']:.4g}, at most ceil(T/b) = {row['participations']:,} "
            "participations per user" if "bands" in row else f"sampling rate q = M*K/N = {row['sampling_rate']:.4g}")
     )
+    if "prefix_noise" in row:
+        print(f"noise on the model: {row['prefix_noise']:.4g} x C per coordinate ({PREFIX_NOISE})")
     print(f"mechanism: {row['mechanism_description']}")
     if row["calibrated"]:
         print(f"calibrated noise multiplier z = {row['noise_multiplier']:.4f} for target epsilon "
@@ -361,6 +377,8 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     for acc in ACCOUNTANTS:
         if any(f"statement_{acc}" in r or f"note_{acc}" in r for r in rows):
             cols.append((f"eps {acc.upper()}", lambda r, a=acc: _eps_text(r.get(f"epsilon_{a}"))))
+    if any("prefix_noise" in r for r in rows):
+        cols.append(("model noise", lambda r: f"{r['prefix_noise']:.4g}" if "prefix_noise" in r else "n/a"))
     if any("max_rounds" in r for r in rows):
         cols.append(("budget", lambda r: f"{r['epsilon_budget']:g}"))
         cols.append(("max rounds", lambda r: f"{r['max_rounds']:,}"))
@@ -387,6 +405,12 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
         ext = f" (eps' at the extrapolated delta: {'; '.join(notes)})"
     print(f"epsilon: {first['unit']}-level, relation {rel}, delta as listed{ext}; "
           f"mechanism {first['mechanism']}, sampling {first['sampling']}")
+    if any("prefix_noise" in r for r in rows):
+        best = min((r for r in rows if "prefix_noise" in r), key=lambda r: r["prefix_noise"])
+        equal = len({r["target_epsilon"] for r in rows}) == 1 and first["calibrated"]
+        print(f"model noise: x C per coordinate, {PREFIX_NOISE}; "
+              + (f"lowest: b = {best['bands']}" if equal else "rows at different epsilons: compare them with "
+                 "one --target-epsilon"))
 
 
 def _plot(rows: list[dict[str, Any]], path: str, accountants: tuple[str, ...]) -> None:

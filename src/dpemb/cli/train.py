@@ -163,18 +163,20 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--allow-large-delta", action="store_true",
                    help="accept a --delta >= 1/N (e.g. to compare with the DP-FedEmb paper's delta = 1/N); "
                         "the run warns")
-    q.add_argument("--sampling", choices=("poisson", "fixed", "epoch"),
+    q.add_argument("--sampling", choices=("poisson", "fixed", "epoch", "cyclic-poisson"),
                    help="user sampling per round. Default: poisson (Gaussian noise; accounting "
-                        "is exact) or epoch (tree noise: each user at most once per epoch). "
+                        "is exact), epoch (tree noise: each user at most once per epoch) or cyclic-poisson "
+                        "(BandMF: b keyed groups, round t Poisson-samples group t mod b). "
                         "fixed = M*K users without replacement (replace-one relation, RDP only)")
     q.add_argument("--tree-restarts", action="store_true",
                    help="dp-ftrl-fedemb: restart the tree every epoch")
     q.add_argument("--mechanism", choices=MECHANISMS,
                    help="the noise mechanism (default: the algorithm's: gaussian, tree for dp-ftrl-fedemb). "
-                        "bandmf is accounted and calibrated (`dpemb account --mechanism bandmf --bands B`) but "
-                        "not yet trainable: refused")
+                        "dp-ftrl-fedemb also takes bandmf: banded matrix-factorization noise with cyclic "
+                        "Poisson participation (--bands B; docs/PRIVACY.md)")
     q.add_argument("--bands", type=int, metavar="B",
-                   help="--mechanism bandmf: the bands of its strategy (not yet trainable)")
+                   help="--mechanism bandmf: the bands of its strategy and the groups of users; each user "
+                        "takes part at most once in any B consecutive rounds (default 1: DP-FedEmb's noise)")
     q.add_argument("--adaptive-clip-quantile", type=float, metavar="GAMMA",
                    help="adaptive clipping (Andrew et al. 2021; dp-fedemb, dp-fedavg): move the clip norm "
                         "toward this quantile of the client update norms, starting from --clip-norm. The "

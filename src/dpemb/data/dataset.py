@@ -1,40 +1,18 @@
 """User-partitioned image datasets: users -> examples (image, identity label).
 
 The unit of privacy in dpemb is the user, so the dataset knows users. Examples are
-stored sorted by user, so a user's examples are one contiguous slice:
-``offsets[u]:offsets[u + 1]``. Images are packed uint8 arrays of shape
-``(N, H, W, C)`` and are memory-mapped when loaded from disk, never decoded from
-image files during training.
+stored sorted by user, so a user's examples are one contiguous slice
+``offsets[u]:offsets[u + 1]``; images are packed uint8 ``(N, H, W, C)`` arrays,
+memory-mapped when loaded, never decoded from image files during training. The on-disk
+layout (``images.npy``, ``labels.npy``, ``offsets.npy``, ``meta.json`` format 2) and the
+roles of identities and users: docs/DATA.md, top and "Roles".
 
-On-disk layout of a dataset directory::
-
-    images.npy    uint8  (N, H, W, C)
-    labels.npy    int64  (N,)      identity index into label_names
-    offsets.npy   int64  (U + 1,)  user u owns rows offsets[u]:offsets[u+1]
-    meta.json     {"format": 2, "user_names": [...], "label_names": [...],
-                   "eval_labels": [...], "validation_labels": [...],
-                   "eval_users": [...], "validation_users": [...],
-                   "public_users": [...], "source": {...}}
-
-Roles. Identities are training, validation (``validation_labels``) or test
-(``eval_labels``) identities; users are private training users, public users
-(``public_users``: data that may be used for non-private pretraining, excluded from
-private training), validation users (``validation_users``) or test users
-(``eval_users``). ``split()`` keeps an example only where both roles agree:
-
-    train       private training users' examples of training identities
-    public      public users' examples of training identities
-    validation  validation users' examples of validation identities
-    eval (test) test users' examples of test identities
-
-so no user and no identity is in two of train / validation / test, and every number
-measured on validation or test is a statistic of users who are never trained on.
-Examples outside the four parts (a training user's example of a held-out identity, a
-test user's example of a training identity) are unused; ``summary()`` counts them.
-
-Format 1 (written before evaluation users existed) has no ``eval_users``: ``split()``
-then derives them as the users holding no training-identity example, and refuses
-(:class:`DataError`) when an evaluation example belongs to a training user.
+``split()`` keeps an example only where its user's and its identity's roles agree, so no
+user and no identity is in two of train / validation / test, and every number measured on
+validation or test is a statistic of users who are never trained on; other examples are
+unused (``summary()`` counts them). Format 1 has no ``eval_users``: ``split()`` derives
+them as the users holding no training-identity example and refuses (:class:`DataError`)
+when an evaluation example belongs to a training user.
 """
 
 from __future__ import annotations

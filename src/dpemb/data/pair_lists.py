@@ -1,23 +1,9 @@
 """Readers of verification protocol files: pair lists and IJB-style templates.
 
-Pair lists (`dpemb eval --pairs`), one of:
-
-* LFW's ``pairs.txt``: a header line ``K N`` (``10 300``), then K folds of N matched
-  lines ``name n1 n2`` followed by N mismatched lines ``name1 n1 name2 n2`` (fields
-  separated by tabs or spaces). An image is ``ROOT/name/name_NNNN.jpg`` (n zero-padded
-  to 4 digits). The folds are LFW's own.
-* A CSV with a header naming ``path1,path2,same`` and optionally ``fold``: paths
-  relative to ROOT (or absolute), ``same`` 1 (genuine) or 0 (impostor), ``fold`` an
-  integer. Without a ``fold`` column the folds are assigned by
-  :func:`dpemb.metrics.pairs.assign_folds` (``folds_given`` is False).
-
-Templates (`dpemb eval --templates T --template-pairs P`):
-
-* templates CSV with header ``template_id,path`` and optionally ``subject`` and
-  ``media``: one line per image of a template (an image may be in several templates);
-* template-pairs CSV with header ``template1,template2,same``. Where both templates
-  name a subject, ``same`` must agree with it.
-
+Pair lists (`dpemb eval --pairs`: LFW's ``pairs.txt`` or a CSV ``path1,path2,same[,fold]``;
+without a ``fold`` column the folds come from :func:`dpemb.metrics.pairs.assign_folds` and
+``folds_given`` is False) and templates (`dpemb eval --templates T --template-pairs P`):
+the formats are in docs/EVALUATION.md, "File formats" of "Pair lists" and of "Templates".
 Every error names the file and line and what to do.
 """
 

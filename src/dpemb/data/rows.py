@@ -22,9 +22,7 @@ reclaim. With ``release_pages`` (the default, for a read-only memmap of a whole
 ``.npy`` file as ``np.load(mmap_mode="r")`` returns it) every read ends by
 ``madvise(MADV_DONTNEED)`` on the byte range it touched: the rows have been copied out,
 so the mapping drops those pages (they stay in the page cache; a later read maps them
-again without disk I/O). A process then holds only the rows it is working on, whatever
-the size of the file: reading every user of a 10 GB dataset one client at a time needs
-memory for one client, not 10 GB.
+again without disk I/O): a process holds the rows it works on (docs/DATA.md, "Library").
 """
 
 from __future__ import annotations

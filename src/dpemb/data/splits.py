@@ -117,34 +117,16 @@ def assign_splits(
 ) -> UserDataset:
     """Return ``ds`` with its identity and user roles set (arrays are shared).
 
-    Test (``eval``) identities: ``eval_labels`` (label indices) when given, else an
-    ``eval_identity_fraction`` share (default ``DEFAULT_EVAL_IDENTITY_FRACTION`` =
-    0.1) of the identities that have examples, chosen uniformly, and at least 2
-    (verification needs pairs of different identities). Validation
-    identities: ``validation_labels``, else a ``validation_identity_fraction`` share
-    (default 0.1) of the identities with examples, chosen uniformly among the
-    non-test ones. Pass 0 to hold out none.
-
-    Test users: an ``eval_user_fraction`` share of all users. By default (None) the
-    share of identities held out for test, at least every user whose examples are
-    all of test identities, and at most the users holding a test example; so when
-    each user holds one identity (faces) the test users are exactly the test
-    identities' owners, and when every user writes every class (EMNIST) they are that
-    share of the writers. Users are taken in order: users holding only test
-    identities, users holding some, the others (uniformly at random within each
-    group). Validation users: the same, among the remaining users.
-    Public users: a ``public_user_fraction`` share of the remaining users that hold a
-    training-identity example. Every other user is a private training user.
-
-    Examples whose user and identity roles differ (a training user's example of a
-    test identity, a test user's example of a training identity) are in no split.
-    A fraction > 0 selects at least two identities and at least one user. Previous
-    roles are replaced. Deterministic
-    given ``seed``; each choice has its own random stream (changing the public share
-    moves nothing else). Raises ``ValueError`` for a bad fraction, :class:`DataError`
-    when a label index does not exist, when test and validation identities overlap,
-    or when no training identity, private training user or held-out example would
-    remain.
+    How test, validation and public identities and users are chosen, with the defaults
+    (``DEFAULT_EVAL_IDENTITY_FRACTION`` = 0.1, validation 0.1, public 0): docs/DATA.md,
+    "How the roles are chosen". A fraction > 0 selects at least two identities
+    (verification needs pairs of different identities) and at least one user; 0 holds out
+    none. Examples whose user and identity roles differ are in no split. Previous roles
+    are replaced. Deterministic given ``seed``; each choice has its own random stream
+    (changing the public share moves nothing else). Raises ``ValueError`` for a bad
+    fraction, :class:`DataError` when a label index does not exist, when test and
+    validation identities overlap, or when no training identity, private training user
+    or held-out example would remain.
     """
     for name, value in (
         ("eval_identity_fraction", eval_identity_fraction),

@@ -1,40 +1,14 @@
 """Bootstrap confidence intervals for exact Recall@FAR, resampling identities.
 
-The unit of resampling is the identity (the label), not the pair: pairs of one
-identity are not independent, so resampling pairs would give intervals that are far
-too narrow. One replicate draws ``K`` identities with replacement from the ``K`` of
-the evaluation set; identity ``a`` is drawn ``w_a`` times (``w`` is multinomial, sum
-``K``). Its pairs are those of the set in which every draw is a distinct identity:
-
-* the positive pairs of each copy count: ``w_a`` times each positive pair of ``a``;
-* a negative pair between identities ``a != b`` counts ``w_a * w_b`` times (once per
-  pair of copies);
-* pairs between two copies of the same identity are neither positive nor negative
-  (they are not in the set: a copy is not a second person).
-
-So the replicate has ``sum_a w_a n_a (n_a - 1) / 2`` positive and
-``((sum_a w_a n_a)^2 - sum_a (w_a n_a)^2) / 2`` negative pairs, and its Recall@FAR is
-computed exactly as the point estimate is (the largest TAR over thresholds whose FAR
-is <= f, with the same integer false-accept budget), on those weighted counts. A
-replicate whose draws hold no positive or no negative pair is dropped (and counted).
-The interval is the percentile interval of the replicates' values (``numpy.percentile``,
-linear interpolation), e.g. the 2.5th and 97.5th percentiles for 95 %.
-
-How it stays fast. The exact pass over all pairs runs once. While it runs, a
-:class:`~dpemb.metrics.verification.PassObserver` keeps the *tail*: every negative
-pair scoring at least a cutoff, with its two identities, where the cutoff leaves
-``margin`` (4) times the largest false-accept budget bootstrapped (at least 2^20 pairs;
-all negatives when there are fewer). The positive pairs are few and kept with their
-identity. A replicate then needs no pass over the pairs: with the tail sorted by
-score, its weighted count of negatives at or above any score is a cumulative sum of
-``w_a * w_b`` over the tail, and its weighted count of positives a cumulative sum of
-``w_a``; the threshold is resolved exactly (no score grid), at the same distinct
-positive scores as the exact computation. With all weights 1 a replicate therefore
-reproduces the exact value bit for bit. A replicate stops reading the tail once its
-budget is exceeded, so its cost is about the number of negatives its threshold
-accepts. If a replicate's budget reaches below the cutoff (possible with very few
-identities), the pass is repeated with an 8 times deeper tail; past
-``_MAX_TAIL`` pairs the interval for that FAR is left out and the reason given.
+The scheme (identities, not pairs, resampled; which pairs of a replicate count) and how it
+stays fast: docs/EVALUATION.md, "Confidence intervals: bootstrap over identities". A
+replicate drawing identity ``a`` ``w_a`` times has ``sum_a w_a n_a (n_a - 1) / 2`` positive
+and ``((sum_a w_a n_a)^2 - sum_a (w_a n_a)^2) / 2`` negative pairs, and its Recall@FAR is
+computed exactly as the point estimate is, on those weighted counts (with all weights 1 it
+reproduces the exact value bit for bit). It reads only the tail a
+:class:`~dpemb.metrics.verification.PassObserver` kept during the one exact pass: every
+negative scoring at least a cutoff (``_TAIL_MARGIN`` times the largest budget, at least
+``_MIN_TAIL``) and every positive, each with its identities.
 """
 
 from __future__ import annotations

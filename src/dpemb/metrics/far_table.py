@@ -2,15 +2,11 @@
 which FARs the number of negative pairs supports, and bootstrap confidence intervals
 over identities (:mod:`dpemb.metrics.bootstrap`), all from one exact all-pairs pass.
 
-* ``TAR at FAR f`` is the largest true accept rate over score thresholds whose false
-  accept rate is <= f. That is stricter than insightface's IJB-B/C evaluation, which
-  reports the TPR of the ROC point whose FPR is *nearest* f (possibly above f).
-* A row is *supported* when there are at least ``1 / f`` negative pairs (one false
-  accept fits the budget). Below that the value is measured at zero false accepts,
-  the same for every such FAR: the table marks it.
-* Intervals are percentile bootstrap intervals over identities (default 200
-  resamples, seeded, 95 %), for every supported FAR whose budget accepts at most
-  ``ci_max_accepts`` negative pairs (the bootstrap's cost and memory grow with it).
+TAR at FAR f is the largest TAR over thresholds with FAR <= f (stricter than insightface);
+a row is *supported* when there are at least ``1 / f`` negative pairs; intervals are given
+for supported FARs whose budget accepts at most ``ci_max_accepts`` negatives (the
+bootstrap's cost grows with it): docs/EVALUATION.md, from "The definition" to "Confidence
+intervals".
 """
 
 from __future__ import annotations

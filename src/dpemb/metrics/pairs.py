@@ -1,27 +1,13 @@
 """The LFW-style k-fold verification accuracy of a list of scored pairs.
 
-The protocol (LFW's "unrestricted" view 2 and the face-recognition literature after
-it): the pairs are split into k folds (10 for LFW); for each fold, a threshold is
-chosen on the other k - 1 folds to maximise their accuracy and applied to the held-out
-fold; the report is the mean and standard deviation of the k held-out accuracies.
-
-Definitions:
-
-* A pair is predicted *same* when ``score >= threshold``; accuracy is the fraction of
-  pairs predicted correctly.
-* On the training folds, the candidate cut points are their distinct scores ``u_0 <
-  ... < u_{m-1}`` and ``+inf`` (accept none). The chosen one is the **lowest** cut
-  point ``u_i`` whose training accuracy is the maximum; the threshold applied is the
-  midpoint ``(u_{i-1} + u_i) / 2`` (``u_0`` itself when ``i = 0``; ``+inf`` when no
-  pair is accepted), which accepts exactly the same training pairs.
-* The standard deviation is the population one (``numpy.std``, ddof 0) over the k
-  folds, as in the LFW results tables.
-* Without given folds, :func:`assign_folds` deals the pairs into k folds
-  deterministically: genuine and impostor pairs separately, in list order, round robin
-  (pair number r of its kind goes to fold ``r mod k``), so each fold keeps the class
-  balance.
-
-Pure numpy; no torch.
+The protocol and what is reported: docs/EVALUATION.md, "What is reported". A pair is
+predicted *same* when ``score >= threshold``. Of the training folds' cut points (their
+distinct scores ``u_0 < ... < u_{m-1}`` and ``+inf``) the lowest with the maximal training
+accuracy, ``u_i``, gives the threshold ``(u_{i-1} + u_i) / 2`` (``u_0`` when ``i = 0``;
+``+inf`` when no pair is accepted), which accepts exactly the same training pairs. The
+standard deviation over folds is ``numpy.std``'s (ddof 0). Without given folds,
+:func:`assign_folds` deals genuine and impostor pairs separately, round robin (pair r of
+its kind to fold ``r mod k``). Pure numpy; no torch.
 """
 
 from __future__ import annotations

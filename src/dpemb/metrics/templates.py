@@ -1,11 +1,9 @@
 """Template features for IJB-style 1:1 verification (templates of several images).
 
-A template's feature is the mean of its images' L2-normalised embeddings, L2-normalised
-again. With media ids (IJB's frames of one video, or one photo), the images of one
-medium are averaged first (a mean of normalised embeddings), then the media means are
-averaged with equal weight, and the result is L2-normalised: a video with 100 frames
-then counts as much as one still photo. Two templates are compared by the cosine of
-their features. Pure numpy.
+A template's feature is the mean of its images' L2-normalised embeddings (with media ids:
+per medium first, then the media with equal weight), L2-normalised again; two templates
+are compared by the cosine of their features (docs/EVALUATION.md, "Template feature").
+Pure numpy.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Verification metrics: exact all-pairs Recall@FAR (TAR@FAR), ROC AUC and ROC curve.
 
-Definitions (the paper's, and scikit-learn's ``roc_curve``):
-
-* The pairs are all ``(i, j)`` with ``i < j`` of the evaluation set. A pair is
-  *positive* when both examples share a label, *negative* otherwise.
-* The score of a pair is the cosine similarity of its two embeddings (the dot product
-  of the L2-normalised embeddings), computed in float64 and rounded to the nearest
-  multiple of 2^-24 (~6e-8), so that equal similarities tie exactly whatever order the
-  floating-point sum ran in. (Scores closer than that count as tied.)
-* A pair is accepted at threshold ``t`` when ``score >= t``.
-  ``FAR(t) = #negatives accepted / #negatives``, ``TAR(t)`` likewise on positives.
-* ``Recall@FAR=f`` is the largest ``TAR(t)`` over all thresholds ``t`` (the distinct
-  scores and ``+inf``) with ``FAR(t) <= f``: exactly ``max(tpr[fpr <= f])`` of
-  ``sklearn.metrics.roc_curve(..., drop_intermediate=False)``. (With scikit-learn's
-  default ``drop_intermediate=True`` some ROC points are dropped and that maximum can
-  come out lower.)
-* AUC is the exact ROC AUC with ties counted as 1/2, like ``roc_auc_score``: the
-  probability that a random positive pair outscores a random negative pair.
+Definitions (docs/EVALUATION.md, "The definition"): the pairs are all ``(i, j)``, ``i < j``,
+of the evaluation set, *positive* when both share a label. A pair's score is the cosine
+similarity computed in float64 and rounded to the nearest multiple of 2^-24 (~6e-8), so
+equal similarities tie exactly whatever order the sum ran in; it is accepted at ``t`` when
+``score >= t``. ``Recall@FAR=f`` is the largest ``TAR(t)`` with ``FAR(t) <= f`` over the
+distinct scores and ``+inf``: ``max(tpr[fpr <= f])`` of ``sklearn.metrics.roc_curve(...,
+drop_intermediate=False)``. The AUC counts ties as 1/2.
 
 How it stays exact in bounded memory. The best threshold for any FAR is always one of
 the distinct *positive* scores (or ``+inf``): lowering the threshold to the next

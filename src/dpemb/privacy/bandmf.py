@@ -18,6 +18,7 @@ import math
 from collections import deque
 from typing import Any
 
+import numpy as np
 import torch
 
 from dpemb.privacy._checks import positive_int
@@ -60,6 +61,23 @@ def max_column_norm(coefficients: list[float], rounds: int | None = None) -> flo
     b-min-separation."""
     m = len(coefficients) if rounds is None else min(len(coefficients), positive_int("rounds", rounds))
     return math.sqrt(sum(c * c for c in coefficients[:m]))
+
+
+def prefix_noise_rms(coefficients: list[float], rounds: int) -> float:
+    """The noise the released sums accumulate, in units of sigma: the RMS over rounds
+    t = 1..T of the std of the sum of rounds 1..t's noise, ||row t of A C^{-1}|| for the
+    prefix-sum workload A (what SGD on the noised sums adds to the model, before the
+    learning rate). One band: sqrt((T + 1) / 2). Computed in O(T b) from C^{-1}'s
+    coefficients (the impulse response of the recurrence ``BandMFNoise`` streams), without
+    forming a T x T matrix. Times z x sensitivity / M it compares mechanisms at equal epsilon
+    (``dpemb account --mechanism bandmf --bands 1,2,4``)."""
+    from scipy.signal import lfilter
+
+    n = positive_int("rounds", rounds)
+    impulse = np.zeros(n)
+    impulse[0] = 1.0
+    inverse = lfilter([1.0], np.asarray(coefficients[:n], dtype=np.float64), impulse)  # C^{-1}'s column 0
+    return float(np.sqrt(np.mean(np.cumsum(np.cumsum(inverse) ** 2))))
 
 
 class BandMFNoise(CorrelatedNoise):

@@ -21,7 +21,7 @@ from dpemb.privacy.accounting import (
 from dpemb.privacy.adaptive_clipping import AdaptiveClipState
 from dpemb.privacy.events import event_to_dict
 from dpemb.privacy.noise import describe_sampler
-from dpemb.privacy.statements import NONPRIVATE_STATEMENT, describe_adaptive_clipping
+from dpemb.privacy.statements import NONPRIVATE_STATEMENT, describe_adaptive_clipping, describe_schedule
 from dpemb.training.config import to_dict
 from dpemb.training.round_log import PLD_MAX_RDP_EPSILON, epsilons
 
@@ -64,7 +64,7 @@ def privacy_report(spec: PrivacySpec, ledger: PrivacyLedger, seeded: bool,
     out["noise_sampler"] = describe_sampler(spec.secure_noise, seeded)
     if "pld" in supported_accountants(spec) and ledger.dp_event("pld") != ledger.dp_event():
         out["dp_event_pld"] = event_to_dict(ledger.dp_event("pld"))
-    kw = dict(delta=spec.resolved_delta, unit=spec.unit, relation=spec.relation)
+    kw = dict(delta=spec.resolved_delta, unit=spec.unit, relation=spec.relation, schedule=describe_schedule(spec))
     for a, eps in epsilons(ledger, spec).items():
         a = a.removeprefix("epsilon_")
         out[f"epsilon_{a}"] = eps
@@ -88,8 +88,7 @@ def privacy_report(spec: PrivacySpec, ledger: PrivacyLedger, seeded: bool,
             "population": n, "factor": ex.factor, "noise_multiplier": ex.noise_multiplier,
             "clients_per_round": ex.clients_per_round, f"epsilon_{accountant}": ex.epsilon, "accountant": accountant,
             "delta": ex.delta, "delta_note": ex.delta_note,
-            "statement": describe_epsilon(ex.epsilon, accountant=accountant, delta=ex.delta,
-                                          unit=spec.unit, relation=spec.relation)
+            "statement": describe_epsilon(ex.epsilon, accountant=accountant, **{**kw, "delta": ex.delta})
             + f" if {n:,} users took part with noise {spec.noise_multiplier:g} x {ex.factor:g} and "
               f"{ex.clients_per_round:,} clients per round (same noise on the average; {ex.delta_note})",
         })

@@ -76,6 +76,7 @@ def more_rounds_refusal(run: "RunDir", saved_config: str | None, current_config:
     import dp_accounting
 
     from dpemb.privacy.accounting import PrivacySpec, compute_epsilon, describe_epsilon
+    from dpemb.privacy.statements import describe_schedule
     from dpemb.privacy.events import training_event
 
     if saved_config is None or not isinstance(saved_spec, dict):
@@ -99,5 +100,6 @@ def more_rounds_refusal(run: "RunDir", saved_config: str | None, current_config:
     return (f"{head} To train it for {extra} more rounds, start a new run from its release with the same flags and "
             f"`--init {run.path} --out NEW_DIR --rounds {extra}`. That run's epsilon composes with this one's: "
             "total with the initialisation: " + describe_epsilon(eps, accountant="rdp", delta=delta, unit=saved.unit,
-                                                                 relation=saved.relation)
+                                                                 relation=saved.relation,
+                                                                 schedule=describe_schedule(saved))
             + f" for both runs together ({done} + {extra} rounds; the new run prints it too).")

@@ -90,11 +90,10 @@ class PrivacyRequest:
     rounds: int = 200
     delta: float | None = None  # None: 1 / (10 N)
     allow_large_delta: bool = False
-    sampling: str | None = None  # None: poisson (Gaussian noise) or epoch (tree noise)
+    sampling: str | None = None  # None: poisson (Gaussian), epoch (tree), cyclic-poisson (bandmf)
     tree_restarts: bool = False
-    # the noise mechanism; None: the algorithm's (gaussian; tree for dp-ftrl-fedemb). "bandmf"
-    # (with ``bands``) is accounted and calibrated (`dpemb account --mechanism bandmf`) but not
-    # yet trainable: ``dpemb.training.runner.check_privacy_request`` refuses it before any work
+    # the noise mechanism; None: the algorithm's (gaussian; tree for dp-ftrl-fedemb, which also
+    # takes "bandmf" with ``bands``: ``dpemb.training.runner.check_mechanism_request``)
     mechanism: str | None = None
     bands: int = 1  # bandmf only: b, the bands of the strategy and groups of cyclic Poisson sampling
     adaptive_clip_quantile: float | None = None

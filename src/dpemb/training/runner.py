@@ -23,20 +23,17 @@ from dpemb.training.run_config import NOT_PRIVACY_KNOBS, ConfigError, Performanc
 
 #: PrivacyRequest field -> its flag, for messages
 PRIVACY_FLAG = {f: "--" + f.replace("_", "-") for f in PrivacyRequest.__dataclass_fields__}
-#: the noise mechanism of each federated algorithm (``PrivacyRequest.mechanism`` None)
-ALGORITHM_MECHANISM = {"dp-fedemb": "gaussian", "dp-fedavg": "gaussian", "dp-ftrl-fedemb": "tree"}
-#: the refusal of a BandMF training request (one line, naming what to do instead)
-BANDMF_NOT_TRAINABLE = (
-    "BandMF is accounted and calibrated (`dpemb account --mechanism bandmf --bands B`) but "
-    "not yet trainable: issue #36 wires it into DP-FTRL-FedEmb; use --algorithm dp-ftrl-fedemb (tree noise) or "
-    "--algorithm dp-fedemb (Gaussian noise) meanwhile, without --mechanism and --bands"
-)
+#: the noise mechanisms each federated algorithm may use, the first its default (``PrivacyRequest.mechanism``
+#: None): DP-FTRL-FedEmb
+#: releases prefix sums with correlated noise, from the tree or from a banded strategy (BandMF)
+ALGORITHM_MECHANISMS = {"dp-fedemb": ("gaussian",), "dp-fedavg": ("gaussian",),
+                        "dp-ftrl-fedemb": ("tree", "bandmf")}
 
 
 def request_mechanism(config: TrainConfig) -> str:
     """The noise mechanism a federated run uses: the request's, or its algorithm's."""
     r = config.privacy
-    return r.mechanism if r.mechanism is not None else ALGORITHM_MECHANISM[config.algorithm]
+    return r.mechanism if r.mechanism is not None else ALGORITHM_MECHANISMS[config.algorithm][0]
 
 
 def train(config: TrainConfig, out: str, *, data: UserDataset | None = None,
@@ -170,19 +167,20 @@ def check_privacy_request(config: TrainConfig) -> None:
 
 
 def check_mechanism_request(config: TrainConfig) -> None:
-    """Refuse a mechanism the run cannot train with, before any work: BandMF (and its
-    --bands or cyclic-poisson sampling) is not yet trainable; an explicit --mechanism must
-    be the algorithm's own (the algorithm selects the noise)."""
+    """Refuse, before any work, a mechanism the algorithm does not train with (BandMF is
+    DP-FTRL-FedEmb's: ``--algorithm dp-ftrl-fedemb --mechanism bandmf --bands B``), and
+    --bands or cyclic-poisson sampling without BandMF."""
     r = config.privacy
-    if r.mechanism == "bandmf" or r.sampling == "cyclic-poisson" or r.bands != 1:
-        given = ("--mechanism bandmf" if r.mechanism == "bandmf" else
-                 "--sampling cyclic-poisson" if r.sampling == "cyclic-poisson" else f"--bands {r.bands}")
-        raise ConfigError(f"{given}: {BANDMF_NOT_TRAINABLE}")
-    own = ALGORITHM_MECHANISM[config.algorithm]
-    if r.mechanism is not None and r.mechanism != own:
-        algorithm = next(a for a, m in ALGORITHM_MECHANISM.items() if m == r.mechanism)
-        raise ConfigError(f"--mechanism {r.mechanism} with --algorithm {config.algorithm}, whose noise is {own}: "
-                          f"use --algorithm {algorithm} for {r.mechanism} noise, or drop --mechanism")
+    own = ALGORITHM_MECHANISMS[config.algorithm]
+    if r.mechanism is not None and r.mechanism not in own:
+        algorithm = next(a for a, m in ALGORITHM_MECHANISMS.items() if r.mechanism in m)
+        raise ConfigError(f"--mechanism {r.mechanism} with --algorithm {config.algorithm}, whose noise is "
+                          f"{' or '.join(own)}: use --algorithm {algorithm} for {r.mechanism} noise, or drop "
+                          "--mechanism")
+    if r.mechanism != "bandmf" and (r.sampling == "cyclic-poisson" or r.bands != 1):
+        given = "--sampling cyclic-poisson" if r.sampling == "cyclic-poisson" else f"--bands {r.bands}"
+        raise ConfigError(f"{given} applies to BandMF noise only: add --algorithm dp-ftrl-fedemb --mechanism "
+                          f"bandmf, or drop {given.split()[0]}")
 
 
 def centralized_refusal(flags: list[str]) -> ConfigError:
@@ -298,6 +296,7 @@ def resolve_privacy(config: TrainConfig, population: int) -> PrivacySpec:
     the server schedule and the epsilon budget."""
     from dpemb.algorithms.server import check_server_schedule
     from dpemb.privacy.accounting import calibrated_spec, check_epsilon_budget, describe_epsilon
+    from dpemb.privacy.statements import describe_schedule
 
     r = config.privacy
     check_privacy_request(config)
@@ -305,7 +304,7 @@ def resolve_privacy(config: TrainConfig, population: int) -> PrivacySpec:
     fields = dict(
         population=population, clients_per_round=r.clients_per_round, users_per_client=r.users_per_client,
         clip_norm=r.clip_norm, rounds=r.rounds, delta=r.delta, sampling=r.sampling,
-        mechanism=request_mechanism(config), nonprivate=r.nonprivate,
+        mechanism=request_mechanism(config), bands=r.bands, nonprivate=r.nonprivate,
         tree_restarts=r.tree_restarts, allow_large_delta=r.allow_large_delta, secure_noise=r.resolved_secure_noise,
     )
     try:
@@ -318,7 +317,7 @@ def resolve_privacy(config: TrainConfig, population: int) -> PrivacySpec:
             spec = calibrated_spec(r.target_epsilon, r.accountant, **fields)
             print(f"calibrated noise multiplier z = {spec.noise_multiplier:.4f} for "
                   + describe_epsilon(r.target_epsilon, accountant=r.accountant, delta=spec.resolved_delta,
-                                     unit=spec.unit, relation=spec.relation))
+                                     unit=spec.unit, relation=spec.relation, schedule=describe_schedule(spec)))
         if r.adaptive_clip_quantile is not None:  # after calibration: epsilon depends on the total z only
             from dpemb.privacy.adaptive_clipping import DEFAULT_LEARNING_RATE, AdaptiveClipping
             from dpemb.privacy.statements import describe_adaptive_clipping
@@ -344,6 +343,7 @@ def calibrated_at_population(r: PrivacyRequest, fields: dict[str, Any], populati
     from dpemb.privacy.accounting import describe_epsilon, epsilon_for, extrapolate
     from dpemb.privacy.advice import PLD_MAX_RDP_EPSILON
     from dpemb.privacy.calibration import calibrate_noise_multiplier
+    from dpemb.privacy.statements import describe_schedule
 
     if r.target_population < population:
         raise ConfigError(f"--target-population {r.target_population:,} is below the {population:,} users trained "
@@ -355,7 +355,7 @@ def calibrated_at_population(r: PrivacyRequest, fields: dict[str, Any], populati
     own, own_accountant = epsilon_for(spec, "rdp"), "rdp"  # PLD only where it is not vacuous (its cost ~ 1/z^2)
     if r.accountant == "pld" and own <= PLD_MAX_RDP_EPSILON:
         own, own_accountant = epsilon_for(spec, "pld"), "pld"
-    kw = dict(accountant=r.accountant, unit=spec.unit, relation=spec.relation)
+    kw = dict(accountant=r.accountant, unit=spec.unit, relation=spec.relation, schedule=describe_schedule(spec))
     print(f"calibrated noise multiplier z = {spec.noise_multiplier:.4f} so that this run EXTRAPOLATED to "
           f"{r.target_population:,} users (the paper's convention: {ex.clients_per_round:,} clients per round and "
           f"noise multiplier {z_big:.4g}, the same noise on the average; {ex.delta_note}) has "

@@ -1,33 +1,13 @@
 """Example-level audit of DP classifiers on features (``dpemb transfer --audit-canaries N``).
 
-An AUDIT run of a transfer method, separate from the run whose classifier is released:
-the same method and privacy settings, trained once on the training features plus n
-canary examples, then scored from the released classifier alone.
+A separate AUDIT run (the released run's method and privacy settings plus n canary
+examples), scored from the released classifier alone. Canaries, score and what to expect:
+docs/AUDIT.md, "Canary examples for `dpemb transfer`" and its table 3.
 
-- Canary i is a feature row u_i C, u_i a keyed random unit direction in feature space
-  (a random-signed direction: nothing like a backbone's pooled, mostly non-negative
-  features), with a keyed random label y_i. Its norm is exactly the clip norm C, the
-  largest any row may have, so it contributes the full sensitivity of every
-  feature-only statistic (Gramians, class sums).
-- Inclusion: each canary independently with probability 1/2. Every canary is a unit of
-  the prepared data (N + n units: the default delta 1/(10 (N + n)) and DP-SGD's public
-  divisor count them all); a left-out canary has weight 0 in every release
-  (``dpemb.transfer.prepare.with_absent_rows``), which is exactly removing it while N
-  stays public and fixed. With ``unit="user"`` each canary is its own user.
-- Score: the released classifier's logit of the canary's label at the canary's
-  features, minus the mean logit over the classes: ``s_{y_i}(x_i) - mean_l s_l(x_i)``.
-  Training on (x_i, y_i) raises the first term (a class sum gains x_i, a gradient step
-  moves theta_{y_i} along x_i); subtracting the mean removes what the model does to x_i
-  whatever its label. A function of the released weights and the canary's own row.
-- Estimators and record: ``dpemb.privacy.audit_report``, against the run's reported
-  epsilon (accountant, delta, unit example or user, add/remove) and against the
-  accounted trade-off curve: R Gaussian releases at noise multiplier z are exactly
-  (sqrt(R)/z)-GDP.
-
-Expect the bounds to reach a fraction of the reported epsilon: a canary row speaks
-through one or two of the R releases (e.g. DP-LS's class sums), while the accounting
-charges all R. The audit catches mechanism errors (noise off, wrong sensitivity) that
-show in those releases: tests/privacy/test_audit_transfer.py.
+Every canary is a unit (N + n: the default delta and DP-SGD's public divisor count them);
+a left-out one has weight 0 in every release (``prepare.with_absent_rows``), which is
+exactly removing it while N stays public and fixed. A canary's score is a function of the
+released weights and its own row only. Tested in tests/privacy/test_audit_transfer.py.
 """
 
 from __future__ import annotations

@@ -1,29 +1,15 @@
 """What a DP classifier's epsilon covers when the frozen backbone was trained on the same users.
 
-A feature row is a function of its own image AND of the backbone. If the backbone (or
-any model it was initialised from) was trained on users of the feature file, removing
-one of them changes the backbone, hence every row: the classifier's epsilon, computed
-for fixed features, does not cover that user. ``backbone_account`` applies the rule
-``dpemb train --init`` applies (``dpemb.training.provenance.check_init``, role
-"backbone") to the backbone recorded in a feature file's meta:
-
-* trained WITHOUT DP (or not recorded whether) on users that may include the features'
-  users: refused (``InitProvenanceError``) unless ``allow_nonprivate_init``, and then
-  every epsilon carries "does NOT cover the backbone ...";
-* trained WITH user-level DP on them: the backbone's epsilon composes with the
-  classifier's; ``BackboneAccount.total`` states the total for a run, either by
-  composing the two mechanisms with dp_accounting at the run's delta (the backbone's
-  mechanism rebuilt from its model card's privacy spec, checked to reproduce the card's
-  epsilon) or, where that is not possible, by basic composition (epsilons and deltas
-  summed); only when both are user-level under add/remove-one-user;
-* trained on other users: nothing to add.
-
-"May include the features' users": known by content when ``dpemb features`` could read
-the backbone run's private checkpoint (``meta["backbone_shared_users"]``: per model of
-the chain, how many of the features' users it trained on; PRIVATE counts), else decided
-by the split each model recorded (private, all or unknown: may; public: does not).
-A feature file whose meta names no backbone (not written by ``dpemb features``) is
-taken as the data itself: nothing to check.
+Removing a user the backbone (or a model it was initialised from) trained on changes every
+feature row, so the classifier's epsilon, computed for fixed features, does not cover that
+user. ``backbone_account`` applies ``dpemb.training.provenance.check_init`` (role "backbone")
+to the backbone in a feature file's meta: trained WITHOUT DP (or not recorded whether) on
+users that may include the features' users, it is refused (``InitProvenanceError``) unless
+``allow_nonprivate_init``, and every epsilon then says "does NOT cover the backbone ...";
+trained WITH user-level DP on them, ``BackboneAccount.total`` composes the two epsilons (only
+when both are user-level, add/remove-one-user). The cases, the two compositions and how the
+shared users are known (``meta["backbone_shared_users"]``: PRIVATE counts): docs/TRANSFER.md,
+"Backbones trained on the same users".
 """
 
 from __future__ import annotations

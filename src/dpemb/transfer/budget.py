@@ -1,21 +1,12 @@
 """The privacy budget of a transfer run: noise calibration, the release ledger, epsilon.
 
-A DP transfer method is a fixed, public number R of Gaussian releases (R is known
-before looking at the data: 3 for DP-LS, T for DP-SGD, 2T for DP-Newton, 1 + T for
-DP-FC). The budget is split EQUALLY: every release uses the same noise multiplier z,
-i.e. its noise has standard deviation z times that release's own L2 sensitivity.
-The run is then exactly the R-fold composition of the Gaussian mechanism with
-multiplier z (full batch, no sampling), and its epsilon comes from
-``dpemb.privacy.accounting`` (dp_accounting) like every other epsilon in dpemb.
-
-Every release goes through ``ReleaseMechanism.release`` (fresh, independent noise on
-every entry of every tensor and every call, hence for every class); it refuses more
-releases than were accounted for and records each one.
-
-Unit of privacy: one example (default) or one user (see ``dpemb.transfer.prepare``);
-neighbouring relation: add/remove one unit. delta defaults to 1 / (10 N) for N units
-of the training set, and a given delta >= 1/N is refused unless forced
-(``dpemb.privacy.delta``, the rule shared with training); N is treated as public.
+A DP method is a fixed, public number R of Gaussian releases, all at one noise multiplier z
+(noise std = z x that release's own L2 sensitivity): exactly the R-fold composition of the
+Gaussian mechanism (full batch, no sampling), accounted by ``dpemb.privacy.accounting``.
+Unit: one example or one user (``dpemb.transfer.prepare``), add/remove one unit; delta
+defaults to 1 / (10 N) for N units, N is treated as public, and a given delta >= 1/N is
+refused unless forced (``dpemb.privacy.delta``). R per method and the budget split:
+docs/TRANSFER.md, "What every DP method shares" and the methods table.
 """
 
 from __future__ import annotations
@@ -195,16 +186,14 @@ class ReleaseRecord:
 class ReleaseMechanism:
     """The only path by which a transfer method sees privatised statistics.
 
-    ``release(name, stat)`` takes a ``ClippedSum`` from ``dpemb.transfer.statistics``
-    (the exact sum and its L2 sensitivity under add/remove of one unit) and returns
-    its value plus independent Gaussian noise of std ``z * stat.sensitivity`` on every
-    entry, drawn by the privacy layer's ``GaussianNoise`` (seeded from the OS's secure
-    source unless ``seed`` is given). Each release is one Gaussian mechanism with
-    multiplier z, which is what ``plan`` accounted for; more releases than planned
-    raise an error, and ``check_complete`` refuses fewer. ``keep_raw`` keeps the
-    noisy statistics as released (for audits and tests; costs memory). ``secure``
-    draws the noise with the floating-point-hardened sampler (``noise.standard_normal``,
-    not seedable).
+    ``release(name, stat)`` takes a ``ClippedSum`` (``dpemb.transfer.statistics``: the exact
+    sum and its L2 sensitivity under add/remove of one unit) and adds independent Gaussian
+    noise of std ``z * stat.sensitivity`` to every entry (the privacy layer's
+    ``GaussianNoise``, seeded from the OS's secure source unless ``seed``): one Gaussian
+    mechanism at multiplier z, as ``plan`` accounted. More releases than planned raise;
+    ``check_complete`` refuses fewer. ``keep_raw`` keeps the noisy statistics as released
+    (audits, tests; costs memory); ``secure`` draws with the floating-point-hardened sampler
+    (``noise.standard_normal``, not seedable).
     """
 
     plan: NoisePlan

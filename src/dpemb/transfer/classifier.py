@@ -1,20 +1,10 @@
 """The released DP classifier: what `dpemb transfer --out` writes and `dpemb predict` applies.
 
-A classifier directory holds two files::
-
-    classifier.safetensors   weights (K, d) and bias (K,), float64, and the feature
-                             preprocessing the scores need: clip_norm (C) and
-                             normalize_features (every row scaled to norm C, or only
-                             rows longer than C shrunk to it)
-    classifier_card.json     method, hyper-parameters, label names, feature dim and
-                             preprocessing; the privacy statement exactly as the run
-                             printed it (with what it does not cover: a backbone that
-                             trained on these users, and the total with a DP one);
-                             the features' backbone and data spec; the held-out top-1
-
-It holds only what the guarantee covers: the noised model and public settings. No
-seed (it would regenerate the noise), no exact counts of the training data (those go
-to ``--json``'s ``*.private.json``), no per-user counts of the backbone's chain.
+``classifier.safetensors`` (weights, bias and the feature preprocessing the scores need) and
+``classifier_card.json``: their contents are in docs/TRANSFER.md, "Releasing the classifier".
+They hold only what the guarantee covers, the noised model and public settings: no seed (it
+would regenerate the noise), no exact counts of the training data (those go to ``--json``'s
+``*.private.json``), no per-user counts of the backbone's chain.
 
 A DP method's classifier is (epsilon, delta)-DP as its card states (``TransferRun``);
 predictions are post-processing of it and of the rows they are made for, which they

@@ -1,26 +1,14 @@
 """Features of a frozen backbone: extraction from a UserDataset, and the .npz file format.
 
-A feature file (``.npz``, written atomically) holds::
+The feature file (``features``, ``labels``, ``users``, ``label_names``, ``meta``) and the
+plainer format of your own features (``read_feature_rows``: ``X``, ``y``, no ``meta``, so its
+rows are taken as the data itself): docs/TRANSFER.md, "Quick start" and "Your own features".
 
-    features     float32 (N, d)   pooled backbone features
-    labels       int64   (N,)     class index into label_names
-    users        int64   (N,)     user index (absent when users are unknown)
-    label_names  str     (K,)
-    meta         str              JSON: backbone, image size, data source, ...; for a
-                                  trained backbone its provenance and privacy, and
-                                  ``backbone_shared_users`` (PRIVATE counts, see
-                                  ``dpemb.transfer.backbone``)
-
-Your own features (``read_feature_rows``): a plain ``.npz`` with ``X`` (float, N x D)
-and ``y`` (int labels 0..K-1), optionally ``users`` and ``label_names``, and no
-``meta``. It records no backbone, so its rows are taken as the data itself.
-
-Features are private data (they are computed from the images): the file is for the
-curator. Extraction releases nothing, and a DP classifier on the features
-(``dpemb transfer``, ``dpemb.transfer.runner``) is DP with respect to the features'
-users when the backbone did not train on them (a public backbone, or one trained on
-other users). When it did, ``dpemb.transfer.backbone`` refuses a non-DP backbone and
-composes a DP one's epsilon with the classifier's.
+Features are private data (computed from the images): the file is for the curator, and
+``meta["backbone_shared_users"]`` holds PRIVATE counts. Extraction releases nothing; a DP
+classifier on the features is DP with respect to their users when the backbone did not train
+on them, else ``dpemb.transfer.backbone`` refuses a non-DP backbone and composes a DP one's
+epsilon with the classifier's.
 """
 
 from __future__ import annotations

@@ -44,24 +44,14 @@ def fit_dp_ls(prep: PreparedFeatures, params: DpLsParams, mech: ReleaseMechanism
               progress: bool = False) -> LinearModel:
     """DP-LS: differentially private least squares on clipped features.
 
-    Three Gaussian releases, equal budget (``dpemb.transfer.budget``), sensitivities from
-    ``dpemb.transfer.statistics``:
-
-    1. the Gramian ``G = sum_i w_i x_i x_i^T`` (d, d): sensitivity ``C^2``;
-    2. the per-class Gramians ``A_l = sum_{y_i = l} w_i x_i x_i^T`` (K, d, d), released
-       together: sensitivity ``C^2`` for the whole stack;
-    3. the per-class sums ``b_l = sum_{y_i = l} w_i x_i`` (K, d): sensitivity ``C``.
-
-    Noise is independent on every entry of every class, including both triangles of a
-    Gramian: the full d x d noise matrix is a Gaussian mechanism on ``x x^T`` (Frobenius
-    norm ``||x||^2``), and symmetrising it afterwards leaves std ``z C^2`` on the diagonal
-    and ``z C^2 / sqrt(2)`` off it, which is what releasing the upper triangle with the
-    off-diagonal entries counted twice in the sensitivity would give. Post-processing (no
-    privacy cost): the noisy Gramians are symmetrised and projected to the PSD cone
-    (negative eigenvalues clipped to 0), then for every class ``(A_l + alpha G + lambda I)
-    theta_l = b_l`` is solved (the normal equations of a least-squares fit of target 1 on
-    class l and target 0 with weight ``alpha`` on every example). Prediction: ``argmax_l
-    theta_l . x``.
+    Three Gaussian releases at equal budget (``dpemb.transfer.budget``), sensitivities from
+    ``dpemb.transfer.statistics``: the Gramian ``G = sum_i w_i x_i x_i^T`` (``C^2``), the
+    per-class Gramians ``A_l`` as one (K, d, d) stack (``C^2``) and the per-class sums
+    ``b_l`` (K, d) (``C``); noise on every entry of every class and of both triangles
+    (docs/TRANSFER.md, "Noise"). Post-processing: symmetrise and project the Gramians to the
+    PSD cone, then solve ``(A_l + alpha G + lambda I) theta_l = b_l`` (the normal equations of
+    target 1 on class l and 0 with weight ``alpha`` on every example); predict
+    ``argmax_l theta_l . x``.
 
     Privacy: (epsilon, delta)-DP for add/remove of one unit (example or user) with
     rows clipped to C, from the 3-fold composition of the Gaussian mechanism.
@@ -131,16 +121,11 @@ def fit_dp_sgd(prep: PreparedFeatures, params: DpSgdParams, mech: ReleaseMechani
                progress: bool = False) -> LinearModel:
     """DP-SGD / DP-Adam on the last layer: full-batch, one-vs-all sigmoid loss.
 
-    Start at ``W = 0`` with a FIXED logit bias (default -10: every class starts near
-    probability 0, matching the one-vs-all label prior). Each of the T steps:
-
-    1. every example's gradient ``g_i = r_i x_i^T`` (exact, rank one; see
-       ``dpemb.transfer.statistics``) is clipped to Frobenius norm ``grad_clip``;
-    2. ``S = sum_i w_i clip(g_i)`` (K, d) is released with Gaussian noise of std
-       ``z * grad_clip`` on every entry (sensitivity ``grad_clip`` per unit);
-    3. the noisy sum is divided by ``public_size`` (a public constant: by default the
-       training-set size, which is then treated as public) and ``reg * W`` (weight
-       decay, data-independent) is added; SGD or Adam takes a step.
+    From ``W = 0`` with a FIXED logit bias (default -10: near the one-vs-all label prior),
+    each of the T steps releases ``sum_i w_i clip(g_i)`` (K, d), every exact rank-one
+    gradient ``g_i = r_i x_i^T`` clipped to Frobenius norm ``grad_clip`` (the sensitivity per
+    unit), divides it by ``public_size`` (public: by default the training-set size, then
+    treated as public), adds ``reg * W`` and takes an SGD or Adam step.
 
     Privacy: (epsilon, delta)-DP for add/remove of one unit, from the T-fold
     composition of the Gaussian mechanism (full batch: no sampling amplification).
@@ -181,20 +166,14 @@ def fit_dp_newton(prep: PreparedFeatures, params: DpNewtonParams, mech: ReleaseM
                   progress: bool = False) -> LinearModel:
     """DP-Newton: Newton steps on the one-vs-all sigmoid loss with noisy per-class statistics.
 
-    Per step, two Gaussian releases (equal budget with every other release):
-
-    1. the K per-class Hessians ``H_l = sum_i w_i c_il p_il (1 - p_il) x_i x_i^T``,
-       released together (K, d, d);
-    2. the K per-class gradients ``g_l = sum_i w_i c_il (p_il - y_il) x_i`` (K, d);
-
-    with ``c_il`` = 1 for the own class and ``neg_weight`` otherwise. Sensitivities from
-    ``statistics.newton_sensitivities``: at the public starting point ``W = 0`` the
-    probabilities are the constant ``sigmoid(bias)``, giving tight bounds; later steps
-    use ``p (1 - p) <= 1/4`` and ``|p - y| <= 1``. Noise is independent on every entry
-    of every class. Post-processing: each noisy Hessian is symmetrised and projected
-    to the PSD cone; the step is ``W_l <- W_l - lr (H_l + lambda I)^{-1} (g_l + lambda
-    W_l)`` (the Newton step of the loss plus ``lambda/2 ||W||^2``). By default a single
-    step from zero with bias 0.
+    Per step, two Gaussian releases (equal budget with every other release): the K per-class
+    Hessians ``H_l = sum_i w_i c_il p_il (1 - p_il) x_i x_i^T`` as one stack and the K
+    per-class gradients ``g_l = sum_i w_i c_il (p_il - y_il) x_i``, with ``c_il`` 1 for the
+    own class and ``neg_weight`` otherwise; sensitivities from
+    ``statistics.newton_sensitivities`` (tight at the public start ``W = 0``). Post-processing:
+    each noisy Hessian is symmetrised and PSD-projected; ``W_l <- W_l - lr (H_l + lambda
+    I)^{-1} (g_l + lambda W_l)`` (the Newton step of the loss plus ``lambda/2 ||W||^2``).
+    By default a single step from zero with bias 0.
 
     Privacy: (epsilon, delta)-DP for add/remove of one unit, from the 2T-fold
     composition of the Gaussian mechanism.
@@ -233,15 +212,12 @@ def fit_dp_fc(prep: PreparedFeatures, params: DpFcParams, mech: ReleaseMechanism
               progress: bool = False) -> LinearModel:
     """DP-FC: DP-SGD preconditioned by a privatised feature covariance.
 
-    Releases (equal budget): the feature second-moment matrix ``S = sum_i w_i x_i x_i^T``
-    ONCE (sensitivity ``C^2``; it depends on neither labels nor parameters, so one
-    release serves every class and every step), then T clipped gradient sums exactly as
-    in ``fit_dp_sgd`` (sensitivity ``grad_clip`` each). Post-processing: the
-    noisy ``S`` is symmetrised, projected to the PSD cone and factorised once; each step
-    is ``W <- W - lr (S + lambda I)^{-1} G_t`` with the noisy gradient sum ``G_t``
-    (one row per class). Both ``S`` and ``G_t`` are sums over examples, so no division
-    by a count is needed: the step is scale-free, like a Newton step (lr = 1 on a least-
-    squares loss would be exact). Zero initialisation, fixed logit bias (default -10).
+    Releases (equal budget): ``S = sum_i w_i x_i x_i^T`` ONCE (sensitivity ``C^2``; free of
+    labels and parameters, so it serves every class and step), then T clipped gradient sums
+    as in ``fit_dp_sgd`` (``grad_clip`` each). Post-processing: the noisy ``S`` is
+    symmetrised, PSD-projected and factorised once; each step is ``W <- W - lr (S + lambda
+    I)^{-1} G_t``. ``S`` and ``G_t`` are both sums, so no count divides: the step is
+    scale-free, like a Newton step. Zero initialisation, fixed logit bias (default -10).
 
     Privacy: (epsilon, delta)-DP for add/remove of one unit, from the (1 + T)-fold
     composition of the Gaussian mechanism.

@@ -1,18 +1,10 @@
 """Per-example feature clipping and per-unit weights: the bound every release rests on.
 
-After ``prepare_features`` every feature row has L2 norm <= C (``clip_norm``), and each
-row carries a weight ``w_i`` such that the weights of one unit of privacy sum to at
-most 1:
-
-* ``unit="example"``: ``w_i = 1``;
-* ``unit="user"``: ``w_i = 1 / m_u`` for every one of user u's ``m_u`` rows.
-
-Every statistic the DP methods release is a weighted sum ``sum_i w_i f(x_i, y_i)`` of
-per-row terms with ``||f|| <= s`` (Frobenius/L2), so adding or removing one unit
-changes the statistic by at most ``sum_{i in unit} w_i s <= s``: the sensitivity
-``s`` is the same for both units, under the add/remove-one-unit relation. A user's
-weights depend only on that user's own rows, so adding or removing one user leaves
-every other row's weight unchanged.
+After ``prepare_features`` every row has L2 norm <= C (``clip_norm``) and the weights of one
+unit sum to at most 1 (``unit="example"``: ``w_i = 1``; ``unit="user"``: ``w_i = 1 / m_u``
+for each of user u's ``m_u`` rows), so every released weighted sum ``sum_i w_i f(x_i, y_i)``
+with ``||f|| <= s`` moves by at most ``s`` when one unit is added or removed; a user's
+weights depend only on that user's own rows (docs/TRANSFER.md, "Units and weights").
 """
 
 from __future__ import annotations
@@ -189,11 +181,8 @@ def with_absent_rows(prep: PreparedFeatures, absent: np.ndarray | Tensor) -> Pre
     release while the public count of units (``num_units``, hence the default delta and
     DP-SGD's public divisor) stays as it was.
 
-    Their weights become 0. Every statistic the DP methods release is a weighted sum
-    ``sum_i w_i f(x_i, y_i)`` (module docstring), so a row of weight 0 adds exactly
-    nothing to it: the result is the dataset without those rows, with N fixed. This is
-    what an example-level audit needs (``dpemb.transfer.audit``): left-out canaries
-    must not change N, or every release would depend on all the canaries' coins. The
+    Their weights become 0, which adds exactly nothing to any released weighted sum (module
+    docstring); the example-level audit needs this (``dpemb.transfer.audit``). The
     per-class Gramian cache is NOT carried over (it holds the old weights).
     """
     mask = torch.as_tensor(np.asarray(absent), dtype=torch.bool, device=prep.weights.device)

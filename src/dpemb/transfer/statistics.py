@@ -1,18 +1,11 @@
 """Every statistic a DP transfer method releases, each with its L2 sensitivity.
 
-Each function returns a ``dpemb.privacy.clipping.ClippedSum``: the exact weighted
-sum and the bound on how far adding or removing ONE unit (an example, or all of one
-user's rows) can move it, in L2 (Frobenius, over the whole stack of classes). The
-bound is computed here, next to the value, from the bound the clipping step
-(``dpemb.transfer.prepare``) guarantees: every row has ``||x_i|| <= C`` and the
-weights of one unit sum to at most 1. ``ReleaseMechanism.release`` takes the
-``ClippedSum`` as is, so the noise std is always ``z x`` this sensitivity and is
-never re-derived by a method. Nothing here adds noise.
-
-Guarantee of every function: if each statistic is ``sum_i w_i f(x_i, y_i)`` with
-``||f|| <= s`` per row, then one unit moves it by at most ``sum_{i in unit} w_i s <= s``
-(triangle inequality), and ``sensitivity = s`` (checked, including tightness, in
-``tests/transfer/test_sensitivity.py``).
+Each function returns a ``dpemb.privacy.clipping.ClippedSum``: the exact weighted sum and
+how far adding or removing ONE unit can move it, in L2 (Frobenius, over the whole stack of
+classes), computed here next to the value from the bound ``dpemb.transfer.prepare``
+guarantees (a sum with ``||f|| <= s`` per row moves by at most ``s``; checked, tightness
+included, in ``tests/transfer/test_sensitivity.py``). ``ReleaseMechanism.release`` noises
+it at std ``z x`` this sensitivity, never re-derived by a method. Nothing here adds noise.
 
 The one-vs-all sigmoid loss: scores ``s = x W^T + b`` with weights ``W`` (K, d) and a
 FIXED public logit bias ``b``; loss of one example, summed over the K classes,

@@ -36,26 +36,12 @@ def _held(fraction: float, n: int) -> int:
 class GlyphConfig:
     """The glyph benchmark: identities are Unicode characters, users are writers.
 
-    Two regimes:
-
-    * ``shared`` (handwriting-like): every identity is written by many users; each user
-      writes ``identities_per_user`` characters chosen at random from the pool (by
-      default the 764 or so non-CJK identities). ``users_per_identity`` must stay 1.
-    * ``owned`` (face-like, the paper's): ``num_users / users_per_identity`` groups of
-      users; each group owns ``identities_per_user`` identities that nobody else
-      holds (``users_per_identity = 1``: a person and their own face).
-
-    Held out: ``eval_identity_fraction`` of the identities for the test split and
-    ``validation_identity_fraction`` for the validation split, each with its own
-    users, who are never trained on. In the owned regime whole owner groups are held
-    out (identities together with their owners: new people). In the shared regime
-    ``eval_user_fraction`` / ``validation_user_fraction`` of the users (default: the
-    identity fractions) are dedicated test / validation writers who write only
-    held-out characters (``identities_per_user`` of them, or all their font draws
-    when there are fewer); training writers write only training characters.
-    ``public_user_fraction`` of the training users are marked public. ``jitter`` scales the per-image variation
-    (affine, elastic, weight, noise); ``occlusion`` is the probability that an image
-    is partly erased and, independently, blurred (harder within-identity variation).
+    The two regimes (``shared``: many writers per character; ``owned``: groups of
+    ``users_per_identity`` own their identities), what is held out and every field's
+    meaning and range: docs/GLYPHS.md, "Two regimes" and "Config". Test and validation
+    identities come with their own users, who are never trained on; in the owned regime
+    whole owner groups are held out, in the shared regime dedicated writers who write
+    only held-out characters.
     """
 
     regime: str = "shared"

@@ -1,22 +1,10 @@
 """Font discovery and character-map filtering for the glyph benchmark.
 
-Fonts come from the machine (``fc-list`` and the usual font directories), from
-installed Python packages (matplotlib ships ``mpl-data/fonts/ttf``) and from paths the
-caller adds. Each face is checked with fontTools before it is used:
-
-* placeholder fonts that claim every code point but draw boxes (Last Resort: a
-  format-13 many-to-one character map, or many code points sharing few glyphs);
-* fonts that map ordinary code points to other glyphs (TeX's Computer Modern cm*
-  fonts map ``<`` to an inverted exclamation mark): the glyph name of every candidate
-  code point is decoded with the Adobe Glyph List and must name that character (or a
-  known canonical alias); a face with more than a few mismatches is dropped, a face
-  with one or two loses just those code points;
-* code points whose glyph has no outline (empty TrueType glyph);
-* faces covering fewer than ``MIN_FONT_CHARS`` candidate characters (STIXSize*,
-  STIXNonUnicode, DejaVu Display);
-* bitmap-only faces (colour emoji) that cannot be rasterised at any size;
-* duplicate copies of one face (matplotlib ships copies of DejaVu): the first copy in
-  discovery order (system fonts first) is kept.
+Fonts come from the machine (``fc-list`` and the usual font directories), from installed
+Python packages (matplotlib's ``mpl-data/fonts/ttf``) and from paths the caller adds; each
+face is checked with fontTools before it is used (placeholders, glyph names that do not
+name their character, empty glyphs, fewer than ``MIN_FONT_CHARS`` characters, bitmap-only
+faces, duplicate copies): docs/GLYPHS.md, "Fonts", for each check and what it catches.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """The identity pool of the glyph benchmark: Unicode code points, look-alikes merged.
 
-Identities are characters. Two tiers of candidates:
-
-* ``basic``: digits, ASCII letters and symbols, Latin-1, Latin Extended-A, Greek,
-  Cyrillic, arrows and mathematical operators (836 code points; every fresh machine
-  draws all of them with its DejaVu fonts);
-* ``cjk``: Hangul syllables and CJK unified ideographs (about 32,000), available when
-  CJK fonts are installed (see docs/GLYPHS.md for the Debian packages).
-
-Characters that render identically across scripts (Latin A, Greek Alpha, Cyrillic A)
-would be one shape under two labels, so each look-alike group becomes ONE identity:
-its representative is the member drawn by the most fonts (ties: lowest code point) and
-the other members are dropped. The groups in ``LOOKALIKE_GROUPS`` were measured by
-rendering every basic candidate in 40 faces (DejaVu, STIX, WenQuanYi Zen Hei, the Un
-fonts) and pairing glyphs whose images differ by under 1% of their ink in at least
-one face. Code points that one font draws with the same glyph are merged as well.
+Two tiers of candidates, ``basic`` (836 code points) and ``cjk`` (about 32,000, with CJK
+fonts installed); each group of ``LOOKALIKE_GROUPS`` (code points that render identically)
+becomes ONE identity, represented by the member the most fonts draw (ties: lowest code
+point): docs/GLYPHS.md, "Identities", for the tiers and how the groups were measured.
 """
 
 from __future__ import annotations

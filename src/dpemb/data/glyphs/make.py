@@ -266,12 +266,8 @@ def _examples(asg: Assignment, cfg: GlyphConfig) -> tuple[np.ndarray, np.ndarray
 def make_glyphs(cfg: GlyphConfig, *, progress: bool = True) -> UserDataset:
     """Build the glyph benchmark described by ``cfg`` (deterministic from ``cfg.seed``
     and the installed fonts: the same config on the same machine gives a
-    byte-identical dataset).
-
-    Returns a :class:`UserDataset` with uint8 images ``(N, S, S, 1)`` (ink bright on
-    black), the roles set (``eval_labels`` / ``eval_users``: test identities and their
-    users; ``validation_labels`` / ``validation_users``; ``public_users``), and
-    ``source = {"kind": "glyphs", "config", "fonts", "pool_size", ...}``.
+    byte-identical dataset). The returned :class:`UserDataset` (uint8 ``(N, S, S, 1)``,
+    ink bright on black, roles and ``source`` set): docs/GLYPHS.md, after the example.
     """
     if not isinstance(cfg, GlyphConfig):
         raise TypeError(f"make_glyphs expects a GlyphConfig, got {type(cfg).__name__}")

@@ -1,20 +1,11 @@
 """Rasterising glyphs and drawing them in a writer's style, with per-image jitter.
 
-Two stages:
-
-1. :class:`StrokeCache` rasterises each (font, code point) once per run on a large
-   canvas (2.5 times the output size) with FreeType (Pillow). The glyph sits in an
-   em-based *frame*: a square 1.4 em wide, centred horizontally on the ink and
-   vertically 0.3 em above the baseline, so relative size and height survive (``o``
-   stays smaller than ``O``, ``.`` sits lower than ``·``). A glyph too large for the
-   canvas is re-rendered smaller with a proportionally smaller frame.
-2. :func:`render_images` draws every example in batches (torch ``grid_sample``): the
-   cached stroke is thickened (grey dilation, the writer's weight), mapped through the
-   writer's affine style and the image's own jitter, displaced by smooth elastic fields
-   (the writer's and the image's), sampled at twice the output resolution and
-   averaged down. The output window is the frame, enlarged when needed so the whole
-   transformed ink box (plus the largest elastic displacement and a margin) fits:
-   no glyph is ever clipped. Noise, and optionally occlusion and blur, come last.
+Two stages (docs/GLYPHS.md, "Rendering", for the frame, the style ranges and the jitter):
+:class:`StrokeCache` rasterises each (font, code point) once per run with FreeType in an
+em-based frame that keeps relative size and height; :func:`render_images` draws every
+example in batches (torch ``grid_sample``): thickened, mapped through the writer's style
+and the image's jitter, elastically displaced, sampled at twice the output resolution and
+averaged down, in a window enlarged so that no glyph is ever clipped.
 
 Every random number is drawn up front from seeded generators (noise per fixed-size
 chunk), so a configuration always gives byte-identical images.

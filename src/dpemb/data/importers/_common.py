@@ -243,13 +243,12 @@ def pack_rows(
     ``bad.report``; the dataset's ``source`` is ``source`` followed by ``image_size`` and
     ``channels``.
 
-    Bad images raise (or are skipped through ``bad``), and so do duplicates: a row
-    naming the same file, or decoding to the same pixels, as an earlier row of the same
-    user and identity (a self-pair of similarity 1 would inflate verification
-    metrics). Upscaled and centre-cropped images are counted in the report (refused
-    with ``bad.strict_geometry``). Users left without images and labels left without
-    examples are dropped; dropped users are named in the report. Users and labels are
-    numbered in natural order of their names (numeric when all names are integers).
+    Bad images raise (or are skipped through ``bad``), and so do duplicates: a row naming
+    the same file, or decoding to the same pixels, as an earlier row of the same user and
+    identity (docs/DATA.md, "Bad input"). Upscaled and centre-cropped images are counted in
+    the report (refused with ``bad.strict_geometry``). Users and labels left empty are
+    dropped (dropped users named in the report); both are numbered in natural order of
+    their names (numeric when all names are integers).
     """
     check_geometry(image_size, channels)
     report = bad.report

@@ -86,9 +86,7 @@ def import_manifest(
 ) -> tuple[UserDataset, ImportReport]:
     """Import the images listed in a CSV manifest (columns ``path,user,label``).
 
-    Relative paths are taken from ``root`` (default: the CSV's folder). Each image
-    is resized (shorter side) and centre-cropped to ``image_size`` with ``channels``
-    1 (grey) or 3 (RGB). Labels are identities shared across users by name.
+    Paths, identities and geometry: docs/DATA.md, "`manifest`" and "Image geometry".
     A missing file, a corrupt image, a missing cell or a ragged row raises
     :class:`DataError` naming the line; with ``skip_bad`` such rows are skipped and
     counted in the returned :class:`ImportReport`.
@@ -191,12 +189,9 @@ def import_gldv2(
     strict_geometry: bool = False,
     progress: bool = True,
 ) -> tuple[UserDataset, ImportReport]:
-    """Import a GLDv2 federated split CSV (columns ``user_id,image_id,class``).
-
-    Users are the photographers (``user_id``), identities the landmarks (``class``).
-    Images are ``<image_dir>/<image_id>.jpg`` or GLDv2's nested
-    ``<image_dir>/<a>/<b>/<c>/<image_id>.jpg`` (a, b, c: the id's first three
-    characters). A missing image, corrupt file or missing cell raises
+    """Import a GLDv2 federated split CSV (columns ``user_id,image_id,class``): users are
+    photographers, identities landmarks, images found by :class:`ImageLocator`
+    (docs/DATA.md, "`gldv2`"). A missing image, corrupt file or missing cell raises
     :class:`DataError` naming the CSV line; ``skip_bad`` skips and reports them.
     """
     return _import_split_csv(csv_path, image_dir, "gldv2", ("user_id",), image_size=image_size,
@@ -214,13 +209,10 @@ def import_inat(
     strict_geometry: bool = False,
     progress: bool = True,
 ) -> tuple[UserDataset, ImportReport]:
-    """Import an iNaturalist user-split CSV (columns ``user_id,image_id,class``).
-
-    TFF's ``iNaturalist_train.csv`` names the user column after the split
-    (``user_120k``, ``geo_100``, ...): ``user_120k`` is accepted when ``user_id`` is
-    absent. Rows whose user is ``NA`` are outside the split and ignored (their count is
-    kept in ``source``). Images are found as by :class:`ImageLocator`. Species
-    (``class``) are the identities.
+    """Import an iNaturalist user-split CSV (columns ``user_id,image_id,class``; TFF's
+    ``user_120k`` is accepted for ``user_id``; rows of user ``NA`` are outside the split,
+    ignored and counted in ``source``): docs/DATA.md, "`inat`". Species are the
+    identities; images are found as by :class:`ImageLocator`.
     """
     return _import_split_csv(csv_path, image_dir, "inat", USER_COLUMNS, image_size=image_size,
                              channels=channels, skip_bad=skip_bad, strict_geometry=strict_geometry,

@@ -1,10 +1,8 @@
 """Importer for TFF's federated EMNIST HDF5 files (``fed_emnist_*.h5``).
 
-Layout: ``examples/<writer>/pixels`` float ``(n, 28, 28)`` in [0, 1] and
-``examples/<writer>/label`` integer ``(n,)``; each writer is one user. TFF stores
-dark ink on a white background (1.0) and its own preprocessing uses
-``1 - pixels``; the importer does the same by default (``invert=True``) so ink is
-bright on black, like MNIST.
+The layout (``examples/<writer>/pixels`` and ``label``; each writer is one user) and the
+inversion to bright ink on black (``invert=True``, like TFF's own preprocessing):
+docs/DATA.md, "`emnist-h5`".
 """
 
 from __future__ import annotations
@@ -50,13 +48,12 @@ def import_emnist_h5(
 ) -> tuple[UserDataset, ImportReport]:
     """Import a TFF federated EMNIST file; writers become users.
 
-    Label indices are kept as EMNIST's class numbers (0-9 digits, 10-35 upper case,
-    36-61 lower case) with the characters as names, so the paper's protocol (train
-    on 0-35, evaluate on 36-61) is ``eval_labels=range(36, 62)``. Pixels become
-    ``round(255 * (1 - p))`` (``invert``) or ``round(255 * p)``. A writer with a
-    missing or mis-shaped ``pixels``/``label`` dataset, no examples, negative labels
-    or pixels outside [0, 1] raises :class:`DataError` naming the writer; with
-    ``skip_bad`` the writer is skipped and its examples counted as skipped.
+    Labels keep EMNIST's class numbers with the characters as names, so the paper's
+    protocol is ``eval_labels=range(36, 62)``. Pixels become ``round(255 * (1 - p))``
+    (``invert``) or ``round(255 * p)``. A writer with a missing or mis-shaped
+    ``pixels``/``label`` dataset, no examples, negative labels or pixels outside [0, 1]
+    raises :class:`DataError` naming the writer; with ``skip_bad`` the writer is skipped
+    and its examples counted as skipped.
     """
     path = Path(h5_path)
     bad = BadRows(skip_bad)

@@ -1,11 +1,7 @@
 """Importer for Fashion-MNIST IDX files (as shipped by Debian's ``dataset-fashion-mnist``).
 
-Where the files are looked for, in order, when no folder is given: every folder in
-the environment variable ``DPEMB_FASHION_MNIST_DIR`` (``os.pathsep``-separated), the
-folders ``dpkg -L dataset-fashion-mnist`` lists, ``/usr/share/datasets/fashion-mnist``,
-``~/.cache/dpemb/fashion-mnist`` and the package extracted without root rights by
-``make fashion-mnist`` under ``~/.cache/dpemb/debroot`` (``$DPEMB_CACHE`` replaces
-``~/.cache/dpemb``).
+Where the files are looked for when no folder is given, in order: docs/TRANSFER.md, after
+"Quick start".
 
 IDX: a big-endian header ``0x00 0x00 <type> <ndim>`` (type 0x08 = unsigned byte),
 then ``ndim`` big-endian uint32 sizes, then the data. Image files have magic
@@ -107,13 +103,13 @@ def _dpkg_listed_dirs() -> list[Path]:
 
 
 def _cache_dirs() -> list[Path]:
-    """The cache folders of the module docstring (``dpkg-deb -x`` extracts into ``debroot``)."""
+    """The cache folders of docs/TRANSFER.md's list (``dpkg-deb -x`` extracts into ``debroot``)."""
     cache = Path(os.environ.get("DPEMB_CACHE") or Path.home() / ".cache" / "dpemb").expanduser()
     return [cache / "fashion-mnist", cache / "debroot" / DEBIAN_DIR.relative_to("/")]
 
 
 def candidate_dirs() -> list[Path]:
-    """Every folder searched for the IDX files, in order (see the module docstring)."""
+    """Every folder searched for the IDX files, in order (docs/TRANSFER.md, "Quick start")."""
     env = [Path(p).expanduser() for p in os.environ.get(ENV_DIR, "").split(os.pathsep) if p.strip()]
     return list(dict.fromkeys(env + _dpkg_listed_dirs() + KNOWN_DIRS + _cache_dirs()))
 

@@ -40,9 +40,8 @@ def import_tree(
 ) -> tuple[UserDataset, ImportReport]:
     """Import ``root/<user>/<label>/<image>``: one folder per user, one per identity.
 
-    Identities are shared across users by folder name (``alice/A`` and ``bob/A`` are
-    the same identity). Files whose names do not end in an image extension are
-    ignored; hidden entries are ignored. An image outside a ``<user>/<label>`` folder,
+    Identities are shared across users by folder name; non-image files and hidden entries
+    are ignored (docs/DATA.md, "`tree`"). An image outside a ``<user>/<label>`` folder,
     a user folder without images, or a corrupt image raises :class:`DataError`
     naming the path; with ``skip_bad`` they are skipped and reported.
     """
@@ -78,13 +77,10 @@ def import_digiface(
     strict_geometry: bool = False,
     progress: bool = True,
 ) -> tuple[UserDataset, ImportReport]:
-    """Import DigiFace-1M: one folder per synthetic identity, holding its images.
-
-    Each identity is one user (the paper's face regime: a person holds photos of
-    themselves), so users and identities coincide. The archives of the release can
-    be extracted into the same ``root``. An image outside an identity folder, an
-    empty identity folder or a corrupt image raises :class:`DataError` naming the
-    path; ``skip_bad`` skips and reports them.
+    """Import DigiFace-1M: one folder per synthetic identity, each identity one user
+    (docs/DATA.md, "`digiface`"). An image outside an identity folder, an empty identity
+    folder or a corrupt image raises :class:`DataError` naming the path; ``skip_bad``
+    skips and reports them.
     """
     root_path = check_dir(root, "DigiFace root")
     bad = BadRows(skip_bad, strict_geometry)
