@@ -1,15 +1,10 @@
 """dpemb.privacy: the privacy-critical path, small enough to audit in one sitting.
 
-Clipping (a clipped sum carries its sensitivity), noise (Gaussian, tree aggregation),
-sampling (users and virtual-client slots), accounting (dp_accounting events, ledger,
-calibration, extrapolation). Works on tensors and counts only; imports nothing from
-models, algorithms, training or cli. Conventions (docs/PRIVACY.md): the noise
-multiplier z is relative to the L2 sensitivity of the clipped sum (noise std =
-z x sensitivity), and the sensitivity follows from K and the neighbouring relation
-(``relations.user_sensitivity``).
+Clipping, noise, sampling and accounting on tensors and counts only; imports nothing from
+models, algorithms, training or cli. Conventions (z relative to the L2 sensitivity of the
+clipped sum, which follows from K and the relation): docs/PRIVACY.md, "Conventions".
 
-Names are loaded on first use, so accounting alone (``dpemb account``) does not
-import torch.
+Names are loaded on first use, so accounting alone (``dpemb account``) does not import torch.
 """
 
 from __future__ import annotations

@@ -1,48 +1,17 @@
 """Adaptive clipping (Andrew et al. 2021): the clip norm tracks a quantile of the update norms.
 
-Rule. Round t clips every virtual client's delta to C_t (``clipping.ClipAndSum``). Each
-client also reports the bit b_i = [pre-clip norm <= C_t] (a non-finite delta counts as
-above), centred: c_i = b_i - 1/2. The server releases the noised centred count
+Rule, sensitivity of the count and the split of z: docs/PRIVACY.md, "Adaptive clipping". Each
+client reports the centred bit [pre-clip norm <= C_t] - 1/2 (non-finite counts as above); the
+server releases their SUM plus N(0, sigma_b^2) (``GaussianNoise.add_to_count``, one draw per round
+from the update noise's sampler), divides by the PUBLIC expected number of reporting clients
+(``expected_reporting_clients``, never the realised count) and sets
+C_{t+1} = C_t exp(-eta_C (b_hat - gamma)), a function of released values only.
 
-    S_b = sum_i c_i + N(0, sigma_b^2)      (one draw per round, ``GaussianNoise.add_to_count``,
-                                            the sampler of the update noise, secure or seeded)
-
-estimates the fraction of clients at or below the clip, b_hat = S_b / n + 1/2, with n
-the PUBLIC expected number of reporting clients (``expected_reporting_clients``; never
-the realised count), and moves the clip geometrically toward the target quantile gamma:
-
-    C_{t+1} = C_t exp(-eta_C (b_hat - gamma)).
-
-C_{t+1} is a function of released values only (post-processing), so using it in the
-next round costs nothing beyond the two releases of round t.
-
-Sensitivity of the count, Delta_b. c_i is a scalar contribution of size <= 1/2, so the
-rule of ``relations.user_sensitivity`` with "C" = 1/2 would give 1/2 for K = 1 under
-add/remove or replace-special. dpemb claims 1/2 ONLY for K = 1 under add/remove (one
-client appears or disappears: the sum moves by 1/2, Andrew et al.'s centring; TFF's
-(2 sigma_b)^-2 term). Everywhere else Delta_b = 1: with K > 1 one user's addition,
-removal or replacement changes one client's data, which can flip its bit (c from -1/2
-to +1/2); under replace-one a client's bit flips; under replace-special the null user,
-if it reports as a client with a zero delta, reports b = 1, again a change of 1. The
-update sum's sensitivity is unchanged (C, or 2C with K > 1 or replace-one).
-
-Split. The noise multiplier z the user gives is the TOTAL. The value (update) query gets
-
-    z_value = (z^-2 - (sigma_b / Delta_b)^-2)^(-1/2),  i.e.  1/z^2 = 1/z_value^2 + (Delta_b / sigma_b)^2,
-
-so its noise std is z_value x sensitivity(C_t). The round releases the pair (noised sum,
-noised count) on the same sample; dividing each part by its noise std, one user moves
-the pair by at most sqrt((1/z_value)^2 + (Delta_b/sigma_b)^2) = 1/z in L2. The pair is
-therefore exactly the Gaussian mechanism with multiplier z (Poisson-subsampled, fixed-size
-or per epoch, as the spec says), the ledger composes ONE such event per round, and every
-printed epsilon covers both releases. Composing the two queries as separate events would
-only give a larger epsilon. z_value is finite only when z < sigma_b / Delta_b: otherwise
-the count alone would spend the whole budget, and the spec refuses it (raise sigma_b or
-lower z). Default sigma_b = n / 20 (TFF's and Opacus's choice).
-
-Non-private runs (z = 0, explicitly requested) adapt the clip from the UN-noised count.
-Adaptive clipping with tree aggregation (DP-FTRL) is refused (as TFF does): the clip
-would change under a running tree of prefix sums.
+Guarantee: Delta_b = 1/2 only for K = 1 under add/remove, else 1. The z given is the TOTAL:
+1/z^2 = 1/z_value^2 + (Delta_b / sigma_b)^2, so the pair (noised sum, noised count) released on
+one sample is ONE Gaussian mechanism with multiplier z and the ledger composes one event a round.
+Refused: z >= sigma_b / Delta_b (no budget left for the update), and tree aggregation (the clip
+would change under a running tree of prefix sums). Non-private runs use the UN-noised count.
 """
 
 from __future__ import annotations
@@ -95,11 +64,9 @@ def expected_reporting_clients(clients_per_round: int, users_per_client: int, po
                                sampling: str) -> float:
     """The PUBLIC expected number of non-empty virtual clients in a round (the count's normaliser).
 
-    K = 1: M. K > 1: M slots filled uniformly, so some are empty: Poisson sampling puts
-    a user in a given slot with probability K/N, giving M (1 - (1 - K/N)^N); fixed-size
-    and epoch blocks of M K users give M (1 - (1 - 1/M)^(M K)) (the short last block of
-    an epoch is ignored). Dividing by M instead would bias b_hat low, and for a high
-    target quantile the clip would grow without bound.
+    Formulas: docs/PRIVACY.md, "Adaptive clipping" (an epoch's short last block is ignored).
+    Dividing by M instead would bias b_hat low, and for a high target quantile the clip would
+    grow without bound.
     """
     m = positive_int("clients per round (M)", clients_per_round)
     k = positive_int("users per client (K)", users_per_client)

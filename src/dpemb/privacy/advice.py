@@ -1,19 +1,10 @@
 """Warnings for configurations that give weak privacy or noise that swamps the signal.
 
-Rules (stated in docs/PRIVACY.md "Warnings"):
-
-- epsilon above ``WEAK_EPSILON`` (10): the guarantee gives little protection.
-- the noise on the averaged update, z x sensitivity / (M x C) per coordinate in units
-  of the clip norm C, against thresholds measured on this project's glyph benchmark
-  (docs/PRIVACY.md, "Warnings", gives the runs):
-  above ``TRAINS_UP_TO`` (0.015; goal 3's winning recipe trained at 0.0133) training loses
-  accuracy or stalls, depending on K, M and the rounds; from ``DIVERGES_FROM`` (0.1)
-  the clients' local training diverges within a few rounds (non-finite losses) and the
-  model moves by noise alone. The warning names the population at which the same
-  sampling rate and z (so about the same epsilon) put the noise at ``TRAINS_UP_TO``,
-  with proportionally more clients per round (the paper's extrapolation).
-- a delta above the default 1/(10 N): one of 1/N or more that was forced
-  (``allow_large_delta``), or one just below 1/N (``delta.delta_warning``).
+Rules and the glyph-benchmark runs behind the thresholds: docs/PRIVACY.md, "Warnings".
+Epsilon above ``WEAK_EPSILON`` (10); noise on the averaged update, z x sensitivity / (M x C)
+per coordinate, above ``TRAINS_UP_TO`` (loses accuracy or stalls) or from ``DIVERGES_FROM``
+(diverges), naming the population at which the same q and z put it at ``TRAINS_UP_TO``; a
+delta above the default 1/(10 N) (``delta.delta_warning``).
 """
 
 from __future__ import annotations

@@ -1,19 +1,17 @@
 """Empirical privacy auditing: estimators that turn canary scores into an epsilon.
 
-The estimator layer of issue #14. A training run is audited ONCE: canary users are
-inserted (each with probability 1/2 for the one-run bounds, or a fixed "in" set and a
-held-out "out" set for the one-shot estimate), each canary gets a score, and this module
-turns the scores into an epsilon. Three kinds of answer, not to be confused:
+The estimator layer of issue #14 (docs/AUDIT.md, "The two lower bounds"). A run is audited ONCE:
+canaries inserted by fair coins (or a fixed "in" set and a held-out "out" set for the one-shot
+estimate) are scored, and this module turns the scores into one of three kinds of answer, not to
+be confused:
 
-- ``estimate_epsilon_gaussian`` (Andrew et al. 2023): an ESTIMATE, neither an upper nor
-  a lower bound; it can be above the accounted epsilon by chance.
-- ``one_run_lower_bound`` (Steinke, Nasr, Jagielski 2023, arXiv 2305.08846): a
-  high-confidence LOWER bound on the (eps, delta) epsilon.
-- ``fdp_one_run_audit`` (Mahloujifar, Melis, Chaudhuri 2024): a high-confidence LOWER
-  bound on the Gaussian-DP parameter mu, and the test of a claimed trade-off curve. For a
-  Gaussian mechanism it is much tighter than the (eps, delta) bound at the same canaries:
-  a factor 2 in the noise, invisible to the (eps, delta) bound at 1000 canaries, is
-  caught at 10 000 (docs/AUDIT.md). The proof is in ``fdp_one_run_mass``.
+- ``estimate_epsilon_gaussian`` (Andrew et al. 2023): an ESTIMATE, neither an upper nor a lower
+  bound; it can be above the accounted epsilon by chance.
+- ``one_run_lower_bound`` (Steinke, Nasr, Jagielski 2023, arXiv 2305.08846): a high-confidence
+  LOWER bound on the (eps, delta) epsilon.
+- ``fdp_one_run_audit`` (Mahloujifar, Melis, Chaudhuri 2024): a high-confidence LOWER bound on
+  the Gaussian-DP parameter mu, and the test of a claimed trade-off curve; much tighter for a
+  Gaussian mechanism (docs/AUDIT.md, table 2). The proof is in ``fdp_one_run_mass``.
 
 numpy / scipy only; no torch, nothing from the rest of dpemb except argument checks.
 """
@@ -368,22 +366,18 @@ def one_run_lower_bound(
 ) -> OneRunBound:
     """High-confidence lower bound on epsilon from one run (Steinke, Nasr, Jagielski 2023).
 
-    ``scores[i]`` is canary i's score (higher = more likely included) and
-    ``included[i]`` whether it was inserted; each canary must have been included
-    independently with probability 1/2 and the scores computed from the trained
-    model only (the bound is over that randomness). The auditor guesses "in" for the
-    ``k_pos`` highest scores and "out" for the ``k_neg`` lowest and abstains on the
-    rest; with r = k_pos + k_neg guesses and v correct ones, the result is the
-    smallest eps at which the p-value ``one_run_p_value(m, r, v, eps, delta)`` exceeds
-    ``1 - confidence`` (see ``_epsilon_lower``). If the mechanism is (eps, delta)-DP,
-    ``epsilon_lower > eps`` happens with probability at most ``1 - confidence``.
+    ``scores[i]`` is canary i's score (higher = more likely included), ``included[i]`` whether it
+    was inserted; valid only if each canary was included independently with probability 1/2 and
+    the scores come from the trained model alone. The guessing game (``k_pos`` highest "in",
+    ``k_neg`` lowest "out"): docs/AUDIT.md, "The two lower bounds". With r = k_pos + k_neg
+    guesses, v of them right, the result is the smallest eps at which ``one_run_p_value(m, r, v,
+    eps, delta)`` exceeds ``1 - confidence`` (``_epsilon_lower``): if the mechanism is
+    (eps, delta)-DP, ``epsilon_lower > eps`` has probability at most ``1 - confidence``.
 
-    delta = 0: Theorem 5.1 (W is dominated by Binomial(r, e^eps / (1 + e^eps))); the
-    answer is the one-sided Clopper-Pearson bound p_lo on the accuracy v / r, as
-    eps = log(p_lo / (1 - p_lo)) (0 when p_lo <= 1/2). delta > 0: the
-    exact p-value bound of Theorem 5.2, with its 2 m delta term (m = len(scores)).
-    k_pos and k_neg must be fixed before looking at the scores; to pick them from the
-    data use ``one_run_lower_bound_grid`` (union bound).
+    delta = 0: Theorem 5.1, the one-sided Clopper-Pearson bound p_lo on v / r as
+    eps = log(p_lo / (1 - p_lo)) (0 when p_lo <= 1/2); delta > 0: Theorem 5.2's exact p-value
+    bound with its 2 m delta term (m = len(scores)). k_pos and k_neg must be fixed before looking
+    at the scores; to pick them from the data use ``one_run_lower_bound_grid`` (union bound).
     """
     s, inc = _canaries(scores, included)
     kp, kn = _nonneg_int("k_pos", k_pos), _nonneg_int("k_neg", k_neg)
@@ -430,11 +424,8 @@ def one_run_lower_bound_grid(
 
 
 # ------------------------------- f-DP one-run analysis (Mahloujifar, Melis, Chaudhuri)
-#
-# A Gaussian mechanism is far more constrained than any single (eps, delta) pair says:
-# its whole trade-off curve f is fixed. Mahloujifar, Melis and Chaudhuri (2024, arXiv
-# 2410.22235) bound the correct guesses of a one-run audit under f-DP directly; the
-# recursion is theirs, the proof written out in ``fdp_one_run_mass`` is ours.
+# arXiv 2410.22235 (docs/AUDIT.md, "The two lower bounds"): the recursion is theirs, the
+# proof written out in ``fdp_one_run_mass`` is ours.
 
 
 class TradeOff:

@@ -1,19 +1,15 @@
 """From canary scores to the released audit record: estimators, bounds, the sentence.
 
-Every audit of dpemb (``audit_run``, ``blackbox_audit``, ``transfer.audit``) ends the same
-way: one score per canary and its secret inclusion bit go in, and a JSON-ready record comes
-out that puts side by side the reported epsilon (naming its accountant, delta, unit and
-neighbouring relation), the one-shot ESTIMATE (not a bound), the (eps, delta) LOWER bound
-at the run's delta, the f-DP LOWER bound on mu (``dpemb.privacy.audit``) and the test of
-the ACCOUNTED trade-off curve (``accounted_poisson_tradeoff``, ``accounted_gaussian_tradeoff``).
+Every audit of dpemb (``audit_run``, ``blackbox_audit``, ``transfer.audit``) ends here: one score
+per canary and its secret inclusion bit go in; a JSON-ready record comes out with the reported
+epsilon (naming accountant, delta, unit and relation), the one-shot ESTIMATE, the (eps, delta)
+and f-DP LOWER bounds (``dpemb.privacy.audit``) and the test of the ACCOUNTED trade-off curve
+(``accounted_poisson_tradeoff``, ``accounted_gaussian_tradeoff``). The warning fires when the
+(eps, delta) bound exceeds the reported epsilon or the accounted curve is rejected: at most
+twice 1 - confidence for a correct mechanism (docs/AUDIT.md, "What an audit can and cannot show").
 
-The warning ("the mechanism does not deliver its epsilon") is raised when the
-(eps, delta) lower bound exceeds the reported epsilon or the accounted curve is
-rejected. Each of the two has a false-alarm probability of at most 1 - confidence when
-the mechanism is the accounted one, so the warning has at most twice that.
-
-The bit vector and the scores are PRIVATE (they identify the canaries); the record
-holds only counts and summaries.
+The bit vector and the scores are PRIVATE (they identify the canaries); the record holds only
+counts and summaries.
 """
 
 from __future__ import annotations

@@ -1,49 +1,15 @@
 """BandMF noise: correlated Gaussian noise from a banded Toeplitz strategy (DP-FTRL).
 
-The mechanism (Choquette-Choo et al., NeurIPS 2023, arXiv 2306.08153). Stack the
-rounds' clipped sums as the rows of x (T x d). A strategy C (T x T, lower triangular)
-releases C x + Z, Z with iid N(0, sigma^2) entries; the server decodes with C^{-1},
-i.e. it uses x + C^{-1} Z. So round t's noised SUM is x_t plus the t-th row of
-C^{-1} Z: noise correlated across rounds, whose prefix sums (what the model follows)
-carry less noise than independent noise of the same privacy. C = identity is
-independent Gaussian noise (DP-FedEmb).
+Round t's noised SUM is x_t plus row t of C^{-1} Z, C lower-triangular Toeplitz with b bands
+(``banded_sqrt_coefficients``, ``normalize``d to max column norm 1), streamed with b - 1 buffered
+vectors; b = 1 is bit for bit ``GaussianNoise``. Derivation, coefficients, stability and
+covariance: docs/PRIVACY.md, "BandMF" (Choquette-Choo et al. 2023).
 
-The strategy here: lower-triangular Toeplitz with b bands, C[i, j] = c_{i-j} for
-0 <= i - j < b, else 0, with the coefficients of the banded inverse square root of
-the prefix-sum matrix (Kalinin, McKenna, Upadhyay, Lampert, arXiv 2505.12128): the
-power series of (1 - x)^(-1/2), c_0 = 1, c_k = c_{k-1} (2k - 1) / (2k), cut after b
-terms. No optimiser. ``normalize`` divides them by the largest column norm, so that
-norm is 1 (the convention of the accountant below and of jax_privacy).
-
-Sensitivity. Column j of C is nonzero only in rows j..j+b-1. If a user takes part at
-most once in any b consecutive rounds (b-min-separation, enforced by
-``dpemb.privacy.cyclic_sampling``), the columns of the rounds it touches have
-disjoint support, so changing its data moves C x by
-||C (x - x')||_F^2 = sum over its rounds t of ||C[:, t]||^2 ||x_t - x'_t||^2
-<= (its rounds) x (max column norm)^2 x Delta^2, Delta = the per-round sensitivity
-(``ClippedSum.sensitivity``, from ``relations.user_sensitivity``). The largest column
-norm is that of column 0, sqrt(c_0^2 + ... + c_{b-1}^2) (``max_column_norm``).
-
-The noise multiplier z (what the accountant sees, ``dpemb.privacy.events.amplified_bandmf_event``)
-is relative to Delta x (max column norm of C): Z has std sigma = z x Delta x
-max_column_norm(C). With the normalised C (column norm 1) that is sigma = z x Delta,
-which is what ``BandMFNoise`` uses. The noise actually added, C^{-1} Z, is the same
-random variable under either convention (scaling C by 1/s scales C^{-1} by s and sigma
-by 1/s), so normalising changes no number but the stated z. Its covariance across
-rounds (per coordinate) is sigma^2 C^{-1} C^{-T}.
-
-Streaming: C^{-1} Z is never formed. Round t solves C w = Z forward:
-w_t = (Z_t - sum_{k=1}^{b-1} c_k w_{t-k}) / c_0, keeping only the last b - 1 vectors
-w (memory (b - 1) x model size, plus one draw). The positive decreasing c_k put every
-root of sum_k c_k x^k outside the unit disk (Enestrom-Kakeya), so the recurrence is
-stable. One band (b = 1): w_t = Z_t, independent Gaussian noise of std z x Delta,
-through the same code (bit for bit the draw of ``GaussianNoise`` with the same seed).
-
-Randomness and fail-closed rules are those of ``dpemb.privacy.noise``: the OS's
-secure source unless seeded (``seeded`` then True: an experiment, not a release),
-``secure`` for the floating-point-hardened sampler, a zero, negative, NaN or infinite
-z refused unless ``allow_nonprivate`` (z = 0: nothing added). The state (the buffer of
-past w, the generator) is PRIVATE: with the released sums it reveals the raw sums.
+Sensitivity holds only if a user takes part at most once in any b consecutive rounds
+(b-min-separation, ``dpemb.privacy.cyclic_sampling``): z is relative to Delta (the per-round
+``ClippedSum.sensitivity``) x max column norm of C, so Z has std z x Delta for the normalised C.
+Seeding, ``secure`` and the refusal of a bad z are those of ``dpemb.privacy.noise``. The state
+(the buffer of past w, the generator) is PRIVATE: with the released sums it reveals the raw sums.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """Calibration: the noise for a target epsilon, the rounds a budget affords, extrapolation.
 
-- ``calibrate_noise_multiplier``: the smallest z (within a relative 1e-4, rounded UP)
-  whose epsilon is at most the target; the returned z always meets the target.
+- ``calibrate_noise_multiplier``: the smallest z (within a relative 1e-4, rounded UP) whose
+  epsilon is at most the target; the returned z always meets the target.
 - ``max_rounds``: the largest number of rounds whose epsilon stays within a budget.
-- ``extrapolate``: the paper's "noise z x k" convention (Xu et al. 2022). Utility is
-  measured in simulation with noise multiplier z and M clients per round over N
-  users; the reported epsilon is for a deployment over N' users with k times more
-  clients per round and k times more noise, k = N'/N: the noise on the averaged
-  update, z x sensitivity / M, and the sampling rate M*K/N are unchanged, so the
-  utility is the same. M' = round(k M) and z' = z M'/M, so the noise on the average is
-  preserved exactly; ``factor`` is M'/M (= k whenever k M is an integer).
-  delta: if the spec leaves delta at its default, the extrapolated run uses 1/N' (the
-  paper's convention, delta = 1/N at the extrapolated N, which is at the edge that
-  ``dpemb.privacy.delta`` refuses for real runs; ``delta_note`` says so); an explicitly
-  given delta is kept as given.
+- ``extrapolate``: the paper's "noise z x k" convention (Xu et al. 2022; docs/PRIVACY.md,
+  "Calibration and extrapolation"): N' = k N users, M' = round(k M) clients and z' = z M'/M,
+  so the noise on the average and the sampling rate are unchanged; ``factor`` is M'/M. A
+  default delta becomes 1/N' (the paper's convention, which ``dpemb.privacy.delta`` would
+  refuse for a real run; ``delta_note`` says so); a given delta is kept.
 """
 
 from __future__ import annotations

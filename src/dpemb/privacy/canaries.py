@@ -1,53 +1,21 @@
 """White-box canary users for a user-level privacy audit of federated training.
 
-An audit run (issue #14) trains ONCE with ``n`` canary users added to the population
-and turns their scores into an empirical epsilon (``dpemb.privacy.audit``). This module
-is the canaries themselves: who they are, when they take part, what update they send
-and how they are scored. Nothing here adds noise or clips: a canary's update goes
-through the run's own clip-and-sum (``ClipAndSum.add``) and noise, so the audit tests
-the mechanism that real clients go through.
+The canaries themselves: who they are, when they take part, what update they send and how they
+are scored; ``dpemb.privacy.audit`` turns the scores into epsilons. Design and its reasons:
+docs/AUDIT.md, "White-box canary users". What the estimators rely on:
 
-Design (each choice is what the estimators assume):
+- A canary adds no noise and no clip of its own: its update (a keyed unit direction u_i times
+  ``norm_factor`` x C) goes through the run's own ``ClipAndSum.add`` and noise.
+- Each canary is inserted by an independent fair coin, and an inserted one takes part exactly
+  when the run's own sampler picks it (users ``first_user`` .. ``first_user + n - 1``), at the
+  per-user rate q the accountant assumes.
+- Worst case for the relation: with sensitivity 2C (K > 1) a HOST client per canary sends
+  -C u_i every round, +C u_i where the inserted canary is sampled, so removing it moves the sum
+  by exactly 2C; the hosts depend on no inclusion bit.
+- The score is post-processing of the released models, so its bound holds for them.
 
-- Canary i is a fixed unit direction u_i in the space of the aggregated parameters
-  (the flat vector the server clips, noises and applies), drawn from the canary key
-  alone, a secret of the run kept apart from the noise, sampling and client streams.
-  Two kinds (``kind``): "gaussian", a uniformly random direction (Andrew et al. 2023;
-  nearly orthogonal to everything else in high dimension), and "dirac", +-e_j for a
-  keyed random coordinate j, distinct for every canary (the "Dirac canary" of Nasr et
-  al. 2023): exactly orthogonal to each other, and O(1) memory and scoring work per
-  canary, so 10 000 canaries on a 16k-parameter model take seconds where 10 000 dense
-  directions would need 640 MB. "auto" (the default) takes "gaussian" while the n x d direction
-  matrix fits the cache (``CACHE_ENTRIES``) and "dirac" beyond it (n <= d). Its update
-  has norm ``norm_factor`` x C (default 10 C): clipping leaves it at exactly C, and a
-  missing or loose clip shows.
-- Inclusion: each canary is inserted independently with probability 1/2 (Steinke,
-  Nasr, Jagielski 2023 need independent fair coins; the one-shot estimate of Andrew et
-  al. 2023 uses the inserted ones as "in" and the others as "out").
-- Participation: the canaries are users ``first_user .. first_user + n - 1`` of the
-  population the run's own sampler draws from, so an inserted canary takes part in a
-  round exactly when the sampler picks it: Poisson with the per-user rate q that the
-  accountant assumes. (Every round would be outside the accounted mechanism: the
-  guarantee holds for users sampled at rate q, and auditing it needs canaries that are.)
-  A canary is its own virtual client; it needs no data and no local training.
-- Worst case for the neighbouring relation. When one user moves the clipped sum by at
-  most C (K = 1, add/remove or replace-by-null), an inserted canary sampled in a round
-  adds a client sending +u_i (clipped to C u_i); otherwise it adds nothing. When a user
-  moves it by up to 2C (K > 1: the user's presence changes its client's update from v to
-  v', both of norm <= C), a canary alone could not show the factor 2; so every canary,
-  inserted or not, has a HOST client in every round (it stands for the other users of
-  the canary's virtual client) that sends -C u_i, turned into +C u_i in the rounds where
-  the inserted canary is sampled. Removing the canary then moves the sum by exactly 2C
-  in those rounds, the sensitivity the noise is calibrated to; the hosts do not depend
-  on any canary's inclusion, so they change no canary's privacy.
-- Score (white box): the cosine between u_i and the aggregated model's total move
-  ``initial - final`` (clients send ``start - end``, which the server subtracts, so an
-  inserted canary pushes the model along -u_i), or between u_i and each round's update
-  (``round_scores`` of the training side's audit run). The score is post-processing of the
-  released models, so the lower bound it gives is valid for the released models.
-
-The directions, the inclusion bits and the key are PRIVATE (``state`` goes to the
-run's private directory); only the audit's summary is released.
+The directions, the inclusion bits and the key are PRIVATE (``state`` goes to the run's private
+directory); only the audit's summary is released.
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
 """Per-client randomness from keys: (secret run key, round, client key).
 
-Every random choice a virtual client makes (the order of its examples, the
-initialisation of its fresh head, anything added later) comes from generators
-derived from ONE secret per-run key and two public integers: the round and the
-client's key. Nothing is drawn from a stream shared across clients, so:
+Every random choice a virtual client makes comes from generators derived from ONE secret per-run
+key, the round and the client's key, never from a stream shared across clients (why, and the
+tests: docs/PRIVACY.md, "Randomness: keys, not shared streams"). Guarantees: adding or removing
+one user changes the computation of exactly one virtual client, as the sensitivity of
+``dpemb.privacy.relations`` assumes; a round's clipped sum does not depend on the order, process
+or device its clients run on.
 
-- adding or removing one user changes the computation of exactly one virtual
-  client (the one that holds the user), which is what the sensitivity of
-  ``dpemb.privacy.relations`` assumes; with a shared stream, one extra client
-  consuming a data-dependent number of draws would shift the randomness of every
-  client after it;
-- a round's clipped sum does not depend on the order, the process or the device on
-  which its clients run (needed by a distributed executor).
-
-The client key: with K > 1 users per client, the slot index 0..M-1 the sampler
-assigned (slots are fixed, users fall into them independently); with K = 1, the
-index of the client's only user in the population, so a user added anywhere in a
-round does not renumber the other clients. The two kinds live in separate key
-domains.
-
-The run key is PRIVATE training state (like the noise seed): it comes from the OS's
-secure source unless a seed is given for a reproducible experiment, and is kept in
-the private checkpoint only.
+The client key: the slot index 0..M-1 for K > 1; the index of the client's only user for K = 1,
+so a user added anywhere does not renumber the other clients. The two kinds live in separate key
+domains. The run key is PRIVATE training state: from the OS's secure source unless seeded, kept
+in the private checkpoint only.
 """
 
 from __future__ import annotations

@@ -1,46 +1,18 @@
 """Cyclic Poisson participation: the schedule amplified BandMF is accounted for.
 
-Users are split into b groups by the secret run key (never by their data, never by
-anything a user sends). Round t (0-based) samples ONLY from group t mod b: each of
-the group's users joins independently with probability q (the rate within the
-group); the sampled users are then grouped into virtual clients exactly as
-``VirtualClientSampler`` does (K = 1: singletons; K > 1: M uniform slots), so each
-sampled user is in exactly one client and the sensitivity of
-``dpemb.privacy.relations`` holds per round.
+Users are split into b groups by the secret run key (never by their data); round t Poisson-samples
+only group t mod b at rate q (default b M K / N, so b M K <= N; ``sampling_rate`` pins another),
+then groups the sampled users into virtual clients as ``VirtualClientSampler`` does, so the
+sensitivity of ``dpemb.privacy.relations`` holds per round; the public normaliser stays M.
+Assignments and their relations: docs/PRIVACY.md, "BandMF" ("Participation").
 
-Guarantee (b-min-separation): a user belongs to one group g and can take part only
-in rounds t with t mod b = g, so it takes part AT MOST ONCE in any b consecutive
-rounds, and at most ceil(T / b) times in T rounds. This is the participation that
-``dpemb.privacy.bandmf`` needs for its sensitivity (the columns of a b-banded
-strategy that one user touches have disjoint support) and that
-``dpemb.privacy.events.amplified_bandmf_event`` assumes (Choquette-Choo et al. 2023). It holds
-by construction, whatever the keys or rates.
+Guarantee, by construction whatever the keys or rates: a user takes part AT MOST ONCE in any b
+consecutive rounds and at most ceil(T / b) times, the b-min-separation that
+``dpemb.privacy.bandmf`` and ``dpemb.privacy.events.amplified_bandmf_event`` assume.
+``"balanced"`` depends on N, so ``check_assignment`` refuses it under add/remove.
 
-The rate: q = b M K / N by default, so a round samples M K users in expectation
-(q M K / N of the whole population per round would be b times smaller); it must not
-exceed 1 (b M K <= N). ``sampling_rate`` pins another q. The public normaliser of
-the sum stays ``expected_clients`` = M.
-
-Group assignment (``assignment``), both keyed by the run key alone:
-
-- ``"independent"`` (default): every user's group is an independent uniform draw
-  from a generator keyed by the run key, in user-index order, so the group of user i
-  does not depend on how many users follow it: a population with one extra user
-  appended keeps every other user's group and rounds. Group sizes are random
-  (Binomial(N, 1/b)). Valid under add/remove (the accountant's default relation)
-  and under replace-special.
-- ``"balanced"``: a uniformly random permutation of range(N) keyed by the run key,
-  position p going to group p mod b, so the sizes differ by at most one. The
-  permutation depends on N, so adding one user reshuffles the others: accounted
-  only under replace-special (N public and fixed); ``check_assignment`` refuses it
-  under add/remove. (jax_privacy's ``CyclicPoissonSampling`` partitions a shuffled
-  index list the same way and, by default, drops N mod b examples; nothing is dropped
-  here.)
-
-Randomness: the assignment and each round's draws come from generators keyed by
-(run key, purpose, round), as in ``sampling``; without a seed the key comes from the
-OS's secure source. The key and hence the groups are PRIVATE training state (knowing
-a user's group reveals the rounds it can be in): ``state_dict`` belongs in the
+Draws are keyed by (run key, purpose, round), as in ``sampling``. The key and hence the groups
+are PRIVATE (a user's group reveals the rounds it can be in): ``state_dict`` belongs in the
 private checkpoint only.
 """
 

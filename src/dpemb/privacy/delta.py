@@ -1,21 +1,11 @@
 """delta: its default and the rule that it must be well below 1/N.
 
-delta bounds the probability that the (epsilon, delta) guarantee fails. With N
-privacy units (users of a training run, examples or users of a transfer run), a
-delta of 1/N or more is no guarantee at all: a mechanism that publishes one randomly
-chosen unit's data in full is (0, 1/N)-DP. So
-
-- ``default_delta(N)`` = 1 / (10 N) when no delta is given;
-- ``check_delta(delta, N)`` refuses a given delta >= 1/N unless it is forced
-  (``force=True``, ``--allow-large-delta`` on the command line), for comparisons with
-  work that used such a delta (the DP-FedEmb paper reports delta = 1/N);
-- ``delta_warning(delta, N)`` warns about any delta above the default: a forced one
-  >= 1/N, and one in (1/(10 N), 1/N), which is accepted but lets a mechanism publish a
-  random unit's data with probability N x delta (almost 1 just below 1/N).
-
-N itself is treated as public (as is the sampling rate that depends on it). This is
-the one place the rule lives: ``PrivacySpec`` (training, ``dpemb account``) and the
-transfer budget both call it.
+With N privacy units a delta of 1/N or more is no guarantee at all (publishing one random unit's
+data in full is (0, 1/N)-DP): docs/PRIVACY.md, "Conventions" (delta). So ``default_delta(N)`` is
+1 / (10 N); ``check_delta(delta, N)`` refuses a given delta >= 1/N unless ``force=True``
+(``--allow-large-delta``); ``delta_warning(delta, N)`` warns about any delta above the default.
+N is treated as public. This is the one place the rule lives: ``PrivacySpec`` (training,
+``dpemb account``) and the transfer budget both call it.
 """
 
 from __future__ import annotations

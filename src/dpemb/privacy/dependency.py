@@ -1,11 +1,9 @@
 """The one error for a missing privacy accountant (Google's dp_accounting).
 
-Every epsilon in dpemb comes from dp_accounting; without it no private run, no
-``dpemb account`` and no DP transfer can state a guarantee, so its absence must stop
-them with one line that names the fix, never a ``ModuleNotFoundError`` traceback.
-``events`` (the accounting), ``relations.to_dp_accounting`` and ``audit_report`` raise
-``AccountantMissingError`` from a failed import; the command line prints it as one line
-(exit 1). Everything else in ``dpemb.privacy`` (specs, clipping, noise) imports without it.
+Without it no epsilon can be stated, so its absence stops every command that computes one with
+one line naming the fix, never a traceback (docs/PRIVACY.md, "The guarantee"). ``events``,
+``relations.to_dp_accounting`` and ``audit_report`` raise ``AccountantMissingError`` from a
+failed import; specs, clipping and noise import without it.
 """
 
 from __future__ import annotations

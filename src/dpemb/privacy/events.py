@@ -1,32 +1,17 @@
 """dp_accounting events for each training configuration, and epsilon from them.
 
-All accounting maths is Google's dp_accounting (RDP and PLD accountants); this
-module only says which mechanism a configuration is:
+All accounting maths is Google's dp_accounting (RDP and PLD accountants); this module only says
+which mechanism a configuration is (``training_event``, the one definition per mechanism; the
+table of events and relations: docs/PRIVACY.md, "Sampling, grouping and neighbouring
+relations"; BandMF's: "BandMF", ``amplified_bandmf_event``, whose epsilon after t rounds is that
+of ``bandmf_equivalent_spec`` after ceil(t / b)). z is always relative to the sensitivity of the
+clipped sum (``PrivacySpec.sensitivity``). Epoch sampling claims no amplification; the tree's
+PLD is the Gaussian mechanism with multiplier z / sqrt(S).
 
-- gaussian + poisson: T x PoissonSampledDpEvent(q, GaussianDpEvent(z)), add/remove
-  (or replace-special);
-- gaussian + fixed: T x SampledWithoutReplacementDpEvent(N, M*K, Gaussian(z)) under
-  replace-one (RDP only: dp_accounting's PLD has no such event);
-- gaussian + epoch: GaussianDpEvent(z) once per epoch touched, ceil(T / R) times
-  (every user is in exactly one round per epoch; no amplification is claimed);
-- tree + epoch (DP-FTRL): rho-zCDP with rho = S / (2 z^2), S from
-  ``tree_accounting`` (``ZCDpEvent``), or with restarts one
-  ``SingleEpochTreeAggregationDpEvent`` per epoch (RDP, replace-special). For PLD
-  the same release is the Gaussian mechanism with noise multiplier z / sqrt(S)
-  (``GaussianDpEvent``), whose privacy loss PLD computes tightly.
-- bandmf + cyclic-poisson (amplified BandMF with b bands, Choquette-Choo et al. 2023;
-  docs/PRIVACY.md explains it): ceil(T / b) x PoissonSampledDpEvent(q, GaussianDpEvent(z))
-  with q = b M K / N, the rate within a group (``amplified_bandmf_event``, the one
-  definition). Its epsilon after t rounds is that of the ``bandmf_equivalent_spec`` (the
-  gaussian + poisson spec with b M clients per round and ceil(T / b) rounds) after
-  ceil(t / b) rounds: the same event, so the same RDP and PLD paths as DP-FedEmb.
-
-``event_to_dict`` / ``event_from_dict`` write a DpEvent as JSON-ready data (class name and
-fields) and rebuild it, so a report or model card can record the event its epsilon is of.
-
-z is always relative to the sensitivity of the clipped sum (``PrivacySpec.sensitivity``).
-``EpsilonCurve`` gives epsilon after t rounds quickly for every t (the ledger calls it
-every round).
+``event_to_dict`` / ``event_from_dict`` write a DpEvent as JSON-ready data and rebuild it, so a
+report or model card can record the event its epsilon is of. ``EpsilonCurve`` gives epsilon
+after t rounds quickly for every t (the ledger calls it every round); PLD's interval choice:
+docs/PRIVACY.md, "Accounting" ("PLD discretisation").
 """
 
 from __future__ import annotations
@@ -277,13 +262,9 @@ def _infer_relation(event: dp_accounting.DpEvent) -> Relation:
 
 
 # ---------------------------------------------------------------------- PLD discretisation
-# dp_accounting's PLD rounds the privacy loss pessimistically onto a grid of spacing
-# ``interval``: every interval gives an upper bound on epsilon, a finer one a tighter
-# bound at more cost. The error grows with the number of compositions and matters
-# relative to epsilon (about (interval x sqrt(T) / epsilon)^2, measured in
-# bench/bench_pld_precision.py), so no fixed interval is both tight at small epsilon and
-# fast at large epsilon. ``refined_pld_epsilon`` picks the interval per question on a
-# fixed ladder PLD_BASE_INTERVAL x 2^j.
+# Every interval gives an upper bound, a finer one a tighter bound at more cost; why no
+# fixed interval fits: docs/PRIVACY.md, "PLD discretisation". ``refined_pld_epsilon`` picks
+# one per question on a fixed ladder PLD_BASE_INTERVAL x 2^j.
 PLD_TOLERANCE = 0.008  # accepted: estimated distance to the fine-grid limit <= 0.8% (1% promised)
 PLD_BASE_INTERVAL = 1e-4
 PLD_LADDER = (-6, 7)  # exponents j: intervals 1.5625e-6 .. 1.28e-2
@@ -315,14 +296,10 @@ def refined_pld_epsilon(epsilon_at: Callable[[float], float], compositions: int)
     """(epsilon, interval): dp_accounting's pessimistic PLD epsilon at the coarsest ladder
     interval whose estimated distance to the fine-grid limit is within PLD_TOLERANCE.
 
-    ``epsilon_at(interval)`` is the PLD epsilon at one interval; each is an upper bound,
-    so the returned value is one whatever the interval: the choice only sets how tight.
-    The estimate: with e(h) the value at interval h, d1 = e(2h) - e(h) and
-    d2 = e(4h) - e(2h), the error at h is d1 / (rho - 1), rho = d2 / d1 clamped to
-    [2, 4] (the error falls 2.3x to 5x per halving in the measurements: at least
-    linearly, at most quadratically). The first interval is read from a coarse pass
-    (an epsilon above the final one, so a start no finer than needed); the finest rung
-    is returned as is (still an upper bound) if it is reached.
+    ``epsilon_at(interval)`` is the PLD epsilon at one interval; each is an upper bound, so the
+    returned value is one whatever the interval: the choice only sets how tight. The error
+    estimate from e(h), e(2h), e(4h) and the coarse first pass: docs/PRIVACY.md, "PLD
+    discretisation". The finest rung is returned as is (still an upper bound) if it is reached.
     """
     lo, hi = PLD_LADDER
     memo: dict[int, float] = {}
@@ -439,13 +416,11 @@ def epsilon_for(spec: PrivacySpec, accountant: str = "rdp", rounds: int | None =
 class EpsilonCurve:
     """epsilon(t) for t rounds of ``spec`` under one accountant, memoised per t.
 
-    RDP: the RDP curve is linear in the number of units composed, so epsilon(t) costs
-    one RDP-to-(epsilon, delta) conversion. PLD: Poisson sampling keeps the one-round
-    privacy loss distribution (one per discretisation interval tried) and self-composes
-    it t times; the other mechanisms are a single Gaussian or its composition. The PLD
-    interval is chosen per t by ``refined_pld_epsilon`` (``pld_interval(t)`` says which).
-    BandMF: the curve of its ``bandmf_equivalent_spec`` at ceil(t / b) (every method).
-    ``epsilon_for(spec)`` is this curve at ``spec.rounds``.
+    RDP: per-unit curve times units composed (one conversion per t); Poisson PLD self-composes
+    a cached one-round distribution (docs/PRIVACY.md, "Accounting"), at the interval
+    ``refined_pld_epsilon`` picks per t (``pld_interval(t)`` says which). BandMF: the curve of
+    its ``bandmf_equivalent_spec`` at ceil(t / b). ``epsilon_for(spec)`` is the curve at
+    ``spec.rounds``.
     """
 
     def __init__(self, spec: PrivacySpec, accountant: str = "rdp") -> None:

@@ -1,36 +1,23 @@
 """The noise mechanism interface, the Gaussian mechanism on a clipped SUM, and THE sampler.
 
-``NoiseMechanism`` is the one interface from a round's clipped sum to the noised sum the
-server may use: ``release(clipped) -> noised SUM``. ``GaussianNoise`` (below) and
-``dpemb.privacy.tree.TreeAggregationNoise`` (DP-FTRL) implement it, and
-``dpemb.privacy.plan.make_noise`` builds the one a ``PrivacySpec`` is accounted for.
+``NoiseMechanism`` is the one interface from a round's clipped sum to the noised sum the server
+may use; ``GaussianNoise``, ``dpemb.privacy.tree.TreeAggregationNoise`` and
+``dpemb.privacy.bandmf.BandMFNoise`` implement it, and ``dpemb.privacy.plan.make_noise`` builds
+the one a ``PrivacySpec`` is accounted for.
 
-Guarantee: ``GaussianNoise(z).add(clipped)`` returns ``clipped.value`` plus
-independent N(0, (z * clipped.sensitivity)^2) noise on every entry, with fresh draws
-on every call. Releasing it is the Gaussian mechanism with noise multiplier z
-relative to the L2 sensitivity of the sum, which is what the accountant is told.
-Noise is added to the sum, before any division (by a public constant) happens in
-the caller. The scale is read from the ``ClippedSum`` and never re-derived here.
+Guarantee: ``GaussianNoise(z).add(clipped)`` returns ``clipped.value`` plus fresh independent
+N(0, (z * clipped.sensitivity)^2) noise on every entry: the Gaussian mechanism with z relative
+to the L2 sensitivity of the SUM (what the accountant is told), before any division by a public
+constant in the caller. The scale is read from the ``ClippedSum``, never re-derived here.
+A zero, negative, NaN or infinite z is an error unless ``allow_nonprivate=True`` and z = 0
+(nothing added; every description says "not private").
 
-A noise multiplier that is zero, negative, NaN or infinite is an error, unless the
-caller explicitly asks for a non-private run (``allow_nonprivate=True`` and z = 0),
-in which case nothing is added and every description says "not private".
-
-Randomness: without a seed the generator is seeded from the OS's secure source
-(``secrets``); with a seed the run is reproducible and ``seeded`` is True (reports
-must say so: a seeded run is an experiment, not a release). ``secure=True`` hardens
-the sampler against floating-point attacks on Gaussian sampling (Mironov 2012;
-Jin et al. 2022): every draw uses a fresh generator (on the tensor's device) keyed
-from the OS's secure source, and each noise entry is the normalised sum of two
-independent Gaussian draws, which fills in the gaps in the set of floating-point
-values a single draw can take, the gaps that let an observer of a noised output tell
-which input produced it (Holohan & Braghin 2021, "Secure random sampling in
-differential privacy"). It is not a discrete Gaussian, and the final rounding of
-value + noise to the tensor's dtype remains. A secure mechanism cannot be seeded.
-``standard_normal`` is the one sampler every Gaussian draw of dpemb goes through
-(this mechanism, the tree aggregation, the transfer releases), so ``secure`` means
-the same everywhere; ``describe_sampler`` is the sentence reports print. Cost:
-``bench/bench_noise.py`` (docs/PRIVACY.md).
+Randomness: without a seed, the OS's secure source; with one, ``seeded`` is True (an experiment,
+not a release). ``secure=True`` (never seeded): every draw from a fresh securely keyed generator,
+each entry the normalised sum of two draws; a hardening, not a discrete Gaussian
+(docs/PRIVACY.md, "Floating-point attacks and `--secure-noise`", with its cost).
+``standard_normal`` is the one sampler every Gaussian draw of dpemb goes through, so ``secure``
+means the same everywhere; ``describe_sampler`` is the sentence reports print.
 """
 
 from __future__ import annotations
@@ -77,13 +64,9 @@ def standard_normal(
     """Standard normal noise shaped like each tensor of ``like``: THE sampler of dpemb.
 
     Plain: one draw per entry from ``generator`` (a CPU generator, so its state is
-    device-independent and resumable from a checkpoint).
-
-    ``secure``: ``generator`` is not used. Every tensor gets a fresh generator on its
-    own device, keyed from the OS's secure source (``secure_seed``), and every entry is
-    the normalised sum of ``SECURE_DRAWS`` independent draws (see the module docstring).
-    Nothing about the draw can be replayed from a saved state, and on a GPU the noise
-    never crosses from the CPU (``bench/bench_noise.py``).
+    device-independent and resumable from a checkpoint). ``secure``: ``generator`` is unused; each
+    tensor gets a fresh generator on its own device keyed by ``secure_seed``, each entry the
+    normalised sum of ``SECURE_DRAWS`` draws, so nothing can be replayed from a saved state.
     """
     if not secure:
         return [gaussian_like(v, generator) for v in like]

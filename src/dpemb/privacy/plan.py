@@ -8,23 +8,18 @@
     plan.ledger.step()                         # account the round
     plan.ledger.dp_event()                     # the dp_accounting event of the rounds so far
 
-The plan holds the sampler, the clients' keyed randomness, the ONE noise mechanism
-(``noise.NoiseMechanism``: Gaussian, tree aggregation or BandMF behind the same ``release``),
-the adaptive clip state and the ledger, all built here from the same ``PrivacySpec``
-(``make_noise``, ``make_sampler``, ``make_accumulator``) so that what runs is what is
-accounted for. In the spirit of jax_privacy's execution plan: the training loop never
-branches on the mechanism and never derives a noise scale.
+The sampler, client randomness, the ONE noise mechanism, the adaptive clip state and the ledger
+are all built here from the same ``PrivacySpec`` (``make_noise``, ``make_sampler``,
+``make_accumulator``), so what runs is what is accounted for: the training loop never branches
+on the mechanism and never derives a noise scale (docs/SCALE.md, "Where each step lives").
 
-Randomness: without a seed the sampler, the run key of the clients and the noise are
-keyed from the OS's secure source; a seed (a reproducible experiment, reported as
-such) fixes all three, from seed+1, seed+2 and seed. ``state_dict`` is PRIVATE
-training state (generator states, the run key, un-noised tree sums): it goes into the
-private checkpoint only.
+Randomness: unseeded, all three keyed from the OS's secure source; a seed (a reproducible
+experiment, reported as such) gives seed+1, seed+2 and seed. ``state_dict`` is PRIVATE (generator
+states, the run key, un-noised tree sums and BandMF buffers): private checkpoint only.
 
-Guarantee: releasing the output of ``release`` for every round, with ``ledger.step()``
-after each, is the mechanism ``ledger`` accounts for ((epsilon, delta)-DP at the unit
-and neighbouring relation of ``spec``), provided every contribution to the
-accumulator is one virtual client of the slots ``sample_round`` returned.
+Guarantee: releasing ``release``'s output every round, with ``ledger.step()`` after each, is the
+mechanism ``ledger`` accounts for ((epsilon, delta)-DP at the unit and relation of ``spec``),
+provided every contribution to the accumulator is one virtual client of ``sample_round``'s slots.
 """
 
 from __future__ import annotations
@@ -50,15 +45,12 @@ from dpemb.privacy.tree import TreeAggregationNoise
 def make_noise(
     spec: PrivacySpec, *, seed: int | None = None, efficient: bool = True, secure: bool | None = None
 ) -> NoiseMechanism:
-    """The noise mechanism ``spec`` is accounted for, seeded from the OS unless ``seed``:
-    tree aggregation (restarted every epoch when ``spec.tree_restarts``), BandMF with
-    ``spec.bands`` bands (``bandmf.BandMFNoise``: z relative to the sensitivity x the
-    normalised strategy's column norm, as the accountant reads it) or the Gaussian,
-    whose multiplier is ``spec.value_noise_multiplier`` (z, or the update's part of z
-    with adaptive clipping). The one place a mechanism is built from a spec.
-
-    ``secure`` (default: ``spec.secure_noise``) selects the floating-point-hardened
-    sampler (``noise.standard_normal``); it cannot be combined with ``seed``.
+    """The noise mechanism ``spec`` is accounted for, seeded from the OS unless ``seed``: tree
+    aggregation (restarted every epoch when ``spec.tree_restarts``), BandMF with ``spec.bands``
+    bands, or the Gaussian with ``spec.value_noise_multiplier`` (z, or the update's part of z
+    with adaptive clipping). The one place a mechanism is built from a spec. ``secure``
+    (default: ``spec.secure_noise``) selects the hardened sampler; it cannot be combined with
+    ``seed``.
     """
     secure = spec.secure_noise if secure is None else bool(secure)
     if spec.mechanism == "tree":

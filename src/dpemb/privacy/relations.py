@@ -1,29 +1,20 @@
 """Neighbouring relations and the L2 sensitivity of a sum of clipped client vectors.
 
-The unit of privacy is a user (or an example, when every "user" holds one example).
-Two datasets are neighbours when they differ in one unit, in one of three ways:
+The unit of privacy is a user (or an example, when every "user" holds one example). Two datasets
+are neighbours when they differ in one unit, in one of three ways:
 
 - ``ADD_REMOVE``: one user's data is added or removed (the population count changes).
-- ``REPLACE_ONE``: one user's data is replaced by any other user's data (the count
-  is public and fixed).
-- ``REPLACE_SPECIAL``: one user's data is replaced by a "null" user that contributes
-  nothing (Kairouz et al. 2021, Definition 1.1); the count is public and fixed. This
-  is the relation under which tree aggregation (DP-FTRL) is accounted.
+- ``REPLACE_ONE``: one user's data is replaced by any other user's data (the count is public and
+  fixed).
+- ``REPLACE_SPECIAL``: one user's data is replaced by a "null" user that contributes nothing
+  (Kairouz et al. 2021, Definition 1.1); the count is public and fixed. Tree aggregation
+  (DP-FTRL) is accounted under it.
 
-Sensitivity of S = sum over virtual clients of clip_C(Delta_client), where each
-sampled user lands in exactly ONE virtual client of K users (see ``sampling``):
-
-- K = 1, add/remove or replace-special: one client vector of norm <= C appears or
-  disappears (or becomes zero): sensitivity C.
-- K > 1, add/remove or replace-special: one client's data changes, so its clipped
-  vector moves from v to v' with ||v||, ||v'|| <= C: sensitivity 2C.
-- replace-one (any K): one client's clipped vector changes: sensitivity 2C.
-
-The noise multiplier z used everywhere in dpemb is RELATIVE TO THIS SENSITIVITY
-(noise std = z x sensitivity) and is what the accountant sees. The DP-FedEmb paper
-states its noise multiplier relative to C: at K > 1 the same noise std
-z_paper * C = z * 2C, so a paper noise multiplier z_paper is our z = z_paper / 2
-(the accountant sees z_paper / 2). At K = 1 under add/remove the two coincide.
+Sensitivity of S = sum over virtual clients of clip_C(Delta_client), each sampled user in exactly
+ONE client of K users (``sampling``): C for K = 1 under add/remove or replace-special, else 2C
+(table and reasons: docs/PRIVACY.md, "Conventions"). The noise multiplier z used everywhere in
+dpemb is RELATIVE TO THIS SENSITIVITY (noise std = z x sensitivity) and is what the accountant
+sees; a DP-FedEmb paper z_paper at K > 1 is our z_paper / 2 (same section).
 """
 
 from __future__ import annotations

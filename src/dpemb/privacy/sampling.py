@@ -1,33 +1,18 @@
 """Sampling users each round and grouping them into virtual clients.
 
-Schemes (N users, M virtual clients per round, K users per client):
+Schemes ``poisson`` (rate q = M*K/N, N public; ``sampling_rate`` pins q), ``fixed`` and ``epoch``
+(R = ceil(N / (M*K)) rounds per epoch, each user exactly once per epoch), with the relation each
+is accounted under: docs/PRIVACY.md, "Sampling, grouping and neighbouring relations".
 
-- ``poisson``: every user joins the round independently with probability
-  q = M*K/N (the accountant's Poisson-sampled Gaussian assumes exactly this);
-  the relation is add/remove one user. q is fixed at construction from the
-  population count, treated as public (pass ``sampling_rate`` to pin it).
-- ``fixed``: M*K distinct users uniformly without replacement (accounted as
-  sampling without replacement under replace-one).
-- ``epoch``: every epoch the N users are shuffled and the rounds of the epoch
-  take consecutive blocks of M*K of them, R = ceil(N / (M*K)) rounds per epoch
-  (the last block may be smaller): each user takes part exactly once per epoch.
-  The relation is replace-one-user-by-null (the count is public). This is the
-  scheme the tree-aggregation (DP-FTRL) accounting assumes.
+Grouping: K = 1, every sampled user is its own client; K > 1, each sampled user goes to one of M
+slots independently and uniformly, every round (``sample_round`` returns M arrays, some possibly
+empty). So one user changes the data of at most ONE client, and the sensitivity of
+``dpemb.privacy.relations`` holds (chunking a shuffled list would not). The public normaliser of
+the sum is ``expected_clients`` = M, never the realised number of clients.
 
-Grouping: with K = 1 every sampled user is its own client (so with Poisson
-sampling the number of clients is random with mean M). With K > 1 every sampled
-user is assigned independently and uniformly to one of M slots, regrouped every
-round; ``sample_round`` returns M arrays, some possibly empty. Each user lands in
-exactly one client, and adding, removing or replacing one user changes the data of
-at most ONE client, so the sensitivity of ``dpemb.privacy.relations`` holds.
-(Chunking a shuffled list into groups of K would NOT have this property: one
-added user shifts every later group.) The public normaliser for the sum is
-``expected_clients`` = M, never the realised number of clients.
-
-Randomness: round r draws from generators keyed by (seed, r), so a round's draws
-do not depend on earlier rounds and users are processed in index order; with the
-same seed, a population with one extra user appended gives the same rounds except
-for that user. Without a seed the key comes from the OS's secure source.
+Randomness: round r draws from generators keyed by (seed, r), users in index order, so a
+population with one extra user appended gives the same rounds except for that user. Without a
+seed the key comes from the OS's secure source.
 """
 
 from __future__ import annotations

@@ -1,43 +1,21 @@
 """``PrivacySpec``: every number that changes the privacy guarantee, validated, hashable.
 
-A spec describes one training configuration: N users, M virtual clients of K users
-per round, noise multiplier z (relative to the sensitivity), clip norm C, T rounds,
-delta, the sampling scheme, the noise mechanism and the neighbouring relation (and
-whether the noise sampler is the floating-point-hardened one). It is hashed into
-checkpoints (``fingerprint``), so a resumed run cannot silently change
-its guarantee.
+A spec describes one training configuration (N, M, K, z relative to the sensitivity, C, T, delta,
+sampling, mechanism, relation, bands, secure sampler, adaptive clipping). It is hashed into
+checkpoints (``fingerprint``), so a resumed run cannot silently change its guarantee.
 
-delta defaults to 1 / (10 N); a given delta >= 1/N is refused unless
-``allow_large_delta`` (``dpemb.privacy.delta``).
+The consistent (mechanism, sampling, relation) combinations are those of docs/PRIVACY.md,
+"Sampling, grouping and neighbouring relations"; anything else, and ``bands`` != 1 outside
+bandmf, is a ValueError. delta follows ``dpemb.privacy.delta`` (default 1 / (10 N)).
 
-Consistent combinations (anything else is a ValueError):
+Adaptive clipping (docs/PRIVACY.md, "Adaptive clipping"): ``clip_norm`` is the INITIAL clip,
+``noise_multiplier`` the TOTAL z every epsilon is computed from, ``value_noise_multiplier`` the
+update's share; a z that leaves no budget for the update is refused. Its default count noise
+std follows from M, K, N and the sampling, so it is re-derived after ``dataclasses.replace``.
 
-- gaussian + poisson: add-remove (default) or replace-special; Poisson-sampled Gaussian.
-- gaussian + fixed: replace-one; Gaussian with sampling without replacement (RDP only).
-- gaussian + epoch: replace-special; one Gaussian per epoch touched.
-- tree + epoch: replace-special; tree aggregation (zCDP / single-epoch tree events).
-- bandmf + cyclic-poisson: add/remove (default) or replace-special; amplified BandMF
-  (``bands`` = b; ``dpemb.privacy.bandmf``): b groups of users keyed by the run key,
-  round t Poisson-samples group t mod b at rate q = b M K / N (so b M K <= N), each user
-  in at most ceil(T / b) rounds (``events.amplified_bandmf_event``). Accounted and
-  calibrated; not yet trainable (the training runner refuses it).
-
-``bands`` (default 1) applies to bandmf only; another mechanism with bands != 1 is refused.
-
-Adaptive clipping (``adaptive_clipping``, an ``AdaptiveClipping`` or None for a fixed
-clip): ``clip_norm`` is then the INITIAL clip, ``noise_multiplier`` stays the TOTAL z
-that every epsilon is computed from, and the update noise uses ``value_noise_multiplier``
-(z_value, with 1/z^2 = 1/z_value^2 + (Delta_b/sigma_b)^2: ``adaptive_clipping``); a z that leaves no budget for the update is
-refused, as is adaptive clipping with tree aggregation. Its default count noise std
-follows from M, K, N and the sampling (``count_stddev``), so it is re-derived after
-``dataclasses.replace``.
-
-``sampling`` and ``relation`` default to the first consistent choice for the
-mechanism (gaussian: poisson / add-remove; tree: epoch / replace-special; bandmf:
-cyclic-poisson / add-remove) and are
-stored resolved; to change the sampling or mechanism of an existing spec with
-``dataclasses.replace``, pass ``sampling=None`` and ``relation=None`` too so they
-are resolved again.
+``sampling`` and ``relation`` default to the mechanism's first consistent choice and are stored
+resolved; to change the sampling or mechanism with ``dataclasses.replace``, pass
+``sampling=None`` and ``relation=None`` too so they are resolved again.
 """
 
 from __future__ import annotations
@@ -101,15 +79,8 @@ def check_clip_norm(clip_norm: object) -> float:
         ) from None
 
 
-#: The range of a private noise multiplier z (relative to the sensitivity). Outside it
-#: dp_accounting's arithmetic breaks down (measured with dp-accounting 0.6.0, RDP, 10
-#: rounds): below about 1e-150 the RDP of a round overflows, so epsilon comes out inf, as
-#: a ZeroDivisionError, or (Poisson or fixed-size sampling) as a false epsilon of 0;
-#: from about 3e8 fixed-size sampling fails ("math domain error"), and above 1e154 every
-#: accountant overflows. The floor keeps a wide margin: at z = 1e-6 epsilon already
-#: exceeds 1e11 for a single release (no guarantee at all). The ceiling is as high as
-#: the accountant allows, because an extrapolation to a larger population multiplies z
-#: by N'/N; at 1e8 the noise, z x sensitivity, swamps any update yet stays finite in float32.
+#: The range of a private noise multiplier z (relative to the sensitivity): outside it
+#: dp_accounting's arithmetic breaks down (measured; docs/PRIVACY.md, "The guarantee").
 MIN_NOISE_MULTIPLIER = 1e-6
 MAX_NOISE_MULTIPLIER = 1e8
 

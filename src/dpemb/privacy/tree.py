@@ -1,34 +1,20 @@
 """Online binary-tree noise for prefix sums (DP-FTRL; Kairouz et al. 2021).
 
-Round t's clipped sum x_t is a leaf of a binary tree over rounds. Every tree node
-(a dyadic block of rounds) gets its own independent Gaussian noise of std
-sigma = z x sensitivity the moment its block is complete; the noisy prefix sum
-x_1 + ... + x_t is assembled from the O(log t) complete nodes that tile [1, t]
-(the binary digits of t). Two estimators of the same released node values:
+Every complete node (a dyadic block of rounds) gets independent noise of std z x sensitivity
+when its block completes; the noisy prefix sum of rounds 1..t is assembled from the O(log t)
+complete nodes tiling [1, t], plainly or with Honaker's efficient estimator (lower variance,
+same privacy: post-processing). Estimators, restarts and accounting: docs/PRIVACY.md,
+"Tree aggregation".
 
-- plain: the prefix sum uses each tiling node's own noisy value; its noise variance
-  is sigma^2 x popcount(t).
-- efficient (Honaker 2015, as in Kairouz et al. 2021): a complete node's estimate is
-  the inverse-variance weighted mean of its own noisy value and the sum of its two
-  children's estimates; variance v_0 = sigma^2, v_{h+1} = 1 / (1/sigma^2 + 1/(2 v_h))
-  for a node of 2^h rounds. Lower variance, same privacy (post-processing).
+As a ``NoiseMechanism`` (``dpemb.privacy.noise``), ``release`` returns round t's noised SUM,
+the difference of consecutive noisy prefix sums. Privacy: only complete nodes' noisy sums are
+released, and a user moves each leaf it takes part in by at most the sensitivity; the worst case
+over its participations is ``dpemb.privacy.tree_accounting``'s S. With ``restart_every`` = R the
+tree restarts every epoch, carrying the finished tree's noisy total, and each epoch's tree is
+accounted separately.
 
-As a ``NoiseMechanism`` (``dpemb.privacy.noise``), ``release`` returns round t's noised
-SUM: the noisy prefix sum of rounds 1..t minus that of rounds 1..t-1 (the previous one
-is kept here), so the training loop gets a noised sum whichever mechanism runs.
-
-Privacy: the released values are the noisy node sums of complete nodes; a user's
-effect is bounded by the sensitivity on every leaf it takes part in. The accounting
-(``dpemb.privacy.tree_accounting`` / ``accounting``) counts, for the worst-case
-placement of one user's participations, the sum over nodes of the squared number
-of participations under the node. With ``restart_every`` = R the tree restarts
-after every R rounds (one epoch) and the noisy total of a finished tree is carried
-over, so the output is still the noisy sum of ALL rounds so far; then each epoch's
-tree is accounted separately.
-
-The state holds the un-noised running sum of the current tree, the tree noise and the
-previous noisy prefix sum:
-a checkpoint of it is as sensitive as the raw data and must be protected as such.
+The state holds the un-noised running sum of the current tree: a checkpoint of it is as
+sensitive as the raw data and must be protected as such.
 """
 
 from __future__ import annotations
@@ -52,15 +38,10 @@ def node_variances(levels: int, efficient: bool) -> list[float]:
 class TreeAggregationNoise(CorrelatedNoise):
     """Noisy prefix sums of clipped per-round sums via online tree aggregation.
 
-    Feed round t's ``ClippedSum`` to ``noisy_prefix_sum`` and get the noisy sum of
-    rounds 1..t; the update of round t is the difference of consecutive outputs, which
-    ``release`` returns (call one or the other for a run, not both).
-    The noise multiplier z is relative to the clipped sum's sensitivity (which must
-    stay the same every round). z <= 0, NaN or inf is an error unless
-    ``allow_nonprivate`` (then z must be 0 and the exact prefix sums come out).
-    ``secure`` draws every node's noise with the floating-point-hardened sampler of
-    ``dpemb.privacy.noise.standard_normal`` (re-seeded from the OS on every draw); it
-    cannot be combined with a seed.
+    ``noisy_prefix_sum`` takes round t's ``ClippedSum`` and returns the noisy sum of rounds 1..t;
+    ``release`` returns their difference (call one or the other for a run, not both). z is relative
+    to the clipped sum's sensitivity, which must stay the same every round. Refusals, seeding and
+    ``secure`` are those of ``dpemb.privacy.noise`` (non-private: the exact prefix sums).
     """
 
     def __init__(

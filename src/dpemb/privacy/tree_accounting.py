@@ -1,32 +1,16 @@
 """How much one user can weigh on a tree of noisy node sums (DP-FTRL accounting).
 
-With tree aggregation every complete node (a dyadic block of rounds) is released
-with Gaussian noise of std z x sensitivity. If one user takes part in rounds
-t_1, t_2, ..., its effect on a node is at most (number of its rounds under the node)
-x sensitivity, so the whole release is a Gaussian mechanism with L2 sensitivity
-sqrt(S) x sensitivity, where
+The release of all complete nodes' noisy sums is a Gaussian mechanism with L2 sensitivity
+sqrt(S) x sensitivity, S = max over the user's participation patterns of the sum over complete
+nodes of (participations under the node)^2: rho-zCDP with rho = S / (2 z^2), or a Gaussian
+mechanism with multiplier z / sqrt(S) (Kairouz et al. 2021; Xu et al. 2022). Derivation and the
+dynamic programme: docs/PRIVACY.md, "Tree aggregation" ("Accounting").
 
-    S = max over the user's possible participation patterns of
-        sum over complete nodes of (participations under the node)^2,
-
-giving rho-zCDP with rho = S / (2 z^2) (Kairouz et al. 2021; Xu et al. 2022), or
-equivalently a Gaussian mechanism with noise multiplier z / sqrt(S).
-
-Participation pattern assumed here (``epoch`` sampling): rounds are grouped into
-epochs of R consecutive rounds and a user takes part in at most one round per
-epoch, anywhere inside it. S is computed by dynamic programming over the tree:
-for a node, best[k] = k^2 + max over k_left + k_right = k of best_left + best_right,
-with k at most the number of epochs the node's rounds touch, and at the top the
-complete nodes tiling rounds 1..t are combined with k at most the number of epochs
-touched by rounds 1..t. Letting a node's count be bounded only by the epochs it
-touches (not which ones) can only overcount, so S is an upper bound on the true
-maximum (it matches brute force on all small cases tested) and the resulting
-epsilon is valid.
-
-With restarts (the tree is rebuilt every R rounds, one tree per epoch) a user sits
-in one leaf per tree, so S = sum over trees of ceil(log2(rounds in tree + 1)), the
-number of complete nodes above a leaf; this equals dp_accounting's
-``SingleEpochTreeAggregationDpEvent`` RDP.
+Assumed participation (``epoch`` sampling): at most one round per epoch of R rounds, anywhere in
+it. S bounds a node's count only by the epochs it touches, so it can only overcount: it is an
+upper bound (equal to brute force on every small case tested) and the epsilon is valid. With
+restarts S = sum over trees of ceil(log2(rounds in tree + 1)), dp_accounting's
+``SingleEpochTreeAggregationDpEvent``.
 """
 
 from __future__ import annotations
