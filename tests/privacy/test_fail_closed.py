@@ -139,7 +139,8 @@ def test_an_rdp_epsilon_at_the_accountants_floor_says_why_it_does_not_fall():
     import math
 
     from dpemb.privacy.events import RDP_ORDERS
-    from dpemb.privacy.statements import describe_epsilon, rdp_floor
+    from dpemb.privacy.events import rdp_floor_epsilon as rdp_floor
+    from dpemb.privacy.statements import describe_epsilon
 
     a = max(RDP_ORDERS)
     assert rdp_floor(1e-7) == pytest.approx(math.log1p(-1 / a) - (math.log(1e-7) + math.log(a)) / (a - 1), rel=1e-9)

@@ -39,20 +39,14 @@ def describe_epsilon(
     if name is None:
         raise ValueError(f"unknown accountant {accountant!r}; use one of {', '.join(ACCOUNTANT_NAMES)}")
     rel = describe_relation(parse_relation(relation), unit)
-    floor = rdp_floor(delta) if accountant == "rdp" else 0.0
+    from dpemb.privacy.events import rdp_floor_epsilon
+
+    floor = rdp_floor_epsilon(delta) if accountant == "rdp" else 0.0
     note = (f"; the RDP accountant's floor at this delta (its largest order): it cannot state less, so a "
             f"larger population with a smaller delta can read higher; PLD is tighter here"
             if epsilon <= 1.1 * floor else "")
     sched = f"; {schedule}" if schedule else ""
     return f"epsilon = {format_epsilon(epsilon)} ({name}, delta = {delta:.3g}, {unit}-level, {rel}{sched}{note})"
-
-
-def rdp_floor(delta: float) -> float:
-    """The smallest epsilon the RDP accountant can state at ``delta``: its conversion
-    with every Renyi divergence 0, reached at the largest order."""
-    from dpemb.privacy.events import rdp_floor_epsilon
-
-    return rdp_floor_epsilon(delta)
 
 
 def describe_schedule(spec: PrivacySpec) -> str | None:
