@@ -1,12 +1,8 @@
 """The backbone base class and small building blocks shared by the architectures.
 
-Convention (see ``dpemb.data.tensors``): every backbone takes float32
-``(N, C, H, W)`` in [0, 1] with ``C`` equal to its ``in_channels`` (1 or 3) and does
-its own input normalisation. ``forward_features`` returns pooled features
-``(N, feature_dim)``; ``forward`` applies the final embedding layer
-(``Linear(feature_dim, embedding_dim)``, named ``embedding``) and returns the raw,
-un-normalised embedding used for training with a head. Embeddings are
-L2-normalised at inference only (``dpemb.models.embed``).
+Every backbone takes float32 ``(N, C, H, W)`` in [0, 1] and does its own input
+normalisation; ``forward`` returns the raw embedding, L2-normalised at inference only
+(``dpemb.models.embed``). The whole convention: docs/MODELS.md, "Input and output".
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Which parameters train, and BatchNorm statistics that stay frozen.
-
-Fewer trained (hence noised) parameters improve the signal-to-noise ratio of private
-training: "norm-only" trains only the normalisation layers' affine parameters and the
-final embedding layer of a (typically publicly pretrained) backbone; "features" trains
-everything but the final embedding layer (in LeNet that layer holds 97% of the parameters,
-so the noise covers 3,424 of 103,904).
+"""Which parameters train, and BatchNorm statistics that stay frozen (the trainable sets
+and why fewer noised parameters help: docs/MODELS.md, "Which parameters train").
 """
 
 from __future__ import annotations
