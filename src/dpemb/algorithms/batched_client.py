@@ -57,12 +57,8 @@ from dpemb.models.trainable import batchnorm_stats_frozen
 
 @dataclass
 class ClientInput:
-    """What ``ClientTrainer.update`` takes for one client (besides the start).
-
-    ``images`` uint8 (n, C, H, W) and ``labels`` int64 (n,): rows that include this
-    client's (its own rows, or the whole split); ``example_idx`` indexes this client's
-    examples in them; ``rng`` shuffles its data and ``generator`` (CPU) draws its fresh
-    head, both this client's alone (``dpemb.privacy.client_keys``)."""
+    """What ``ClientTrainer.update`` takes for one client besides the start (the fields'
+    meanings: there; ``rng`` and ``generator`` are this client's alone)."""
 
     images: torch.Tensor
     labels: torch.Tensor
@@ -72,12 +68,8 @@ class ClientInput:
 
 
 def batched_unsupported_reason(model: nn.Module) -> str | None:
-    """Why ``model`` cannot train several clients in one vectorised call, or None.
-
-    Unsupported: a BatchNorm layer whose statistics are not frozen (in train mode it
-    mixes a batch's examples, so padding would change it, and it updates its running
-    statistics in place, which ``vmap`` cannot batch), and an InstanceNorm layer that
-    tracks running statistics (in-place updates)."""
+    """Why ``model`` cannot train several clients in one vectorised call (a BatchNorm layer
+    with live statistics, an InstanceNorm layer tracking running statistics), or None."""
     if not batchnorm_stats_frozen(model):
         return ("its BatchNorm statistics are not frozen: in train mode BatchNorm mixes the examples of "
                 "a batch and updates its running statistics in place, which vmap cannot batch across "
@@ -113,11 +105,9 @@ class _Prepared:
 class BatchedClientTrainer:
     """Runs up to ``max_batch_clients`` client updates at once (see the module doc).
 
-    Same arguments as ``ClientTrainer`` plus ``max_batch_clients`` (B >= 1): every step
-    computes B slots, however few clients a group has, so a client's update does not
-    depend on its companions (bit for bit); the stacked state takes about
-    B x (parameters + head) x (2 with momentum, + gradients) memory, plus the B
-    clients' images (uint8) on the device."""
+    Same arguments as ``ClientTrainer`` plus ``max_batch_clients`` (B >= 1, every step's
+    slots); the stacked state takes about B x (parameters + head) x (2 with momentum,
+    + gradients) memory, plus the B clients' images (uint8) on the device."""
 
     def __init__(self, backbone: Backbone, num_classes: int, cfg: FederatedConfig,
                  max_batch_clients: int, performance: LocalPerformance | None = None,

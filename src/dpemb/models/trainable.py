@@ -15,12 +15,10 @@ _FROZEN_FLAG = "_dpemb_bn_stats_frozen"
 def set_trainable(model: Backbone, which: str) -> list[nn.Parameter]:
     """Set ``requires_grad`` on every parameter and return the trainable ones.
 
-    ``"all"``: every parameter trains. ``"norm-only"``: convolution and linear weights
-    are frozen; the affine parameters of normalisation layers (GroupNorm, BatchNorm,
-    LayerNorm) and the final embedding layer (``model.embedding``) train. ``"features"``:
-    the final embedding layer is frozen and every other parameter trains. The returned
-    list follows ``model.parameters()`` order, so it is stable across calls and models
-    of the same architecture.
+    ``which``: "all", "norm-only" (GroupNorm, BatchNorm and LayerNorm affine parameters and
+    ``model.embedding``) or "features" (all but ``model.embedding``); docs/MODELS.md, "Which
+    parameters train". The returned list follows ``model.parameters()`` order, so it is
+    stable across calls and models of the same architecture.
     """
     if which not in TRAINABLE_CHOICES:
         raise ValueError(f"unknown trainable set {which!r}; choose one of {', '.join(TRAINABLE_CHOICES)}")
