@@ -6,22 +6,19 @@ short functions, in ``experiments/studies/NAME.py``), run and rendered here.
     .venv/bin/python experiments/harness.py long --render-only # rewrite the pages from the export
 
 Runner: every run goes through ``dpemb.training.runner.train`` (the path of ``dpemb
-train``) into ``<work>/runs/<key>``, ``key`` a hash of its ``TrainConfig.to_dict()``
-where it differs from the defaults (``config_key``), so a configuration two studies share
+train``) into ``<work>/runs/<key>`` (``config_key``), so a configuration two studies share
 runs once. A run whose key is in the export, or whose ``report.json`` exists, is not run
-again; the others go to a process pool
-(a run that starts from another run of the plan waits for it). Each finished run appends
-ONE public row to the study's committed export ``docs/data/NAME.jsonl`` (``public_row``:
-the key, the settings that differ from ``TrainConfig()``'s, the held-out metrics of
-report.json and its privacy statements; never a private diagnostic: no loss, no norm, no
-time). A study's ``plan(rows)`` may grow as rows arrive (``choose_then_test``: the test
-seeds of what the validation runs chose), so the runner plans again until nothing is left.
+again; the others go to a process pool (a run that starts from another run of the plan
+waits for it). Each finished run appends ONE public row (``public_row``; its fields and
+what it never holds: docs/PRIVACY.md, "Experiment exports") to ``docs/data/NAME.jsonl``.
+A study's ``plan(rows)`` may grow as rows arrive (``choose_then_test``: the test seeds of
+what the validation runs chose), so the runner plans again until nothing is left.
 
 Renderer: tables of mean ± std [n] grouped by settings (``stats``, ``table``), bar plots
 (``bar_plot``), and the marked sections ``<!-- BEGIN name -->`` ... ``<!-- END name -->``
-of the study's pages (``replace_section``); text outside the markers (the findings, written
-by hand) is never touched. Paths in a study's configs (the dataset, an init run) are
-relative to the work folder, so keys do not depend on where it is.
+of the study's pages (``replace_section``); text outside the markers is never touched.
+Paths in a study's configs (the dataset, an init run) are relative to the work folder, so
+keys do not depend on where it is.
 """
 
 from __future__ import annotations

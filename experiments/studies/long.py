@@ -1,9 +1,6 @@
-"""Issue #11 goal 2 with both sides trained longer (docs/RESULTS_LONG.md): DP-FedEmb
-(ArcFace, K = 16, M = 8, clip 0.3) at 1200 rounds at 10M users / ε 0.5 and 1M users / ε 1
-(ε calibrated for the run extrapolated to N' users) against centralized ArcFace at 64000
-steps, 3 seeds each, from the same public start; the no-noise run; the reference at twice
-its steps; and K = 32 users per virtual client, chosen (or not) per cell on the validation
-split at 600 rounds, its test seeds run once chosen.
+"""Issue #11 goal 2 with both sides trained longer: DP-FedEmb at 1200 rounds against
+centralized ArcFace at 64000 steps (the protocol, budgets and K = 32's choice on
+validation: docs/RESULTS_LONG.md).
 
     .venv/bin/python experiments/harness.py long --jobs 2   # about 11 process-hours on CPU
 

@@ -1,15 +1,7 @@
 """Issue #11 goal 3, the moonshot (docs/RESULTS_MOONSHOT.md): DP-FedEmb at 100k users and
-ε 2, one lever at a time against RESULTS_SCALE.md part 6's run, chosen on validation.
-
-Stage 1 scores each lever (one change against the baseline: ArcFace, K = 16, M = 8,
-clip 0.3, 600 rounds) on the validation split (seed 0, ε calibrated for the run's K and
-rounds, δ = 1/N', RDP); greedy stages then stack one more change at a time on the best
-(``stages``). The last incumbent gets test seeds under the paper's terms and under goal
-3's own (``GOAL_TERMS``: δ 1e-6, PLD), and a run without noise. Probes on validation add
-public negatives (``probes``); the probe that beats the final choice on validation gets
-test seeds under goal 3's terms, and so does the follow-up (twice its rounds), whose test
-seeds count only if validation chooses it. Data, public start, knobs and reference are
-the study ``long``'s (the reference's runs are shared with it).
+ε 2, one lever at a time against RESULTS_SCALE.md part 6's run, chosen on validation
+(the levers, ``stages``, ``GOAL_TERMS``, ``probes`` and the follow-up: the page's
+"Protocol"). Data, public start, knobs and reference are the study ``long``'s.
 
     .venv/bin/python experiments/harness.py moonshot --jobs 2   # about 6.5 process-hours on CPU
 """

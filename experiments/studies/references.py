@@ -1,13 +1,9 @@
 """The handwriting-like benchmark's centralized reference, trained to its plateau
 (docs/RESULTS.md, "The handwriting-like benchmark").
 
-Non-private centralized softmax training on the private training users of the
-handwriting-like glyph data (the data of the `hand-*` recipes), from scratch (the better
-start there: RESULTS_FEDEMB.md, 0.338 from scratch against 0.263 from the public start,
-both at 1000 steps), batch 128, lr 0.05, momentum 0.9, cosine to the budget. The budget is
-chosen on the VALIDATION split (seed 0 at 1000 to 16000 steps, the best one; a tie keeps
-the shorter), then 3 seeds of it run on the test split. The validation scores by budget
-are the reference's curve.
+Non-private centralized softmax from scratch on the private training users of the
+`hand-*` recipes' data; the budget chosen on the VALIDATION split (seed 0 at 1000 to 16000
+steps; a tie keeps the shorter), then 3 seeds of it on test (the protocol: that section).
 
     .venv/bin/python experiments/harness.py references --jobs 2
 """

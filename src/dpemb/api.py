@@ -1,10 +1,8 @@
 """dpemb's Python API: train, load, embed, evaluate and export, with the CLI's defaults.
 
-Everything here is the path the CLI takes (``dpemb train`` builds the same
-``TrainConfig`` and calls the same ``train``), so a run from Python and a run from the
-command line with the same settings are the same run: the same defaults, the same
-hardened noise sampler (unless a ``noise_seed`` is given), the same checks, the same
-run directory (config.json, report.json, the model artifact, private/). See docs/API.md.
+Everything here is the path the CLI takes, so a run from Python and a run from the command
+line with the same settings are the same run: defaults, hardened noise sampler (unless a
+``noise_seed`` is given), checks and run directory (docs/API.md).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Atomic writes: a file is either its old version or its complete new one.
 
-Permissions: a released output (report, metrics, plots, model artifact, features)
-gets the usual ``0o666 & ~umask``, like any file the user's shell would create, so
-colleagues can read it where the umask allows. A ``private=True`` file (training
-checkpoints: noise generator, sampler, tree and optimizer state) stays ``0o600``,
-as ``mkstemp`` creates it.
+Permissions (docs/PRIVACY.md, "What is released, what is private"): a released output gets
+the usual ``0o666 & ~umask``; a ``private=True`` file (training checkpoints: noise
+generator, sampler, tree and optimizer state) stays ``0o600``, as ``mkstemp`` creates it.
 """
 
 from __future__ import annotations

@@ -1,65 +1,30 @@
 """Several virtual clients' local training at once: one vectorised call per local step.
 
-``ClientTrainer.update`` trains one client at a time; with a small backbone each step
-is a few small kernels and an accelerator sits idle. ``BatchedClientTrainer`` runs
-up to ``max_batch_clients`` clients together: their trainable parameters (and fresh
-heads) are stacked along a leading client dimension, and every local step computes
-all their gradients in ONE call, ``torch.func.vmap`` over
-``torch.func.grad(functional_call(model, params_i, x_i) -> loss_i)``; the SGD (with
-momentum) update is applied by hand to the stacked tensors with
-``torch.optim.SGD``'s rule (dampening 0, no Nesterov, no weight decay; the momentum
-buffer starts as the first gradient).
+``BatchedClientTrainer`` stacks up to ``max_batch_clients`` clients' trainable parameters
+(and fresh heads) along a leading client dimension and computes all their gradients in ONE
+``torch.func.vmap`` over ``torch.func.grad(functional_call(model, params_i, x_i) -> loss_i)``;
+the SGD (with momentum) update is ``torch.optim.SGD``'s rule applied by hand (dampening 0,
+no Nesterov, no weight decay; the momentum buffer starts as the first gradient). Padding,
+grouping, supported models and cost: docs/SCALE.md, "Several clients at once on an
+accelerator".
 
-Every client's result equals ``ClientTrainer.update`` on its own, to float rounding
-(vectorised kernels sum in another order): the same batches (``client_batches`` with
-the client's own ``rng``), the same fresh head (``init_head_`` with its own
-``generator``, imprinted the same way under a margin loss), the same loss and step
-schedule (``stepped_at``).
+Every client's result equals ``ClientTrainer.update`` on its own, to float rounding: the
+same batches, fresh head, loss and step schedule (``stepped_at``), drawn with the client's
+own ``rng`` and ``generator``.
 
 Independence (the guarantee ``dpemb.privacy`` relies on: adding or removing one user
-changes one virtual client's computation only). With one trainer (one
-``max_batch_clients``), a client's update is BIT-IDENTICAL whichever other clients
-share its group and in whatever order they come; it is not merely close, and no
-clipping margin is needed. It is a function of the start, the client's data and its
-key alone (``dpemb.privacy.client_keys``), because every tensor a step computes on
-has a shape fixed by public configuration, never by the clients:
+changes one virtual client's computation only). With one ``max_batch_clients``, a client's
+update is BIT-IDENTICAL whichever clients share its group and in whatever order: a function
+of the start, its data and its key alone (``dpemb.privacy.client_keys``). Invariants that
+keep it so: every tensor a step computes on has a PUBLIC shape (``max_batch_clients`` slots
+x ``local_batch_size`` examples x all head rows, never the clients'), a slot holds only its
+own client's state and data, no kernel reduces over the client dimension, and a finished
+client or an empty slot keeps its parameters, head and momentum bit for bit.
 
-- a group always has ``max_batch_clients`` slots (those past the group's clients are
-  empty), every step's batch is ``local_batch_size`` examples wide (a short batch is
-  padded with copies of the client's own first example at weight 0: a client's loss
-  is the sum over its real examples divided by their number, ``torch``'s mean over
-  that client's batch), and
-  a fresh head has ``num_classes`` rows (plus the public negatives'): a "local" head
-  (classes present in the client only) is padded with zero rows whose logits are set
-  to -inf, so they add nothing to the softmax and get no gradient;
-- every slot runs every step of the group; a client whose steps are done, and an
-  empty slot, keeps its parameters, head and momentum bit for bit (``torch.where``),
-  so the group's longest client changes only how long the others sit still;
-- a slot holds only its own client's parameters, head, images, labels and padding.
-
-Clients are sorted by number of steps (longest first, stable) before they are cut
-into groups of ``max_batch_clients``, which only saves the idle steps; a client's
-slot therefore depends on the others. What the exact independence rests on is that
-the vectorised kernels compute each slot from that slot's inputs alone, the same way
-in every slot (no reduction over the client dimension, the same rounding in every
-slot); with the shapes fixed, their choice of algorithm and blocking cannot follow
-the group. ``tests/algorithms/test_client_independence.py`` checks it bit for bit
-(D against D plus one user, with the user in the first and in the last group) for
-LeNet and ResNet-GN on the CPU, and ``tests/algorithms/test_batched_client.py`` puts
-one client in every slot. The price is the idle work (finished clients, empty
-slots, short batches and head rows are computed along): see
-``bench/bench_batched_clients.py``.
-
-Supported models: anything whose examples do not interact inside a batch and whose
-forward pass writes no buffers: LeNet, ResNet-GN, MobileNetV2-GN, and BatchNorm models
-whose statistics are frozen (``dpemb.models.freeze_batchnorm_stats``, which private
-training requires anyway). A BatchNorm layer in train mode mixes the examples of a
-batch (padding would change the statistics) and updates its running statistics in
-place, which ``vmap`` cannot batch: the constructor raises ``ValueError`` for it
-(``batched_unsupported_reason`` says why; use ``ClientTrainer``).
-
-``LocalPerformance.bf16`` runs the forward pass and loss under bfloat16 autocast, as
-in ``ClientTrainer``.
+The constructor refuses (``ValueError``, ``batched_unsupported_reason``'s reason) a model
+whose examples interact inside a batch or whose forward pass writes buffers: BatchNorm with
+live statistics. ``LocalPerformance.bf16`` runs the forward pass and loss under bfloat16
+autocast, as in ``ClientTrainer``.
 """
 
 from __future__ import annotations
@@ -92,12 +57,8 @@ from dpemb.models.trainable import batchnorm_stats_frozen
 
 @dataclass
 class ClientInput:
-    """What ``ClientTrainer.update`` takes for one client (besides the start).
-
-    ``images`` uint8 (n, C, H, W) and ``labels`` int64 (n,): rows that include this
-    client's (its own rows, or the whole split); ``example_idx`` indexes this client's
-    examples in them; ``rng`` shuffles its data and ``generator`` (CPU) draws its fresh
-    head, both this client's alone (``dpemb.privacy.client_keys``)."""
+    """What ``ClientTrainer.update`` takes for one client besides the start (the fields'
+    meanings: there; ``rng`` and ``generator`` are this client's alone)."""
 
     images: torch.Tensor
     labels: torch.Tensor
@@ -107,12 +68,8 @@ class ClientInput:
 
 
 def batched_unsupported_reason(model: nn.Module) -> str | None:
-    """Why ``model`` cannot train several clients in one vectorised call, or None.
-
-    Unsupported: a BatchNorm layer whose statistics are not frozen (in train mode it
-    mixes a batch's examples, so padding would change it, and it updates its running
-    statistics in place, which ``vmap`` cannot batch), and an InstanceNorm layer that
-    tracks running statistics (in-place updates)."""
+    """Why ``model`` cannot train several clients in one vectorised call (a BatchNorm layer
+    with live statistics, an InstanceNorm layer tracking running statistics), or None."""
     if not batchnorm_stats_frozen(model):
         return ("its BatchNorm statistics are not frozen: in train mode BatchNorm mixes the examples of "
                 "a batch and updates its running statistics in place, which vmap cannot batch across "
@@ -148,11 +105,9 @@ class _Prepared:
 class BatchedClientTrainer:
     """Runs up to ``max_batch_clients`` client updates at once (see the module doc).
 
-    Same arguments as ``ClientTrainer`` plus ``max_batch_clients`` (B >= 1): every step
-    computes B slots, however few clients a group has, so a client's update does not
-    depend on its companions (bit for bit); the stacked state takes about
-    B x (parameters + head) x (2 with momentum, + gradients) memory, plus the B
-    clients' images (uint8) on the device."""
+    Same arguments as ``ClientTrainer`` plus ``max_batch_clients`` (B >= 1, every step's
+    slots); the stacked state takes about B x (parameters + head) x (2 with momentum,
+    + gradients) memory, plus the B clients' images (uint8) on the device."""
 
     def __init__(self, backbone: Backbone, num_classes: int, cfg: FederatedConfig,
                  max_batch_clients: int, performance: LocalPerformance | None = None,

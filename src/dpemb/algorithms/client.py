@@ -1,23 +1,14 @@
 """The client update: what one virtual client computes from the current model.
 
-DP-FedEmb (Xu et al. 2022): starting from the server backbone, build a FRESH head
-(no bias; zero-initialised by default, Glorot-uniform as in the reference on request:
-docs/RESULTS_FEDEMB.md measured the Glorot head collapsing the backbone) over all
-training identities or only those present in the client's data, train backbone and
-head jointly with two SGD optimizers (head lr = client lr x head_lr_scale),
-optionally head-only for the first R steps and backbone-only after; return the
-BACKBONE delta only. The head is discarded.
-
-DP-FedAvg: the model is backbone + global head; both are trained with the client lr
-and the delta covers both.
-
-The loss on the head is ``cfg.loss`` (``dpemb.models.margin``): softmax cross-entropy
-(the default), CosFace or ArcFace. A cosine head has no direction when zero, so with a
-margin loss ``head_init="zeros"`` means an imprinted fresh head: each row starts at
-the normalised mean embedding of its class in the client's training examples (one
-extra forward pass, no gradient); rows of absent classes stay zero and inert. With
-public negatives (``dpemb.algorithms.public_negatives``) one row per public identity
-follows the client's own rows.
+DP-FedEmb (Xu et al. 2022): starting from the server backbone, build a FRESH head (no
+bias) over all training identities or only those present in the client's data, train
+backbone and head jointly with two SGD optimizers (head lr = client lr x head_lr_scale),
+optionally head-only for the first R steps and backbone-only after; return the BACKBONE
+delta only. The head is discarded. DP-FedAvg: the model is backbone + global head; both
+are trained with the client lr and the delta covers both. The head's initialisation and
+loss (``cfg.loss``; imprinted under a margin loss): docs/MODELS.md, "Head" and "Loss on
+the head". With public negatives (``dpemb.algorithms.public_negatives``) one row per
+public identity follows the client's own rows.
 
 Nothing here clips or adds noise: the delta goes to ``dpemb.privacy`` unchanged.
 Expensive objects (the working copy of the model, the head) are built once and

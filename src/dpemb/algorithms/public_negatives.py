@@ -1,13 +1,7 @@
 """Public negatives: fixed extra rows of DP-FedEmb's fresh local head, one per identity of
-a PUBLIC dataset, so that a small virtual client still has identities to contrast with.
-
-A virtual client of K users trains a fresh head over the identities of its own users
-only (the rows of absent training identities stay zero and inert under a cosine loss).
-With small K that head has little to contrast, and smaller K is exactly what lowers the
-noise on the average at a given epsilon (it is proportional to K / N' in the
-amplification regime). ``PublicNegatives`` appends to every client's head one row per
-public identity: the normalised mean embedding of its public images under the round's
-start model (``dpemb.models.margin.imprint_``, the imprinting the private rows get). The
+a PUBLIC dataset, so that a small virtual client still has identities to contrast with
+(why small clients need them: docs/MODELS.md, "Head"). Each row is the normalised mean
+embedding of its public images under the round's start model (``margin.imprint_``); the
 rows train locally with the rest of the head and are discarded with it.
 
 Privacy: the rows are a function of the start model (the released, noised server model)

@@ -4,8 +4,7 @@
     deltas --reduce: privacy.clipping.ClipAndSum--> clipped sum + its sensitivity
     clipped sum --privacy.noise (Gaussian or tree)--> noised sum
     noised sum / expected clients (PUBLIC constant) --server optimizer--> new model
-      (SGD + momentum or FedAdam, with a round-indexed lr schedule: dpemb.algorithms.server;
-      post-processing of the noised sum, so no change to the privacy guarantee)
+      (dpemb.algorithms.server: post-processing, no change to the privacy guarantee)
 
 ``map_clients`` (training, reading each client's rows through ``ClientData``) and
 ``accumulate_clients`` (clipping into a ``ClipAndSum``) are separate from

@@ -1,39 +1,21 @@
 """The server optimizer and its learning-rate schedule.
 
 The server treats ``noised sum / expected clients`` as a pseudo-gradient (each client's
-delta is ``start - end``, so the average delta points downhill like a gradient) and
-hands it to one of:
-
-* ``sgd``: SGD with momentum ``server_momentum`` (the default; DP-FedAvg / DP-FedEmb).
-* ``adam``: FedAdam (Reddi et al. 2021, "Adaptive Federated Optimization"): Adam on the
-  pseudo-gradient with betas ``(server_adam_beta1, server_adam_beta2)`` = (0.9, 0.99) and
-  epsilon ``server_adam_eps`` (the paper's tau) = 1e-3 by default. Adam's bias correction
-  is applied, as in the TFF and optax implementations of FedAdam (the paper's Algorithm 2
-  omits it; it only rescales the first rounds):
-
-      m_t = b1 m_{t-1} + (1 - b1) g_t          v_t = b2 v_{t-1} + (1 - b2) g_t^2
-      x_t = x_{t-1} - lr_t (m_t / (1 - b1^t)) / (sqrt(v_t / (1 - b2^t)) + eps)
-
-The learning rate of round ``r`` (0-based: the number of rounds already applied) is
-``server_lr_at(cfg, r, R)`` for the PLANNED number of rounds R (a public constant):
-
-* optional linear warmup over the first W = ``server_lr_warmup`` rounds:
-  ``lr (r + 1) / (W + 1)`` for ``r < W`` (lr/(W+1), 2 lr/(W+1), ..., never 0, then lr);
-* then ``constant``: ``lr``; or ``cosine``: ``lr (1 + cos(pi (r - W) / (R - W))) / 2``,
-  which starts at ``lr`` and decays to 0 at the end of training (it would be 0 at
-  round R, after the last update, so no round is spent with a zero learning rate).
+delta is ``start - end``, so the average delta points downhill like a gradient) and hands
+it to ``sgd`` (SGD with momentum ``server_momentum``, the default) or ``adam`` (FedAdam:
+``torch.optim.Adam``, bias correction included). Round ``r``'s learning rate (0-based) is
+``server_lr_at(cfg, r, R)`` for the PLANNED number of rounds R (a public constant). The
+formulas, and how FedAdam here compares with the paper: docs/DEFAULTS.md, "Server
+optimizer and schedule".
 
 PRIVACY: all of this is post-processing of the privatised (clipped and noised) sum.
 The optimizer state is a function of released quantities only, and the schedule depends
 only on the round number and the planned number of rounds; neither changes the
 (epsilon, delta) guarantee, which depends only on ``dpemb.privacy.PrivacySpec``.
 
-DP-FTRL-FedEmb supports ``sgd`` only: its model is a linear function of the tree's
-noisy PREFIX sums (with constant lr and no momentum, ``x_t = x_0 - lr/M * prefix_t``),
-which is what keeps the noise on the model at the tree's O(log T) level. Momentum and a
-monotone (or warmup-then-monotone) lr schedule keep it linear with bounded total weight,
-but Adam's per-coordinate normalisation of the prefix-sum DIFFERENCES (each noisier
-than a Gaussian-mechanism round) breaks that telescoping, so ``FederatedConfig`` refuses it.
+DP-FTRL-FedEmb supports ``sgd`` only (``FederatedConfig`` refuses ``adam``): Adam would
+break its model's linearity in the tree's noisy prefix sums (docs/PRIVACY.md, "Tree
+aggregation (DP-FTRL)").
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """dpemb.models: backbones, embedding layer, classification head and its loss (softmax,
-CosFace, ArcFace), pretrained weights, and which parameters train.
-
-Every model takes float32 ``(N, C, H, W)`` in [0, 1] (C = 1 or 3) and normalises its
-own input. See docs/MODELS.md.
+CosFace, ArcFace), pretrained weights, and which parameters train. See docs/MODELS.md.
 
 Imports are lazy (PEP 562): ``from dpemb.models import BACKBONES`` does not load
 torch, so the command line starts quickly.

@@ -1,12 +1,5 @@
-"""The backbone base class and small building blocks shared by the architectures.
-
-Convention (see ``dpemb.data.tensors``): every backbone takes float32
-``(N, C, H, W)`` in [0, 1] with ``C`` equal to its ``in_channels`` (1 or 3) and does
-its own input normalisation. ``forward_features`` returns pooled features
-``(N, feature_dim)``; ``forward`` applies the final embedding layer
-(``Linear(feature_dim, embedding_dim)``, named ``embedding``) and returns the raw,
-un-normalised embedding used for training with a head. Embeddings are
-L2-normalised at inference only (``dpemb.models.embed``).
+"""The backbone base class and small building blocks shared by the architectures (the
+input and output convention: docs/MODELS.md, "Input and output").
 """
 
 from __future__ import annotations
@@ -138,15 +131,9 @@ class StridedPointwiseConv2d(nn.Conv2d):
     strided pixels ``x[:, :, ::s, ::s]``: the same numbers (a 1x1 kernel without
     padding reads exactly those pixels), the same parameter (``weight`` of shape
     ``(cout, cin, 1, 1)``, so state dicts are unchanged), and no strided 1x1 convolution
-    ever reaches PyTorch's CPU backend.
-
-    Why: oneDNN's strided 1x1 backward_weights (its "rtus" path, up to at least v3.12,
-    the version in torch 2.13) writes past a per-thread workspace when the input is
-    channels-last and has fewer channels than the ISA's block (8 on AVX2, 16 on
-    AVX-512): heap corruption, a crash, a hang, or silently wrong weight gradients
-    (uxlfoundation/oneDNN#6035; the map is ``tools/onednn_conv_map.py``, the story
-    docs/SCALE.md). A grayscale batch makes every activation channels-last, and
-    ResNet-GN's first strided shortcut has 8 input channels at width 0.25.
+    ever reaches PyTorch's CPU backend. Why: oneDNN's strided 1x1 backward_weights
+    corrupts the heap on channels-last input with few channels (uxlfoundation/oneDNN#6035;
+    docs/SCALE.md, "oneDNN's strided 1x1 backward corrupts the heap").
     """
 
     def __init__(self, cin: int, cout: int, stride: int, *, bias: bool = False):

@@ -1,18 +1,10 @@
 """Portable copies of a backbone's inference path: ONNX and TorchScript.
 
-Both export :class:`Embedder`, which is exactly what ``dpemb embed`` computes on a batch:
-float32 ``(N, C, H, W)`` pixels in [0, 1] -> the backbone (its own input normalisation
-included) -> L2-normalised embeddings ``(N, embedding_dim)``. The batch axis is dynamic;
-channels and side are the backbone's. Exporting is post-processing of the released
-weights: the files carry the same privacy as the artifact they come from.
-
-- ONNX: ``torch.onnx.export`` with the TorchScript-based exporter (``dynamo=False``,
-  opset :data:`ONNX_OPSET`), which takes a second where the torch.export-based one
-  takes 10-45 s on these models. The traced graph has no input checks of its own;
-  onnxruntime refuses an input whose channels or side differ from the graph's.
-- TorchScript: ``torch.jit.script`` (not trace), so the backbone's input checks (shape,
-  dtype, channels, and LeNet's fixed side) are in the file and refuse bad input with the
-  same messages as the Python model.
+Both export :class:`Embedder`, exactly what ``dpemb embed`` computes on a batch: float32
+``(N, C, H, W)`` pixels in [0, 1] -> the backbone -> L2-normalised embeddings. Exporting is
+post-processing of the released weights: the files carry the same privacy as the artifact
+they come from. The exporters chosen (TorchScript-based ONNX, ``torch.jit.script``) and
+which input checks each file keeps: docs/MODELS.md, "Export: ONNX and TorchScript".
 """
 
 from __future__ import annotations

@@ -12,10 +12,8 @@ def make_head(embedding_dim: int, num_classes: int, *, generator: torch.Generato
               device: torch.device | str | None = None) -> nn.Linear:
     """A fresh ``Linear(embedding_dim, num_classes, bias=False)`` with Glorot-uniform weights.
 
-    Weights are drawn from U(-b, b) with b = sqrt(6 / (embedding_dim + num_classes)),
-    as in the reference (Keras ``glorot_uniform``). Pass ``generator`` for a
-    reproducible head (e.g. the fresh head each virtual client builds every round);
-    otherwise torch's global RNG is used.
+    As in the reference (Keras ``glorot_uniform``; docs/MODELS.md, "Head"). ``generator``
+    draws the weights (e.g. a virtual client's own); None: torch's global RNG.
     """
     if not isinstance(embedding_dim, int) or embedding_dim < 1:
         raise ValueError(f"embedding_dim must be a positive integer, got {embedding_dim!r}")

@@ -1,10 +1,6 @@
-"""``lenet``: the reference EMNIST model of DP-FedEmb.
-
-conv5x5(32) -> ReLU -> maxpool 2 -> conv5x5(64) -> ReLU -> maxpool 2 -> flatten ->
-dense(embedding_dim). Convolutions use 'same' padding, so a 28x28 input gives
-64 x 7 x 7 = 3,136 features. There are no normalisation layers, hence no
-cross-example interaction at all; "norm-only" training of this model trains the
-embedding layer alone.
+"""``lenet``: the reference EMNIST model of DP-FedEmb (its layers: docs/MODELS.md,
+"Backbones"). There are no normalisation layers, hence no cross-example interaction at
+all; "norm-only" training of this model trains the embedding layer alone.
 """
 
 from __future__ import annotations

@@ -1,43 +1,10 @@
 """The training loss on (embedding, head weight, label): softmax cross-entropy over
 linear logits, or a cosine-margin loss (CosFace, ArcFace).
 
-``softmax``: logits ``e @ W.T``, cross-entropy. Exactly the computation of
-``F.cross_entropy(F.linear(e, W), y)`` (the head is a bias-free linear layer).
-
-``cosface`` (Wang et al. 2018, "CosFace: Large Margin Cosine Loss"): with the
-embedding and every class row L2-normalised, ``cos_j = <e/|e|, W_j/|W_j|>`` and the
-logits are ``s * (cos_j - m [j == y])``. Defaults s = 30, m = 0.35.
-
-``arcface`` (Deng et al. 2019, "ArcFace: Additive Angular Margin Loss"): the target
-logit is ``s * cos(theta_y + m)`` with ``theta_y = acos(cos_y)``, the others
-``s * cos_j``. Defaults s = 30, m = 0.5.
-
-The margins are the papers' defaults (CosFace m = 0.35, ArcFace m = 0.5). Both papers
-use s = 64 for face recognition over ~10^4-10^5 identities; the default s = 30 is the
-common open-source choice for smaller problems (e.g. arcface-pytorch's ArcMarginProduct
-and AddMarginProduct). Override either with ``scale`` / ``margin``.
-
-ArcFace's ``cos(theta + m)`` is not monotone once ``theta + m > pi``: it would rise
-again and reward a larger angle. We use the THRESHOLD fallback of the reference
-implementation (insightface, ``easy_margin=False``; not the easy-margin variant): for
-``theta_y > pi - m`` the target is the CosFace-like ``cos_y - m sin(m)``. The target logit is then decreasing in ``theta_y`` over all of
-[0, pi] (with a downward step at ``pi - m``), so the loss always pulls towards the
-class.
-
-Numerics: rows are normalised by ``x / |x|`` only where ``|x| > EPS``; a row whose norm
-is at most ``EPS`` (a zero head row, a zero embedding) has no direction: its unit
-vector is 0 (cosine 0 with everything) and it receives a zero gradient, never NaN or
-the ``1/eps`` blow-up of ``F.normalize``. ``cos`` is clamped to
-``[-1 + CLAMP, 1 - CLAMP]`` before ``acos``. Cosine logits are computed in at least
-float32.
-
-A zero-initialised head has no direction under a cosine loss (every row would stay
-inert), so ``--head-init zeros`` with a margin loss means an IMPRINTED head: each row
-is the normalised mean of the normalised embeddings of its class in the client's data
-(weight imprinting, Qi et al. 2018; ``imprint_``). Like a zero softmax head, whose
-first step moves each row towards its class's mean embedding, it adds no random
-classifier for the backbone to chase. Rows of classes absent from the client stay
-zero: inert negatives with logit 0.
+The logits of each kind, the defaults and their sources, ArcFace's threshold fallback
+(the target logit keeps falling over all of [0, pi]), the numerics (``unit_rows``, ``EPS``,
+``CLAMP``) and the imprinted head (``imprint_``) that ``--head-init zeros`` means under a
+margin loss: docs/MODELS.md, "Loss on the head".
 
 This module imports torch lazily, so ``LossConfig`` loads without it (the command line).
 """
@@ -53,7 +20,7 @@ if TYPE_CHECKING:
 
 #: the losses ``LossConfig.kind`` accepts
 LOSSES: tuple[str, ...] = ("softmax", "cosface", "arcface")
-#: kind -> (default scale s, default margin m): the papers' margins, see the module doc
+#: kind -> (default scale s, default margin m): the papers' margins, docs/MODELS.md
 DEFAULTS: dict[str, tuple[float, float]] = {"cosface": (30.0, 0.35), "arcface": (30.0, 0.5)}
 #: kind -> largest margin accepted (cosface: on the cosine; arcface: radians)
 MAX_MARGIN: dict[str, float] = {"cosface": 1.0, "arcface": math.pi / 2}

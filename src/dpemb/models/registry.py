@@ -13,11 +13,8 @@ def build_backbone(name: str, *, in_channels: int, image_size: int, embedding_di
                    width: float = 1.0, groups: int | None = None) -> Backbone:
     """Build a randomly initialised backbone (on the CPU; move it with ``.to(device)``).
 
-    ``width`` scales every channel count (rounded to a multiple of 8). ``groups`` is the
-    number of GroupNorm groups (default: 8 for ``resnet-gn``, 2 for ``mobilenetv2-gn``);
-    ``lenet`` has no normalisation layers and ``mobilenetv2-bn`` uses BatchNorm, so
-    both reject ``groups``. Initialisation draws from torch's global RNG: seed it with
-    ``torch.manual_seed`` for a reproducible model.
+    ``width``, ``groups`` (refused by ``lenet`` and ``mobilenetv2-bn``) and seeding with
+    torch's global RNG: docs/MODELS.md, "Backbones".
     """
     if name not in BACKBONES:
         raise ValueError(f"unknown backbone {name!r}; choose one of {', '.join(BACKBONES)}")

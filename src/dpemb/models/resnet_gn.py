@@ -1,11 +1,6 @@
-"""``resnet-gn``: a small ResNet with GroupNorm for 28-64 px images.
-
-Stem conv3x3 -> 4 stages of basic residual blocks (widths 32, 64, 128, 256 times
-``width``; strides 1, 2, 2, 2; one block per stage by default) -> global average
-pool -> embedding layer. The stem has stride 1 for images smaller than 48 px
-(28 px -> a 4x4 final map) and stride 2 otherwise (64 px -> 4x4). GroupNorm
-(8 groups by default) normalises each example on its own, so outputs never
-depend on the rest of the batch.
+"""``resnet-gn``: a small ResNet with GroupNorm for 28-64 px images (stages, widths and the
+stem's stride: docs/MODELS.md, "Backbones"). GroupNorm normalises each example on its own,
+so outputs never depend on the rest of the batch.
 """
 
 from __future__ import annotations

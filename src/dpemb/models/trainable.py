@@ -1,10 +1,5 @@
-"""Which parameters train, and BatchNorm statistics that stay frozen.
-
-Fewer trained (hence noised) parameters improve the signal-to-noise ratio of private
-training: "norm-only" trains only the normalisation layers' affine parameters and the
-final embedding layer of a (typically publicly pretrained) backbone; "features" trains
-everything but the final embedding layer (in LeNet that layer holds 97% of the parameters,
-so the noise covers 3,424 of 103,904).
+"""Which parameters train, and BatchNorm statistics that stay frozen (the trainable sets
+and why fewer noised parameters help: docs/MODELS.md, "Which parameters train").
 """
 
 from __future__ import annotations
@@ -20,12 +15,10 @@ _FROZEN_FLAG = "_dpemb_bn_stats_frozen"
 def set_trainable(model: Backbone, which: str) -> list[nn.Parameter]:
     """Set ``requires_grad`` on every parameter and return the trainable ones.
 
-    ``"all"``: every parameter trains. ``"norm-only"``: convolution and linear weights
-    are frozen; the affine parameters of normalisation layers (GroupNorm, BatchNorm,
-    LayerNorm) and the final embedding layer (``model.embedding``) train. ``"features"``:
-    the final embedding layer is frozen and every other parameter trains. The returned
-    list follows ``model.parameters()`` order, so it is stable across calls and models
-    of the same architecture.
+    ``which``: "all", "norm-only" (GroupNorm, BatchNorm and LayerNorm affine parameters and
+    ``model.embedding``) or "features" (all but ``model.embedding``); docs/MODELS.md, "Which
+    parameters train". The returned list follows ``model.parameters()`` order, so it is
+    stable across calls and models of the same architecture.
     """
     if which not in TRAINABLE_CHOICES:
         raise ValueError(f"unknown trainable set {which!r}; choose one of {', '.join(TRAINABLE_CHOICES)}")
