@@ -1,24 +1,19 @@
 """Who runs a round's virtual clients: this process, or every process of a torch.distributed job.
 
 The training loop (``dpemb.training.federated``) is the same either way:
-
-    tally = executor.run_round(rnd, start, slots, keys, acc)   # acc: the round's clip-and-sum
-
-and ``acc`` then holds the clipped SUM of every client of the round, whatever ran them.
-
+``executor.run_round(rnd, start, slots, keys, acc)`` leaves in ``acc`` (the round's
+clip-and-sum) the clipped SUM of every client of the round, whatever ran them.
 ``LocalExecutor``: the clients one after another in this process. ``DistributedExecutor``
 (torchrun; gloo on CPU, NCCL on GPU): rank 0 runs the loop, every other rank serves rounds
-(``serve``); the round's collectives: docs/SCALE.md, "What one round does on P processes".
+(``serve``); the collectives, faults and restarts: docs/SCALE.md, "What one round does on
+P processes".
 
 Invariants: rank 0 holds ALL private training state (sampler, noise, ledger, server
 optimizer) and draws the noise ONCE, after the SUM reduce, so its std is z x sensitivity
 whatever the world size; a client's update depends on its key
 (``dpemb.privacy.client_keys``), never on the rank that runs it; the gathered counts are
 private, never released. A checkpoint therefore does not depend on the world size.
-
-Faults: when a rank dies, the next collective fails on rank 0; the executor raises
-``RankFailure`` (the loop adds where its intact last checkpoint is), and the job
-stops. ``torchrun --max-restarts N ... --resume auto`` restarts it from that checkpoint.
+A dead rank makes rank 0's next collective fail: ``RankFailure``, and the job stops.
 """
 
 from __future__ import annotations

@@ -60,15 +60,13 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class PrivacyRequest:
-    """The privacy of a federated run as the user asks for it; ``dpemb.training.run.
-    resolve_privacy`` turns it into the ``PrivacySpec`` the accountant and the noise use.
-
-    Exactly one of ``noise_multiplier``, ``target_epsilon`` (calibrated with
-    ``accountant`` at the real population) or ``nonprivate``. The cohort: M
-    ``clients_per_round`` virtual clients of K ``users_per_client`` users, for ``rounds``
-    rounds (defaults measured in docs/RESULTS_FEDEMB.md, "Defaults": virtual clients of
-    16 users give the fresh local head enough identities to contrast). ``secure_noise``
-    None: on unless ``noise_seed`` is given or the run is non-private."""
+    """The privacy of a federated run as the user asks for it;
+    ``dpemb.training.runner.resolve_privacy`` turns it into the ``PrivacySpec`` the
+    accountant and the noise use. Exactly one of ``noise_multiplier``, ``target_epsilon``
+    (calibrated with ``accountant`` at the real population) or ``nonprivate``. The cohort:
+    M ``clients_per_round`` virtual clients of K ``users_per_client`` users, for ``rounds``
+    rounds (the defaults and why: docs/DEFAULTS.md). ``secure_noise`` None: on unless
+    ``noise_seed`` is given or the run is non-private."""
 
     noise_multiplier: float | None = None
     target_epsilon: float | None = None
