@@ -1,19 +1,10 @@
 """Training provenance: which users a model saw, whether privately, and from what init.
 
-A run records (in its checkpoint and its model card)::
-
-    provenance = {
-        "dataset":          the dataset trained on (path or name; None if not given),
-        "source":           the dataset's source summary (scalar fields of meta.json's source),
-        "train_split":      "private" | "public" | "all" | "unknown",
-        "private_training": True for a DP run (noise on), False otherwise,
-        "privacy":          its privacy statements (compact) or "not private",
-        "init":             "random" | "imagenet" | the init model's provenance (recursive),
-    }
-
-A DP run's epsilon covers ITS training only: ``check_init`` refuses an init trained without
-DP on private users unless allowed, and ``qualify_privacy`` puts the caveat into every
-privacy statement; the rule, also for a feature file's frozen backbone (role "backbone"):
+A run records a ``provenance`` dict (dataset, source, train_split, private_training,
+privacy, init: recursive) in its checkpoint and its model card. A DP run's epsilon covers
+ITS training only: ``check_init`` refuses an init trained without DP on private users
+unless allowed, and ``qualify_privacy`` puts the caveat into every privacy statement. The
+fields and the rule, also for a feature file's frozen backbone (role "backbone"):
 docs/PRIVACY.md, "Initialisation provenance".
 """
 
