@@ -6,8 +6,11 @@ reports the estimate and the two lower bounds of ``dpemb.privacy.audit_report`` 
 accounted epsilon, all at the run's delta. The canaries, the scores and the estimators:
 docs/AUDIT.md, "White-box canary users" and "The two lower bounds".
 
-Both scores (``score="rounds"`` needs ``after_round`` after every server step) are
-functions of the released models and the canaries' own directions only; no canary's
+Scores. By default the cosine between a canary's direction and the model's total move
+(initial - final aggregated parameters). With ``score="rounds"`` the loop must call
+``after_round(server_params)`` after every server step; the score then combines the
+cosines with every round's released update (see ``after_round``). Both are functions
+of the released models and the canaries' own directions only; no canary's
 participation (secret sampler randomness) and no inclusion bit is used.
 
 Accounting: the canaries are users. The population is N + n, so q = M K / (N + n), the

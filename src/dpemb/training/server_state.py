@@ -3,10 +3,11 @@ saved, restored and released.
 
 ``ServerState`` owns the server model (the trainable backbone, and DP-FedAvg's global
 head), the server optimizer, the privacy plan (sampler, client keys, noise, adaptive
-clip, ledger) and the round number. ``checkpoint`` writes the release artifact (only
-what the guarantee covers) and the private checkpoint (``dpemb.training.checkpoint``)
-atomically; ``ServerState.open`` resumes from that checkpoint only under the same
-privacy spec, so the ledger's epsilon stays the epsilon of the whole run.
+clip, ledger) and the round number. ``checkpoint`` writes the release artifact (the model
+and its model card: only what the guarantee covers) and the private checkpoint (0600:
+generator and sampler states, optimizer, ledger) atomically; ``ServerState.open``
+resumes from that checkpoint only under the same privacy spec, so the ledger's epsilon
+stays the epsilon of the whole run.
 
 With ``server_ema`` > 0 the evaluated and released model is the moving average of the
 server models (``released_weights``; the clients start from the server model), a
