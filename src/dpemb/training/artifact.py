@@ -1,18 +1,8 @@
 """The release artifact: what a training run publishes, apart from its private state.
 
-An artifact is a directory (a run directory is one) holding two files::
-
-    model.safetensors   the backbone's state dict, nothing else
-    model_card.json     backbone name and kwargs, embedding size, trainable set,
-                        algorithm, the training loss (when the run gave it), rounds
-                        or steps, provenance (dataset, split trained
-                        on, whether privately, the initialisation's provenance) and
-                        every privacy statement (epsilon per accountant with delta,
-                        unit and relation, and the dp_accounting event it is of;
-                        extrapolations labelled as such; "not
-                        private" for non-private training), the input
-                        preprocessing, the held-out evaluation (when the run
-                        finished one), intended use and limitations
+An artifact is a directory (a run directory is one) holding ``model.safetensors`` (the
+backbone's state dict, nothing else) and ``model_card.json`` (its fields: docs/PRIVACY.md,
+"What is released, what is private", and docs/MODELS.md, "The model card").
 
 It holds nothing the guarantee does not cover: no optimizer, noise generator,
 sampler, tree or ledger state, no seeds, no data fingerprints. ``dpemb embed``, ``eval``,

@@ -4,12 +4,11 @@ One point per audit (``AuditPoint.from_record`` reads any dpemb audit record: wh
 black-box or example level): at x = the reported epsilon, the one-shot ESTIMATE with its
 bootstrap interval (a circle with an error bar), the (eps, delta) LOWER bound (a
 downward triangle) and the f-DP LOWER bound (an upward triangle), beside the line
-y = x. A lower bound above the line means the mechanism leaks more than it reports
-(or a rare event of probability <= 1 - confidence happened); a lower bound below the
-line proves nothing about the mechanism. Points at the same reported epsilon are
-spread slightly sideways, so each carries a black tick at its own reported epsilon:
-compare its triangles with the tick. The y axis is linear up to 1 and logarithmic beyond (symlog),
-so a bound of 0 and an estimate of 40 both show.
+y = x (how to read a bound against it: docs/AUDIT.md, "What an audit can and cannot
+show"). Points at the same reported epsilon are spread slightly sideways, so each
+carries a black tick at its own reported epsilon: compare its triangles with the tick.
+The y axis is linear up to 1 and logarithmic beyond (symlog), so a bound of 0 and an
+estimate of 40 both show.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """An audit run: canary users inside federated training, and the audit it reports.
 
 ``dpemb train ... --audit-canaries N`` (or ``dpemb audit``) trains ONCE with N canary
-users added (``dpemb.privacy.canaries``: keyed directions, fair-coin inclusion, sampled
-by the run's own Poisson sampler, clipped and noised with the real clients) and
-reports, beside the accounted epsilon (``dpemb.privacy.audit_report``),
-
-- the one-shot empirical epsilon ESTIMATE (Andrew et al. 2023; not a bound), with a
-  bootstrap interval,
-- the (eps, delta) LOWER bound at 95% confidence (Steinke, Nasr, Jagielski 2023, best
-  of a fixed grid of guess counts, paid for by a union bound), and
-- the f-DP LOWER bound on the Gaussian-DP parameter mu at 95% confidence, with the test
-  of the accounted trade-off curve (Mahloujifar, Melis, Chaudhuri 2024): the one that
-  catches a factor 2 in the noise (docs/AUDIT.md),
-
-all at the run's delta.
+users added (``dpemb.privacy.canaries``), clipped and noised with the real clients, and
+reports the estimate and the two lower bounds of ``dpemb.privacy.audit_report`` beside the
+accounted epsilon, all at the run's delta. The canaries, the scores and the estimators:
+docs/AUDIT.md, "White-box canary users" and "The two lower bounds".
 
 Scores. By default the cosine between a canary's direction and the model's total move
 (initial - final aggregated parameters). With ``score="rounds"`` the loop must call
@@ -22,13 +13,10 @@ cosines with every round's released update (see ``after_round``). Both are funct
 of the released models and the canaries' own directions only; no canary's
 participation (secret sampler randomness) and no inclusion bit is used.
 
-Accounting: the canaries are users. The spec's population is the N real users plus
-the canaries, so the sampling rate q = M K / (N + n) and the default delta follow
-from it, the sampler draws real users and canaries alike, and the reported epsilon
-covers every real user and every canary. The run is an AUDIT run: its model moved
-along the canaries' directions and, by default, is marked "not for release"; train
-the production model as a separate run with the same settings without canaries (or
-release the audit run deliberately, ``release=True``: the epsilon covers it).
+Accounting: the canaries are users. The population is N + n, so q = M K / (N + n), the
+default delta and the reported epsilon cover every real user and every canary. The
+model moved along the canaries' directions: it is marked "not for release" unless
+``release=True`` (the epsilon covers it).
 
 Supported: the Gaussian mechanism with Poisson sampling and a fixed clip (the
 estimators assume independent fair-coin inclusion and participation at the

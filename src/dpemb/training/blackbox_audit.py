@@ -1,41 +1,16 @@
 """Black-box user-level audit: canary users with crafted images, scored from the released model.
 
-The white-box audit (``dpemb.training.audit_run``) plants update directions inside the
-aggregation; this one only needs the RELEASED embedding model, like an outside
-auditor who can add users to the population and query the model afterwards:
+Unlike the white-box audit (``dpemb.training.audit_run``) it needs only the RELEASED model:
+``make_canary_users`` (keyed block-pattern identities, each inserted by a fair coin) ->
+``with_canary_users`` -> one normal ``train_federated`` run -> ``score_canaries`` -> the
+estimators of ``dpemb.privacy.audit_report``. The canaries, the score and why its bounds are
+weak: docs/AUDIT.md, "Black-box canary users", "What an audit can and cannot show", table 4.
 
-1. ``make_canary_users``: n canary users, each a unique synthetic identity (its own
-   label) whose k images carry a rare pattern: a keyed random black-and-white block
-   pattern (cells of ``cell`` x ``cell`` pixels), each image with its own keyed pixel
-   noise. Nothing like it occurs in natural data, so what the model does on it comes
-   from the canary alone. Each canary is inserted independently with probability 1/2.
-2. ``with_canary_users``: the training split with the n canary users appended as users
-   N..N+n-1. An inserted canary holds its k images; a left-out one holds NONE (a user
-   without data contributes nothing to any virtual client: exactly "removed"), so the
-   population, and with it the sampling rate q = M K / (N + n) and the default delta,
-   is N + n whatever the coins say, and the accountant counts every canary as a user.
-3. Train once with the normal training function (``train_federated``), on that split.
-4. ``score_canaries``: from the released model (``model.safetensors``) alone, each
-   canary's score is how tightly the model clusters ITS images, against its similarity
-   to the other canaries' images:
-
-       score_i = mean cos(e(x), e(x')) over pairs of canary i's images
-                 - mean cos(e(x), e(y)) over canary i's images x and other canaries' y.
-
-   Why this score: DP-FedEmb's objective (a fresh head per client over the identities
-   present) pulls one identity's embeddings together and pushes other identities'
-   away, so training on canary i raises the first term for i alone; the second term
-   removes what the model does to every block pattern alike (inserted or not), which
-   would otherwise be most of the score's spread. It is a function of the released
-   model and the canaries' own images; no inclusion bit and no sampling randomness.
-5. The same estimators as every audit (``dpemb.privacy.audit_report``).
-
-What to expect: a WEAK audit. The one-run bound is only as tight as the score
-separates inserted from left-out canaries, and a canary user here acts through one
-client's local training, its clipped update and the noise, then through the
-backbone's features: far from the worst case the accountant prepares for. A bound
-near 0 for a correct run is the expected result, not evidence of strong privacy; the
-audit catches gross failures (no noise, no clipping: tests/privacy/test_audit_blackbox.py).
+A left-out canary is a user WITHOUT data (exactly "removed"): the population, the sampling
+rate q = M K / (N + n) and the default delta are N + n whatever the coins say, and the
+accountant counts every canary as a user. The score is a function of the released model
+(``model.safetensors``) and the canaries' own images only: no inclusion bit, no sampling
+randomness. A bound near 0 for a correct run is expected, not evidence of strong privacy.
 
 The canaries' images, key, inclusion bits and scores are PRIVATE
 (``private/audit_canaries.json``); the model of an audit run is marked not for release.

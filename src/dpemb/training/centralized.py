@@ -79,10 +79,8 @@ def train_centralized(
 ) -> dict[str, Any]:
     """Train; returns the report (also written to ``<out>/report.json``). ``settings``:
     the run's ``TrainConfig.to_dict()``, written as its config.json (``dpemb.training.runner``).
-
     ``provenance``: the dataset and split trained on, recorded (with "trained without
-    DP") in the checkpoint and the release artifact (``model.safetensors`` +
-    ``model_card.json``, written with every checkpoint), so that a DP run started from
+    DP") in the checkpoint and the release artifact, so that a DP run started from
     this model can tell whether it saw private users."""
     if train.num_examples == 0:
         raise ValueError("the training split has no examples")

@@ -1,12 +1,9 @@
 """Checkpoints: PRIVATE training state, one file written atomically (mode 0600, in the
 run's 0700 ``private/`` directory), that carries everything a resume needs.
 
-A checkpoint holds the noise generator's state (its seed regenerates every round's
-noise), the sampler state (who was sampled each round) and, for DP-FTRL, un-noised
-running sums: it is as sensitive as the training data and is never needed
-downstream. What is released is the model artifact (``model.safetensors`` +
-``model_card.json``, see ``dpemb.training.artifact``); ``dpemb export`` writes one
-from a checkpoint.
+It is as sensitive as the training data (what it holds: docs/PRIVACY.md, the
+``private/checkpoint.pt`` row) and never needed downstream: the release is the artifact
+(``dpemb.training.artifact``), which ``dpemb export`` writes from a checkpoint.
 
 A checkpoint is a dict saved with ``torch.save``. Every checkpoint has::
 

@@ -1,19 +1,13 @@
 """The total epsilon of a model and the DP models it was built from, on the same users.
 
-A run started from a DP model (``dpemb train --init RUN``), or a classifier on the
-features of a DP backbone (``dpemb transfer``), reports an epsilon for its own training.
-When the earlier model was trained with user-level DP on the same users, removing one
-of them changes both trainings, and the guarantee for the pair is their COMPOSITION.
-``composed_total`` states it, in one of two ways:
-
-* one ledger: when the only DP model of the chain is the direct init/backbone and its
-  model card records its mechanism (``dp_event``, checked to reproduce the card's own
-  epsilon), it is composed with this run's by dp_accounting, at this run's delta;
-* basic composition otherwise: the epsilons and the deltas the models record, summed
-  (always valid, looser).
-
-Only for user-level add/remove-one-user statements on both sides; otherwise the total
-is not stated, and the statement says why.
+When an init (``dpemb train --init RUN``) or a feature backbone (``dpemb transfer``) was
+trained with user-level DP on the same users, the guarantee for the pair is their
+COMPOSITION (docs/PRIVACY.md, "Initialisation provenance"). ``composed_total`` states it
+by one ledger (dp_accounting, at this run's delta) when the only DP model of the chain
+is the direct init/backbone and its card's ``dp_event`` reproduces the card's own
+epsilon; else by basic composition (the recorded epsilons and deltas summed: always
+valid, looser). Only for user-level add/remove-one-user statements on both sides;
+otherwise the total is not stated, and the statement says why.
 """
 
 from __future__ import annotations

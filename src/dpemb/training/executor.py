@@ -1,36 +1,23 @@
 """Who runs a round's virtual clients: this process, or every process of a torch.distributed job.
 
 The training loop (``dpemb.training.federated``) is the same either way:
-
-    tally = executor.run_round(rnd, start, slots, keys, acc)   # acc: the round's clip-and-sum
-
+``tally = executor.run_round(rnd, start, slots, keys, acc)`` (``acc``: the round's
+clip-and-sum),
 and ``acc`` then holds the clipped SUM of every client of the round, whatever ran them.
 
 ``LocalExecutor``: the clients one after another in this process.
 
 ``DistributedExecutor`` (torchrun; gloo on CPU, NCCL on GPU), in the style of
-pfl-research and Opacus: rank 0 runs the training loop and holds ALL private training
-state (sampler, noise, ledger, server optimizer); every other rank serves rounds
-(``serve``). Per round, rank 0
+pfl-research and Opacus: rank 0 runs the loop, every other rank serves rounds
+(``serve``); the collectives, faults and restarts: docs/SCALE.md, "What one round does
+on P processes".
 
-1. sends the round's work: the clients assigned to each rank (balanced by example
-   count), the clip norm, sensitivity and relation, and the clients' run key
-   (one ``broadcast_object_list``), then the current model (one ``broadcast``);
-2. every rank trains ITS clients, each from its key (``dpemb.privacy.client_keys``:
-   a client's update does not depend on the rank that runs it), and clips them into
-   its own accumulator;
-3. one SUM ``reduce`` merges the clipped sums on rank 0, one ``gather_object`` the
-   counts (private, never released).
-
-Noise is then drawn ONCE, on rank 0, by the loop (``PrivacyPlan.release``), so its
-standard deviation is z x sensitivity whatever the world size, and rank 0 alone takes
-the server step, evaluates and writes checkpoints and the release artifact. A
-checkpoint therefore does not depend on the world size: a run resumes on any number
-of processes.
-
-Faults: when a rank dies, the next collective fails on rank 0; the executor raises
-``RankFailure`` (the loop adds where its intact last checkpoint is), and the job
-stops. ``torchrun --max-restarts N ... --resume auto`` restarts it from that checkpoint.
+Invariants: rank 0 holds ALL private training state (sampler, noise, ledger, server
+optimizer) and draws the noise ONCE, after the SUM reduce, so its std is z x sensitivity
+whatever the world size; a client's update depends on its key
+(``dpemb.privacy.client_keys``), never on the rank that runs it; the gathered counts are
+private, never released. A checkpoint therefore does not depend on the world size.
+A dead rank makes rank 0's next collective fail: ``RankFailure``, and the job stops.
 """
 
 from __future__ import annotations

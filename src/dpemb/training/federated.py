@@ -1,20 +1,10 @@
 """User-level DP federated training: DP-FedEmb, DP-FedAvg, DP-FTRL-FedEmb.
 
 Read top to bottom: ``train_federated`` builds the run (model, clients, privacy plan,
-server state) and ``run_rounds`` is the loop. Each round:
-  1. sample users and group them into virtual clients  (privacy.sampling)
-  2. every virtual client trains locally               (algorithms.client)
-  3. clip each delta and sum                           (privacy.clipping)
-  4. add Gaussian (or tree) noise to the SUM           (privacy.noise / privacy.tree)
-     (adaptive clipping: also release the noised count of clients at or below the clip,
-     and move the clip for the next round; privacy.adaptive_clipping)
-  5. advance the privacy ledger                        (privacy accounting)
-  6. divide by the expected number of clients (public) and take a server step
-     (training.server_state)
-  7. record the round; evaluate and checkpoint when due (training.round_log)
-Evaluation on held-out identities every ``eval_every`` rounds; an atomic checkpoint
-holds everything needed to resume exactly (model, server optimizer, sampler, noise,
-tree, ledger, data RNGs) plus the fingerprint of the privacy spec.
+server state) and ``run_rounds`` is the loop, its seven steps numbered in its comments
+(the module of each: docs/SCALE.md, "Where each step lives in the code"). An atomic
+checkpoint holds everything needed to resume exactly (model, server optimizer, sampler,
+noise, tree, ledger, data RNGs) plus the fingerprint of the privacy spec.
 
 Privacy guarantee: (epsilon, delta)-DP at the USER level for the released sequence
 of models, under the neighbouring relation of ``spec.relation``, as computed by the
@@ -81,27 +71,18 @@ def train_federated(
     ``settings``: the run's ``TrainConfig.to_dict()``, written as its config.json
     (``dpemb.training.runner``). ``extrapolate_to``: the populations (above the real one)
     whose extrapolated epsilon (``extrapolation_accountant``'s) the report and card state.
-
     ``public``: a PUBLIC dataset (no private user in it) whose identities become extra
-    rows of every DP-FedEmb fresh head; required exactly when ``fed_cfg.public_negatives``
+    rows of every fresh head; required exactly when ``fed_cfg.public_negatives``
     (``dpemb.algorithms.public_negatives``: the guarantee is unchanged).
-
-    ``provenance``: the dataset and split trained on, recorded in the checkpoint and
-    the release artifact (``model.safetensors`` + ``model_card.json``, written with
-    every checkpoint); its ``allow_nonprivate_init`` lets a DP run start from a model
-    that saw private users without DP (``build_model`` refuses it otherwise).
-
-    ``noise_seed`` None draws the noise and sampling seeds from the OS's secure
-    source; give one only for a reproducible experiment (the report says so).
-
-    ``audit_canaries`` n > 0: an AUDIT run with n canary users, users N..N+n-1 of
-    ``spec.population`` = N + n (``dpemb.training.audit_run``); the report's privacy
-    section gets the audit, marked not for release unless ``audit_release``;
-    ``audit_score`` "final" (the final model's move) or "rounds" (every round's update).
-
-    Under torchrun (``WORLD_SIZE`` > 1) the round's clients run on every rank
-    (``dpemb.training.executor``); rank 0 does everything else and returns the report,
-    the other ranks return ``{"rank": r, "rounds_served": n}``.
+    ``provenance``: the data trained on, recorded in the checkpoint and the release
+    artifact; its ``allow_nonprivate_init`` lets a DP run start from a model that saw
+    private users without DP (``build_model`` refuses it otherwise).
+    ``noise_seed`` None draws the noise and sampling seeds from the OS's secure source.
+    ``audit_canaries`` n > 0: an AUDIT run with n canary users N..N+n-1 of
+    ``spec.population`` = N + n (``dpemb.training.audit_run``), its audit in the report's
+    privacy section, not for release unless ``audit_release``; ``audit_score``: "final"
+    or "rounds". Under torchrun (``WORLD_SIZE`` > 1) rank 0 returns the report, the other
+    ranks ``{"rank": r, "rounds_served": n}`` (``dpemb.training.executor``).
     """
     epsilon_budget = check_epsilon_budget(epsilon_budget, spec)  # a NaN budget would never stop the run
     check_population(spec, train, audit_canaries)

@@ -1,26 +1,11 @@
 """Training provenance: which users a model saw, whether privately, and from what init.
 
-A run records (in its checkpoint and its model card)::
-
-    provenance = {
-        "dataset":          the dataset trained on (path or name; None if not given),
-        "source":           the dataset's source summary (scalar fields of meta.json's source),
-        "train_split":      "private" | "public" | "all" | "unknown",
-        "private_training": True for a DP run (noise on), False otherwise,
-        "privacy":          its privacy statements (compact) or "not private",
-        "init":             "random" | "imagenet" | the init model's provenance (recursive),
-    }
-
-Why: a DP run reports an epsilon for ITS training only. If its initialisation was
-trained without DP on the same private users, that epsilon does not cover them, so
-``check_init`` refuses such a run unless explicitly allowed; then, and when the init
-was itself trained with DP on private users (its epsilon composes on top), every
-privacy statement of the run carries a caveat (``qualify_privacy``).
-
-The same rule, with role "backbone", covers the frozen backbone of a feature file
-(``dpemb.transfer.backbone``): there the users at stake are the features' users, and
-whether a model trained on them may be known by content (``shared``, from the
-fingerprints a run keeps in its private checkpoint: ``dpemb.training.lineage``).
+A run records a ``provenance`` dict (dataset, source, train_split, private_training,
+privacy, init: recursive) in its checkpoint and its model card. A DP run's epsilon covers
+ITS training only: ``check_init`` refuses an init trained without DP on private users
+unless allowed, and ``qualify_privacy`` puts the caveat into every privacy statement. The
+fields and the rule, also for a feature file's frozen backbone (role "backbone"):
+docs/PRIVACY.md, "Initialisation provenance".
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """Recipes: measured run configurations shipped with dpemb (``dpemb recipes``,
 ``dpemb train --recipe NAME``).
 
-A recipe is a TOML file in ``dpemb/recipes/``: a ``TrainConfig`` (the sections of
-``dpemb.training.run_config``; the file is itself a valid ``--config``) plus a
-``[recipe]`` table that says what it is: a one-line description, the command that makes
-its dataset, the population that data trains (the one its extrapolated epsilon is stated
-from), the recipe whose run is its ``--init`` (public pretraining), the result it
-reproduces (metric, split, mean ± std over seeds, the confidence interval over test
-identities where one was measured, the page it comes from) and its measured time on 2
-cores. Every number in a recipe comes from a page of docs/; what was not measured says
-"not measured".
-
-The rules ``dpemb train --recipe`` applies (``check_recipe_run``), beyond those of any run:
-
-- a recipe that EXTRAPOLATES (``privacy.target_population``) run on data whose training
-  population is not the recipe's own is refused unless ``--target-population`` is given
-  explicitly: the user accepts the extrapolation from their population, and the run
-  prints both epsilons (the one at the stated population, labelled, and the run's own);
-- a recipe that starts from a public pretraining (``init_recipe``) is refused unless
-  ``--init`` is given (the pretraining's run directory, or ``random``, which the stated
-  result does not cover).
+A recipe is a TOML file in ``dpemb/recipes/``: a ``TrainConfig`` (itself a valid
+``--config``) plus a ``[recipe]`` table that says what it is (the fields: docs/RECIPES.md).
+Every number in a recipe comes from a page of docs/; what was not measured says
+"not measured". The rules ``dpemb train --recipe`` applies (``check_recipe_run``):
+docs/RECIPES.md, "The rules of `--recipe`" (an extrapolating recipe off its own population
+needs ``--target-population``; a recipe with ``init_recipe`` needs ``--init``).
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """The configuration of a training run: ONE type, ONE set of defaults.
 
-``TrainConfig`` says what a run computes (data, model, algorithm, loss, optimizer or
-federated knobs, the privacy request, evaluation); ``PerformanceFlags`` says how it
-runs (threads, device, client batch, progress, checkpoint cadence): the settings that
-may change when a run is resumed. ``dpemb train`` (flags and ``--config FILE``),
-``dpemb audit``, ``dpemb account`` and the Python API (``dpemb.train``) all build a
-``TrainConfig``; their defaults are the field defaults below and nowhere else.
-
-A run writes its configuration to ``<out>/config.json`` (``to_dict``, with what the run
-derived from it under ``resolved``: a federated run's ``PrivacySpec``, e.g. the
-calibrated noise multiplier), which is itself a valid ``--config`` (``from_dict``
-ignores ``resolved``, which is recomputed, and refuses unknown keys, naming the valid
-ones).
+``TrainConfig`` says what a run computes, ``PerformanceFlags`` how it runs (the settings
+that may change on resume); the sections and the file format: docs/API.md. ``dpemb train``
+(flags and ``--config FILE``), ``dpemb audit``, ``dpemb account`` and the Python API
+(``dpemb.train``) all build a ``TrainConfig``; their defaults are the field defaults below
+and nowhere else. A run's ``<out>/config.json`` (``to_dict``, plus what the run derived
+under ``resolved``) is itself a valid ``--config``: ``from_dict`` ignores ``resolved``
+(recomputed) and refuses unknown keys.
 """
 
 from __future__ import annotations
@@ -65,15 +60,13 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class PrivacyRequest:
-    """The privacy of a federated run as the user asks for it; ``dpemb.training.run.
-    resolve_privacy`` turns it into the ``PrivacySpec`` the accountant and the noise use.
-
-    Exactly one of ``noise_multiplier``, ``target_epsilon`` (calibrated with
-    ``accountant`` at the real population) or ``nonprivate``. The cohort: M
-    ``clients_per_round`` virtual clients of K ``users_per_client`` users, for ``rounds``
-    rounds (defaults measured in docs/RESULTS_FEDEMB.md, "Defaults": virtual clients of
-    16 users give the fresh local head enough identities to contrast). ``secure_noise``
-    None: on unless ``noise_seed`` is given or the run is non-private."""
+    """The privacy of a federated run as the user asks for it;
+    ``dpemb.training.runner.resolve_privacy`` turns it into the ``PrivacySpec`` the
+    accountant and the noise use. Exactly one of ``noise_multiplier``, ``target_epsilon``
+    (calibrated with ``accountant`` at the real population) or ``nonprivate``. The cohort:
+    M ``clients_per_round`` virtual clients of K ``users_per_client`` users, for ``rounds``
+    rounds (the defaults and why: docs/DEFAULTS.md). ``secure_noise`` None: on unless
+    ``noise_seed`` is given or the run is non-private."""
 
     noise_multiplier: float | None = None
     target_epsilon: float | None = None

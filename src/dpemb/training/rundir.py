@@ -1,19 +1,8 @@
 """A run directory: what is released at the top, private training state apart.
 
-::
-
-    <out>/config.json          flags of the run                         released
-    <out>/metrics.jsonl        one record per round/step                 released
-    <out>/report.json          final metrics and privacy statements      released
-    <out>/roc.png, training.png                                          released
-    <out>/model.safetensors    the backbone's weights                    released
-    <out>/model_card.json      backbone, provenance, privacy statements  released
-    <out>/private/             mode 0700: PRIVATE training state, never needed downstream
-        checkpoint.pt          mode 0600: resume state (noise generator, sampler, tree,
-                               optimizer, ledger): as sensitive as the training data
-        diagnostics.jsonl      mode 0600: un-noised per-round statistics
-
-Released files follow the user's umask; private ones are 0600 in a 0700 directory.
+Each file and what it holds: docs/PRIVACY.md, "What is released, what is private".
+Released files follow the user's umask; private ones (``private/``: the checkpoint and
+the un-noised diagnostics, never needed downstream) are 0600 in a 0700 directory.
 A run directory with ``checkpoint.pt`` at the top was written by a pre-release dpemb:
 it is refused (``dpemb.training.errors.pre_release``).
 """

@@ -9,10 +9,9 @@ generator and sampler states, optimizer, ledger) atomically; ``ServerState.open`
 resumes from that checkpoint only under the same privacy spec, so the ledger's epsilon
 stays the epsilon of the whole run.
 
-With ``server_ema`` > 0 the model that is evaluated and released is an exponential
-moving average of the server models (``released_weights``); the clients still start
-from the server model. The average is a function of the released noised updates only
-(post-processing), so the guarantee is the same.
+With ``server_ema`` > 0 the evaluated and released model is the moving average of the
+server models (``released_weights``; the clients start from the server model), a
+function of the released noised updates only: post-processing, the same guarantee.
 """
 
 from __future__ import annotations

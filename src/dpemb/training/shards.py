@@ -1,10 +1,8 @@
 """Rows split across the ranks of a torchrun job: ``dpemb embed``, ``eval`` and ``features``.
 
-``torchrun --nproc-per-node P -m dpemb embed|eval|features ...``: every rank reads
-and embeds one contiguous share of the rows on its own device (cuda:LOCAL_RANK when
-each rank has a GPU). Rank 0 gathers the shares in row order and does the rest as one
-process would: the metrics, the files and the output. The other ranks print nothing.
-Outside torchrun nothing changes.
+Every rank embeds one contiguous share of the rows; rank 0 gathers them in row order and
+does the rest as one process would (docs/SCALE.md, "Embedding, evaluation and features
+across ranks"). Outside torchrun nothing changes.
 
 Privacy: these commands run a released model over data the user passes in. No
 private training state takes part, so how the rows are split changes no guarantee.
