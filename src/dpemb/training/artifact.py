@@ -266,20 +266,16 @@ class Release:
         total = init_total(privacy, self.provenance["init"], self.init_privacy)
         return {**out, "total_with_init": total} if total is not None else out
 
-    def card(self, backbone: Backbone, privacy: Any, evaluation: dict[str, Any] | None = None,
-             **progress: int) -> dict[str, Any]:
-        return make_card(
+    def write(self, backbone: Backbone, privacy: Any, evaluation: dict[str, Any] | None = None,
+              **progress: int) -> dict[str, Any]:
+        """Write the artifact for the model as it is now; returns its card. ``evaluation``:
+        the final held-out evaluation (:func:`held_out_evaluation` of the run's report)."""
+        card = make_card(
             backbone_name=self.backbone_name, backbone_kwargs=self.backbone_kwargs,
             embedding_dim=int(backbone.embedding_dim), trainable=self.trainable, algorithm=self.algorithm,
             progress=progress, provenance=self.provenance, privacy=self.privacy(privacy), loss=self.loss,
             ema_decay=self.ema_decay, evaluation=evaluation,
         )
-
-    def write(self, backbone: Backbone, privacy: Any, evaluation: dict[str, Any] | None = None,
-              **progress: int) -> dict[str, Any]:
-        """Write the artifact for the model as it is now; returns its card. ``evaluation``:
-        the final held-out evaluation (:func:`held_out_evaluation` of the run's report)."""
-        card = self.card(backbone, privacy, evaluation, **progress)
         write_artifact(self.directory, backbone, card)
         return card
 
@@ -328,7 +324,7 @@ def resolve_model(path: str | os.PathLike) -> Path:
         raise ArtifactError(f"{p} does not exist: give a run directory or a release artifact "
                             f"({ARTIFACT_WEIGHTS} + {MODEL_CARD})")
     if p.is_file() and _is_torch_file(p):
-        run = p.parent.parent if p.parent.name == "private" else p.parent
+        run = _run_of(p)
         fix = (f"give the run directory {run}, which holds its release artifact (or a copy written with "
                f"`dpemb export {run} --out DIR`)" if find_artifact(run) is not None else export_hint(run))
         raise ArtifactError(
