@@ -31,11 +31,12 @@ from dpemb.algorithms.server import make_server_optimizer, server_lr_at, set_ser
 from dpemb.privacy.accounting import PrivacySpec
 from dpemb.privacy.plan import PrivacyPlan
 from dpemb.training.artifact import Release
-from dpemb.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from dpemb.training.config import ModelConfig, describe_differences, to_dict
 from dpemb.training.errors import TrainingDiverged
-from dpemb.training.privacy_report import EXTRAPOLATE_TO, privacy_report
-from dpemb.training.resume import check_same_config, check_same_data, more_rounds_refusal, resume_from_checkpoint
+from dpemb.training.round_log import EXTRAPOLATE_TO, privacy_report
+from dpemb.training.checkpoint import (CheckpointError, check_same_config, check_same_data,
+                                       load_checkpoint, more_rounds_refusal, resume_from_checkpoint,
+                                       save_checkpoint)
 from dpemb.training.rundir import RunDir
 
 
