@@ -129,14 +129,9 @@ def unset_settings(saved: str, current: str) -> list[str]:
 
 def describe_differences(saved: str, current: str) -> str:
     """``key: saved -> now`` for each differing setting, for an error message."""
-    a, b = json.loads(saved), json.loads(current)
-
-    def get(d: Any, path: str) -> Any:
-        for part in path.split("."):
-            d = d.get(part, "<unset>") if isinstance(d, dict) else "<unset>"
-        return d
-
-    return "; ".join(f"{k}: {get(a, k)!r} -> {get(b, k)!r}" for k in config_differences(saved, current))
+    a, b = flat_settings(json.loads(saved)), flat_settings(json.loads(current))
+    return "; ".join(f"{k}: {a.get(k, '<unset>')!r} -> {b.get(k, '<unset>')!r}"
+                     for k in config_differences(saved, current))
 
 
 def to_dict(obj: Any) -> Any:

@@ -13,7 +13,7 @@ Every refusal is a ``ConfigError`` naming the setting by its flag and the fix.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from dpemb.data.dataset import UserDataset
@@ -118,13 +118,10 @@ def run_config(config: TrainConfig, out: str, perf: PerformanceFlags, overwrite:
     """The training loops' ``RunConfig``: the config's evaluation settings and the performance flags."""
     from dpemb.training.config import RunConfig
 
-    try:
+    try:  # every PerformanceFlags field is a RunConfig field
         return RunConfig(out=str(out), seed=config.seed, eval_every=config.eval_every,
                          eval_max_pairs=config.eval_max_pairs, eval_split=config.data.eval_split,
-                         threads=perf.threads, progress=perf.progress, checkpoint_every=perf.checkpoint_every,
-                         checkpoint_interval_s=perf.checkpoint_interval_s, device=perf.device,
-                         eval_batch_size=perf.eval_batch_size, client_batch=perf.client_batch, bf16=perf.bf16,
-                         overwrite=overwrite)
+                         overwrite=overwrite, **asdict(perf))
     except ValueError as e:
         raise ConfigError(str(e)) from e
 
