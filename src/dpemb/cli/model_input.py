@@ -1,7 +1,7 @@
 """The model's input geometry against a dataset's images, in one place for `dpemb eval`
 and `dpemb embed`: a mismatch is one line naming both sizes and the fix, or (with
 ``--resize``) a bilinear, antialiased resize on the fly that the command announces
-(``training.evaluate.compute_embeddings(resize_to=...)`` does it)."""
+(``training.evaluate.embed_images(resize_to=...)`` does it)."""
 
 from __future__ import annotations
 

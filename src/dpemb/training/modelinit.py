@@ -17,19 +17,6 @@ from dpemb.training.config import ModelConfig
 from dpemb.training.provenance import check_init
 
 
-def read_init(path: str | os.PathLike
-              ) -> tuple[str, dict[str, Any], dict[str, torch.Tensor], dict[str, Any], dict[str, Any] | None]:
-    """(backbone name, kwargs, state dict, provenance, the card's privacy section) of the
-    release artifact at ``path``
-    (a run directory resolves to its own). A training checkpoint is refused
-    (``ArtifactError`` naming ``dpemb export``): it is private state, and an artifact
-    carries the provenance the init check reads."""
-    model, card = load_artifact(path)
-    b = card["backbone"]
-    provenance, privacy = _card_record(card, path)
-    return b["name"], b["kwargs"], model.state_dict(), provenance, privacy
-
-
 def read_init_card(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(provenance, the card's privacy section) of the artifact at ``path``, from its model
     card alone (the checks before training need no weights)."""
@@ -74,14 +61,16 @@ def build_model(
     if cfg.init == "imagenet":
         load_imagenet_mobilenet_v2(model)
     elif cfg.init != "random":
-        name, init_kwargs, weights, init_prov, init_privacy = read_init(cfg.init)
+        init_model, card = load_artifact(cfg.init)  # a checkpoint: ArtifactError naming `dpemb export`
+        name, init_kwargs = card["backbone"]["name"], card["backbone"]["kwargs"]
+        init_prov, init_privacy = _card_record(card, cfg.init)
         if name != cfg.backbone or init_kwargs != kwargs:
             raise CheckpointError(
                 f"--init {cfg.init} holds a {name} {init_kwargs}, "
                 f"but this run builds a {cfg.backbone} {kwargs}; match --backbone/--width/"
                 "--embedding-dim and the image size"
             )
-        model.load_state_dict(weights)
+        model.load_state_dict(init_model.state_dict())
         init_lineage = read_lineage(cfg.init)  # private: the init run's users, when its checkpoint is readable
     caveats = check_init(init_prov, private_run=private_run, allow_nonprivate_init=allow_nonprivate_init,
                          init_name=str(cfg.init))
