@@ -45,26 +45,11 @@ import torch
 from torch.nn.utils import parameters_to_vector
 
 from dpemb.atomic import atomic_write_json
-from dpemb.privacy.audit_report import (
-    BOTH_FRACTIONS,
-    CONFIDENCE,
-    MIN_CANARIES,
-    N_BOOTSTRAP,
-    TOP_FRACTIONS,
-    Reported,
-    accounted_poisson_tradeoff,
-    audit_record,
-    fdp_k_grid,
-    k_grid,
-)
+from dpemb.privacy.audit_report import (MIN_CANARIES, Reported, accounted_poisson_tradeoff, audit_record,
+                                        fdp_k_grid, k_grid)
 from dpemb.privacy.canaries import CanaryClients, needs_host
 from dpemb.privacy.clipping import ClipAndSum, ClippedSum
 from dpemb.privacy.spec import PrivacySpec
-
-__all__ = [
-    "BOTH_FRACTIONS", "CONFIDENCE", "MIN_CANARIES", "N_BOOTSTRAP", "NOT_FOR_RELEASE", "PRIVATE_FILE", "RELEASED",
-    "SCORES", "TOP_FRACTIONS", "AuditError", "AuditRun", "check_audit", "k_grid", "round_scores",
-]
 
 PRIVATE_FILE = "audit_canaries.json"
 SCORES = ("final", "rounds")

@@ -32,6 +32,7 @@ data the run's (``check_same_data``).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,11 +43,10 @@ from dpemb.atomic import atomic_write, make_private_dir
 from dpemb.training.config import (PERFORMANCE_ONLY, config_differences, describe_differences,
                                    unset_settings)
 from dpemb.training.errors import RETRAIN, pre_release
-from dpemb.training.rundir import checkpoint_in
+from dpemb.training.rundir import RunDir, checkpoint_in
 
 if TYPE_CHECKING:
     from dpemb.privacy.accounting import PrivacySpec
-    from dpemb.training.rundir import RunDir
 
 FORMAT_VERSION = 1
 #: what every checkpoint holds (a pre-release dpemb wrote checkpoints without some)
@@ -116,7 +116,7 @@ def backbone_from_checkpoint(
 RESUME_CHOICES = (False, True, "auto")
 
 
-def resume_from_checkpoint(run: "RunDir", resume: bool | str) -> bool:
+def resume_from_checkpoint(run: RunDir, resume: bool | str) -> bool:
     """Whether to load ``run``'s checkpoint; an error when ``resume`` is True and there
     is none (the run never reached its first checkpoint)."""
     if resume not in RESUME_CHOICES:
@@ -134,7 +134,7 @@ def resume_from_checkpoint(run: "RunDir", resume: bool | str) -> bool:
     )
 
 
-def check_same_config(run: "RunDir", saved: str, current: str) -> None:
+def check_same_config(run: RunDir, saved: str, current: str) -> None:
     """Refuse to resume when a setting other than a performance-only one changed,
     naming each one; ``PreReleaseError`` when the saved config lacks a setting (a
     pre-release dpemb wrote it)."""
@@ -150,7 +150,7 @@ def check_same_config(run: "RunDir", saved: str, current: str) -> None:
         )
 
 
-def check_same_data(run: "RunDir", saved: str, current: str) -> None:
+def check_same_data(run: RunDir, saved: str, current: str) -> None:
     """Refuse to resume a checkpoint written on other training data
     (``dpemb.training.lineage``): the epsilon and the model card would name the wrong
     data."""
@@ -163,14 +163,12 @@ def check_same_data(run: "RunDir", saved: str, current: str) -> None:
     )
 
 
-def more_rounds_refusal(run: "RunDir", saved_config: str | None, current_config: str,
+def more_rounds_refusal(run: RunDir, saved_config: str | None, current_config: str,
                         saved_spec: dict | None, done: int, current_spec: "PrivacySpec") -> str | None:
     """When the only privacy setting that changed on resume is the number of rounds: why a
     run is not extended in place, the command that trains it further (a new run started
     from its release, ``--init``), and the epsilon of both together, composed by
     dp_accounting (RDP). None for any other change (the caller states the differences)."""
-    from dataclasses import replace
-
     import dp_accounting
 
     from dpemb.privacy.accounting import PrivacySpec, compute_epsilon, describe_epsilon

@@ -90,7 +90,7 @@ class LocalExecutor:
     """The round's clients one after another in this process."""
 
     rank, world_size, is_main = 0, 1, True
-    collective_seconds = 0.0
+    collective_seconds = 0.0  # time in collectives, waiting for the slowest rank included
     failed = False  # a collective failed (a rank was lost)
 
     def __init__(self, trainer: ClientTrainer, data: ClientData, randomness: ClientRandomness) -> None:
@@ -123,7 +123,6 @@ class DistributedExecutor(LocalExecutor):
         self.comm_device = torch.device("cuda", torch.cuda.current_device()) \
             if dist.get_backend() == "nccl" else torch.device("cpu")
         self._closed = False
-        self.collective_seconds = 0.0  # time in collectives, waiting for the slowest rank included
         self.eval_images = eval_images  # the held-out split's images (workers embed a share)
 
     # ------------------------------------------------------------------ rank 0
@@ -256,20 +255,16 @@ def init_distributed(env: DistributedEnv, device: torch.device) -> bool:
         return False
     backend = collective_backend(device, env)
     store = attempt_store(env)
-    if store is None:
-        dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT)
-    else:
-        dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size,
-                                timeout=COLLECTIVE_TIMEOUT)
+    joined = {} if store is None else {"store": store, "rank": env.rank, "world_size": env.world_size}
+    dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT, **joined)
     return True
 
 
 def attempt_store(env: DistributedEnv) -> Any:
     """Under torchrun (``TORCHELASTIC_RESTART_COUNT`` set): the job's store with keys
     prefixed by the attempt, so that a restarted job never reads an address that a rank
-    of an earlier attempt published. Without it, a restart under ``--max-restarts``
-    failed about half the time in gloo's connectFullMesh ("Connection refused": a rank
-    connecting to the dead listener of the previous attempt). None outside torchrun."""
+    of an earlier attempt published (gloo would connect to its dead listener). None
+    outside torchrun."""
     import torch.distributed as dist
 
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
@@ -291,9 +286,8 @@ def collective_backend(device: torch.device, env: DistributedEnv) -> str:
 
 def exit_worker() -> None:
     """A worker rank whose work is done leaves at once: it has nothing to save, and
-    letting the interpreter tear down gloo's threads intermittently aborts ("terminate
-    called without an active exception", exit -6, which torchrun reports as a failed
-    job; seen in about 1 of 4 test runs)."""
+    letting the interpreter tear down gloo's threads intermittently aborts (exit -6,
+    which torchrun reports as a failed job)."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
