@@ -22,6 +22,8 @@ training state and is refused downstream (``dpemb export`` writes an artifact fr
 
 from __future__ import annotations
 
+import copy
+import importlib.util
 import json
 import os
 from dataclasses import dataclass
@@ -235,8 +237,6 @@ class Release:
         loss: Any = None,
         ema_decay: float = 0.0,
     ):
-        """``loss``: the ``LossConfig`` trained with (recorded in the card), or None;
-        ``ema_decay``: the released weights' moving average (0: none)."""
         prov = provenance or Provenance()
         self.directory = Path(directory)
         self.algorithm = algorithm
@@ -435,16 +435,12 @@ def write_export(directory: str | os.PathLike, backbone: Backbone, card: dict[st
     if fmt not in EXPORT_FILES:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FILES)}")
     if fmt == "onnx":
-        import importlib.util
-
         missing = [m for m in ("onnx", "onnxruntime") if importlib.util.find_spec(m) is None]
         if missing:
             raise ArtifactError(f"--format onnx needs the package(s) {', '.join(missing)}: "
                                 f"pip install {' '.join(missing)} (or pip install -e '.[test]')")
     write, run, runtime = ((ex.export_onnx, ex.run_onnx, "onnxruntime") if fmt == "onnx"
                            else (ex.export_torchscript, ex.run_torchscript, "torch.jit.load"))
-    import copy
-
     backbone = copy.deepcopy(backbone).cpu().eval()  # the caller's model keeps its device and mode
     images = ex.example_images(backbone)
     checked: list[float] = []

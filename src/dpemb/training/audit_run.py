@@ -15,12 +15,10 @@ reports, beside the accounted epsilon (``dpemb.privacy.audit_report``),
 
 all at the run's delta.
 
-Scores. By default the cosine between a canary's direction and the model's total move
-(initial - final aggregated parameters). With ``score="rounds"`` the loop must call
-``after_round(server_params)`` after every server step; the score then combines the
-cosines with every round's released update (see ``after_round``). Both are functions
-of the released models and the canaries' own directions only; no canary's
-participation (secret sampler randomness) and no inclusion bit is used.
+Scores: the cosine between a canary's direction and the model's total move, or
+(``score="rounds"``, ``round_scores``) its cosines with every round's released update.
+Both are functions of the released models and the canaries' own directions only; no
+canary's participation (secret sampler randomness) and no inclusion bit is used.
 
 Accounting: the canaries are users. The spec's population is the N real users plus
 the canaries, so the sampling rate q = M K / (N + n) and the default delta follow
@@ -45,8 +43,8 @@ import torch
 from torch.nn.utils import parameters_to_vector
 
 from dpemb.atomic import atomic_write_json
-from dpemb.privacy.audit_report import (MIN_CANARIES, Reported, accounted_poisson_tradeoff, audit_record,
-                                        fdp_k_grid, k_grid)
+from dpemb.privacy.audit_report import (MIN_CANARIES, Reported, accounted_poisson_tradeoff,
+                                        audit_record, fdp_k_grid, k_grid)
 from dpemb.privacy.canaries import CanaryClients, needs_host
 from dpemb.privacy.clipping import ClipAndSum, ClippedSum
 from dpemb.privacy.spec import PrivacySpec
@@ -95,8 +93,8 @@ def check_canary_count(n: Any) -> None:
 
 
 def canary_record(kind: str, spec: PrivacySpec, privacy: dict[str, Any], rounds: int,
-                  real_users: int, scores: np.ndarray, included: np.ndarray, seed: int, release: bool,
-                  participation: str, **details: str) -> dict[str, Any]:
+                  real_users: int, scores: np.ndarray, included: np.ndarray, seed: int,
+                  release: bool, participation: str, **details: str) -> dict[str, Any]:
     """The RELEASED record of a canary-user audit (white- or black-box) at the run's
     delta: the estimators of ``dpemb.privacy.audit_report`` against the accounted RDP
     epsilon (and PLD's) and the accounted Poisson trade-off curve of ``rounds`` rounds."""
@@ -153,9 +151,8 @@ class AuditRun:
 
     ``num_real_users`` real users are users 0..N-1 of ``spec.population`` = N + n; the
     rest are the canaries. ``server_params`` are the aggregated parameters (their
-    values now are the initial model the score is measured from). The canaries' kind is
-    chosen by ``dpemb.privacy.canaries.choose_kind`` ("auto"); ``score``: "final" (the
-    total move) or "rounds" (needs ``after_round`` after every server step).
+    values now are the initial model the score is measured from). ``score``: "final"
+    (the total move) or "rounds" (needs ``after_round`` after every server step).
     """
 
     def __init__(
@@ -196,10 +193,8 @@ class AuditRun:
 
     def after_round(self, server_params: Sequence[torch.nn.Parameter]) -> None:
         """Record every canary's cosine with this round's released update (call it right
-        after each server step with the updated parameters). The update is the previous
-        minus the new aggregated parameters: a function of the released models only.
-        An update of zero (a server learning rate of 0) records cosines of 0. Does nothing
-        unless the audit scores per round (``score="rounds"``)."""
+        after each server step with the updated parameters): the previous minus the new
+        aggregated parameters, a function of the released models only."""
         if self.score != "rounds":
             return
         current = parameters_to_vector(server_params).detach().to("cpu", torch.float64)

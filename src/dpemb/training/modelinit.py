@@ -37,12 +37,10 @@ def build_model(
     private_run: bool = False,
     allow_nonprivate_init: bool = False,
 ) -> tuple[Backbone, dict[str, Any]]:
-    """Returns the backbone (trainable set applied) and the metadata a checkpoint
-    needs to rebuild it (``backbone_name``, ``backbone_kwargs``), with the init's
-    provenance (``init_provenance``), the caveats a private run's statements carry
-    (``init_caveats``) and, PRIVATE, the init chain's training users when the init is a
-    run directory whose checkpoint is readable (``init_lineage``, see
-    ``dpemb.training.lineage``; the checkpoint keeps it, nothing released does).
+    """The backbone (trainable set applied) and the metadata a checkpoint needs: how to
+    rebuild it, the init's provenance and caveats, the card privacy of a trained init and,
+    PRIVATE, the init chain's training users when the init is a run directory whose
+    checkpoint is readable (``init_lineage``: the checkpoint keeps it, nothing released does).
 
     ``private_run`` (a DP run): an init that saw private users without DP is refused
     (``InitProvenanceError``) unless ``allow_nonprivate_init``; see
@@ -61,7 +59,7 @@ def build_model(
     if cfg.init == "imagenet":
         load_imagenet_mobilenet_v2(model)
     elif cfg.init != "random":
-        init_model, card = load_artifact(cfg.init)  # a checkpoint: ArtifactError naming `dpemb export`
+        init_model, card = load_artifact(cfg.init)  # a checkpoint: ArtifactError (`dpemb export`)
         name, init_kwargs = card["backbone"]["name"], card["backbone"]["kwargs"]
         init_prov, init_privacy = _card_record(card, cfg.init)
         if name != cfg.backbone or init_kwargs != kwargs:
