@@ -95,8 +95,6 @@ class RunConfig:
                f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
 
 
-#: RunConfig fields that may change when a run is resumed (they change neither the
-#: model nor what the run reports)
 PERFORMANCE_ONLY = ("checkpoint_every", "checkpoint_interval_s", "threads", "eval_batch_size", "progress", "device",
                     "client_batch", "bf16", "overwrite")
 

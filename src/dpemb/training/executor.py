@@ -6,8 +6,6 @@ The training loop (``dpemb.training.federated``) is the same either way:
 
 and ``acc`` then holds the clipped SUM of every client of the round, whatever ran them.
 
-``LocalExecutor``: the clients one after another in this process.
-
 ``DistributedExecutor`` (torchrun; gloo on CPU, NCCL on GPU), in the style of
 pfl-research and Opacus: rank 0 runs the training loop and holds ALL private training
 state (sampler, noise, ledger, server optimizer); every other rank serves rounds

@@ -6,13 +6,10 @@ evaluations on held-out users who were never trained on. Private
 (``private/diagnostics.jsonl``): the un-noised statistics of each round's clients
 (counts, pre-clip norms, losses) and the timings and throughput they imply.
 
-The privacy section of the report and model card (``privacy_report``): every epsilon
-with its accountant, delta, unit of privacy and neighbouring relation, the
-extrapolations to larger populations, adaptive clipping's public clip norms, and the
-dp_accounting event the epsilons are of (``dp_event``, ``events.event_to_dict``; for tree
-aggregation the PLD accountant's equivalent Gaussian form too, ``dp_event_pld``). Only
-what the guarantee covers: the spec, the ledger's rounds and public knobs, never a
-private statistic.
+The privacy section of the report and model card (``privacy_report``) holds only what
+the guarantee covers: the spec, the ledger's rounds and public knobs, the epsilons and
+the dp_accounting event they are of (``dp_event``; for tree aggregation the PLD
+accountant's equivalent Gaussian form too, ``dp_event_pld``), never a private statistic.
 """
 
 from __future__ import annotations
