@@ -1,13 +1,10 @@
 """What the server (rank 0) of a federated run holds between rounds, and how it is
 saved, restored and released.
 
-``ServerState`` owns the server model (the trainable backbone, and DP-FedAvg's global
-head), the server optimizer, the privacy plan (sampler, client keys, noise, adaptive
-clip, ledger) and the round number. ``checkpoint`` writes the release artifact (the model
-and its model card: only what the guarantee covers) and the private checkpoint (0600:
-generator and sampler states, optimizer, ledger) atomically; ``ServerState.open``
-resumes from that checkpoint only under the same privacy spec, so the ledger's epsilon
-stays the epsilon of the whole run.
+``checkpoint`` writes the release artifact (the model and its model card: only what the
+guarantee covers) and the private checkpoint (0600: generator and sampler states,
+optimizer, ledger) atomically; ``ServerState.open`` resumes from that checkpoint only
+under the same privacy spec, so the ledger's epsilon stays the epsilon of the whole run.
 
 With ``server_ema`` > 0 the model that is evaluated and released is an exponential
 moving average of the server models (``released_weights``); the clients still start
