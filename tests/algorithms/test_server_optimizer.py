@@ -134,7 +134,7 @@ def test_warmup_must_end_before_the_last_round():
 
 def test_a_config_from_before_the_server_knobs_is_refused_as_pre_release(tmp_path):
     from dpemb.training.errors import PreReleaseError
-    from dpemb.training.resume import check_same_config
+    from dpemb.training.checkpoint import check_same_config
     from dpemb.training.rundir import RunDir
 
     current = config_json(federated=FederatedConfig())

@@ -14,7 +14,7 @@ from dpemb.algorithms.round import client_example_indices
 from dpemb.data.dataset import DataError, UserDataset
 from dpemb.data.rows import RowView, iter_batches, row_view
 from dpemb.models import build_backbone
-from dpemb.training.evaluate import compute_embeddings, evaluate_backbone
+from dpemb.training.evaluate import embed_images, evaluate_backbone
 from tests.conftest import make_tiny_dataset
 
 
@@ -273,8 +273,8 @@ def test_evaluation_on_a_memmapped_dataset_equals_in_memory(tmp_path):
     torch.manual_seed(0)
     model = build_backbone("lenet", in_channels=1, image_size=28, embedding_dim=16)
     for bs in (7, 512):
-        a = compute_embeddings(model, lazy, batch_size=bs)
-        b = compute_embeddings(model, mem, batch_size=bs)
+        a = embed_images(model, lazy.images, batch_size=bs)
+        b = embed_images(model, mem.images, batch_size=bs)
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     ma, _ = evaluate_backbone(model, lazy, batch_size=16)
     mb, _ = evaluate_backbone(model, mem, batch_size=16)

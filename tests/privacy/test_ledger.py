@@ -12,7 +12,7 @@ from dpemb.privacy.accounting import (
     UnsupportedAccountantError,
     epsilon_for,
 )
-from dpemb.training.privacy_report import privacy_report
+from dpemb.training.round_log import privacy_report
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from dpemb.algorithms.config import FederatedConfig
 from dpemb.privacy.accounting import PrivacySpec
 from dpemb.training.checkpoint import backbone_from_checkpoint, load_checkpoint
 from dpemb.training.config import ModelConfig, OptimConfig, RunConfig
-from dpemb.training.evaluate import compute_embeddings
+from dpemb.training.evaluate import embed_images
 from tests.conftest import make_tiny_dataset
 
 MODEL = ModelConfig(backbone="lenet", embedding_dim=16)
@@ -104,8 +104,8 @@ def test_embeddings_from_artifact_equal_checkpoint_bit_for_bit(tmp_path):
     for d in (fed_run(tmp_path, algorithm="dp-fedemb")[0], central_run(tmp_path)[0]):
         from_ckpt = backbone_from_checkpoint(d / "private" / "checkpoint.pt")
         from_art, card = load_artifact(d)
-        a = compute_embeddings(from_ckpt, ev)
-        b = compute_embeddings(from_art, ev)
+        a = embed_images(from_ckpt, ev.images)
+        b = embed_images(from_art, ev.images)
         assert torch.equal(a, b)
         assert card["backbone"]["kwargs"] == load_checkpoint(d)["backbone_kwargs"]
 

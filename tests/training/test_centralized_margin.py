@@ -13,7 +13,7 @@ from dpemb.models.margin import LossConfig
 from dpemb.training.checkpoint import CheckpointError
 from dpemb.training.config import OptimConfig, RunConfig, config_differences, config_json, unset_settings
 from dpemb.training.errors import PreReleaseError
-from dpemb.training.resume import check_same_config
+from dpemb.training.checkpoint import check_same_config
 from dpemb.training.rundir import RunDir
 from tests.training.test_centralized import MODEL, data
 

@@ -12,6 +12,8 @@ training state and is refused downstream (``dpemb export`` writes an artifact fr
 
 from __future__ import annotations
 
+import copy
+import importlib.util
 import json
 import os
 from dataclasses import dataclass
@@ -152,14 +154,11 @@ def make_card(
     ema_decay: float = 0.0,
     evaluation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The model card (JSON-ready). ``privacy`` is a report's privacy entry;
-    ``evaluation`` the run's held-out evaluation (:func:`held_out_evaluation`, omitted
-    when None);
-    ``progress`` is ``{"rounds": n, "planned_rounds": T}`` or ``{"steps": n,
-    "planned_steps": T}`` (see ``training_status``); ``loss`` the training loss
-    (``{"kind", "scale", "margin"}``, omitted when None); ``ema_decay`` > 0: the weights
-    are an exponential moving average of the server models (recorded as
-    ``weight_average``)."""
+    """The model card (JSON-ready). ``privacy``: a report's privacy entry; ``progress``:
+    ``{"rounds": n, "planned_rounds": T}`` or ``{"steps": n, "planned_steps": T}``;
+    ``loss`` (``{"kind", "scale", "margin"}``) and ``evaluation`` are omitted when None;
+    ``ema_decay`` > 0: the weights are an exponential moving average of the server
+    models (recorded as ``weight_average``)."""
     section = privacy_section(privacy)
     return {
         "format": CARD_FORMAT,
@@ -228,8 +227,6 @@ class Release:
         loss: Any = None,
         ema_decay: float = 0.0,
     ):
-        """``loss``: the ``LossConfig`` trained with (recorded in the card), or None;
-        ``ema_decay``: the released weights' moving average (0: none)."""
         prov = provenance or Provenance()
         self.directory = Path(directory)
         self.algorithm = algorithm
@@ -256,29 +253,23 @@ class Release:
         total = init_total(privacy, self.provenance["init"], self.init_privacy)
         return {**out, "total_with_init": total} if total is not None else out
 
-    def card(self, backbone: Backbone, privacy: Any, evaluation: dict[str, Any] | None = None,
-             **progress: int) -> dict[str, Any]:
-        return make_card(
+    def write(self, backbone: Backbone, privacy: Any, evaluation: dict[str, Any] | None = None,
+              **progress: int) -> dict[str, Any]:
+        """Write the artifact for the model as it is now; returns its card."""
+        card = make_card(
             backbone_name=self.backbone_name, backbone_kwargs=self.backbone_kwargs,
             embedding_dim=int(backbone.embedding_dim), trainable=self.trainable, algorithm=self.algorithm,
             progress=progress, provenance=self.provenance, privacy=self.privacy(privacy), loss=self.loss,
             ema_decay=self.ema_decay, evaluation=evaluation,
         )
-
-    def write(self, backbone: Backbone, privacy: Any, evaluation: dict[str, Any] | None = None,
-              **progress: int) -> dict[str, Any]:
-        """Write the artifact for the model as it is now; returns its card. ``evaluation``:
-        the final held-out evaluation (:func:`held_out_evaluation` of the run's report)."""
-        card = self.card(backbone, privacy, evaluation, **progress)
         write_artifact(self.directory, backbone, card)
         return card
 
 
 def init_total(privacy: Any, init: Any, init_privacy: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The total epsilon (RDP) of a DP run with privacy section ``privacy`` (its spec, its
-    recorded ``dp_event`` and RDP epsilon) and the DP
-    models of its init chain that may have trained on its users (``init``: its init's
-    provenance; ``init_privacy``: the init card's privacy section); None when there are
+    """The total epsilon (RDP) of a DP run with privacy section ``privacy`` and the DP
+    models of its init chain (``init``: its init's provenance; ``init_privacy``: the init
+    card's privacy section) that may have trained on its users; None when there are
     none, or the run is not private. See ``dpemb.training.composition``."""
     if not isinstance(privacy, dict) or not isinstance(privacy.get("epsilon_rdp"), float) or \
             not {"spec", "dp_event"} <= privacy.keys():
@@ -302,9 +293,7 @@ def find_artifact(path: str | os.PathLike) -> Path | None:
     d = path if path.is_dir() else path.parent
     if path.is_file() and path.name not in (ARTIFACT_WEIGHTS, MODEL_CARD):
         return None
-    if (d / MODEL_CARD).is_file() and (d / ARTIFACT_WEIGHTS).is_file():
-        return d
-    return None
+    return d if (d / MODEL_CARD).is_file() and (d / ARTIFACT_WEIGHTS).is_file() else None
 
 
 def resolve_model(path: str | os.PathLike) -> Path:
@@ -318,7 +307,7 @@ def resolve_model(path: str | os.PathLike) -> Path:
         raise ArtifactError(f"{p} does not exist: give a run directory or a release artifact "
                             f"({ARTIFACT_WEIGHTS} + {MODEL_CARD})")
     if p.is_file() and _is_torch_file(p):
-        run = p.parent.parent if p.parent.name == "private" else p.parent
+        run = _run_of(p)
         fix = (f"give the run directory {run}, which holds its release artifact (or a copy written with "
                f"`dpemb export {run} --out DIR`)" if find_artifact(run) is not None else export_hint(run))
         raise ArtifactError(
@@ -390,15 +379,6 @@ def _run_of(path: str | os.PathLike) -> Path:
     return p.parent.parent if p.parent.name == "private" else p.parent
 
 
-def card_from_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
-    """The model card saved with a checkpoint (``load_checkpoint``'s): the card of the
-    artifact written with it. ``PreReleaseError`` for a card of a pre-release dpemb."""
-    card = state["model_card"]
-    if not isinstance(card, dict) or card.get("format") != CARD_FORMAT or card.get("format_version") != CARD_VERSION:
-        raise pre_release(path, RETRAIN)
-    return card
-
-
 def with_report_evaluation(card: dict[str, Any], run: Path) -> dict[str, Any]:
     """``card`` with the run's released final evaluation (its report.json) when the
     card has none and the report is of the same rounds or steps as the weights."""
@@ -445,16 +425,12 @@ def write_export(directory: str | os.PathLike, backbone: Backbone, card: dict[st
     if fmt not in EXPORT_FILES:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FILES)}")
     if fmt == "onnx":
-        import importlib.util
-
         missing = [m for m in ("onnx", "onnxruntime") if importlib.util.find_spec(m) is None]
         if missing:
             raise ArtifactError(f"--format onnx needs the package(s) {', '.join(missing)}: "
                                 f"pip install {' '.join(missing)} (or pip install -e '.[test]')")
     write, run, runtime = ((ex.export_onnx, ex.run_onnx, "onnxruntime") if fmt == "onnx"
                            else (ex.export_torchscript, ex.run_torchscript, "torch.jit.load"))
-    import copy
-
     backbone = copy.deepcopy(backbone).cpu().eval()  # the caller's model keeps its device and mode
     images = ex.example_images(backbone)
     checked: list[float] = []
@@ -474,13 +450,17 @@ def write_export(directory: str | os.PathLike, backbone: Backbone, card: dict[st
 
 def export_run(run: str | os.PathLike, out: str | os.PathLike,
                fmt: str = "safetensors") -> tuple[Path, dict[str, Any], Path, Exported]:
-    """Write a run's checkpoint (a run directory or the checkpoint file) into ``out`` in format ``fmt`` (:func:`write_export`) with its model card;
-    returns (out, card, checkpoint path, what was written)."""
+    """Write a run's checkpoint (a run directory or the checkpoint file) into ``out`` in
+    format ``fmt`` (:func:`write_export`); returns (out, card, checkpoint, what was written)."""
     path = checkpoint_in(run) if Path(run).is_dir() else Path(run)
     if path is None:
         raise CheckpointError(f"{run} holds no checkpoint (looked for private/checkpoint.pt)")
     state = load_checkpoint(path)
-    card = with_report_evaluation(card_from_checkpoint(state, path), _run_of(path))
+    card = state["model_card"]  # the card of the artifact written with the checkpoint
+    if not isinstance(card, dict) or card.get("format") != CARD_FORMAT or \
+            card.get("format_version") != CARD_VERSION:
+        raise pre_release(path, RETRAIN)  # a card of a pre-release dpemb
+    card = with_report_evaluation(card, _run_of(path))
     model = backbone_from_checkpoint(state)
     written = write_export(out, model, card, fmt)
     return Path(out), card, path, written

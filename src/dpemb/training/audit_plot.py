@@ -13,6 +13,7 @@ estimate of 40 both show.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -60,16 +61,14 @@ def plot_audit(points: Sequence[AuditPoint], path: str | Path, *, title: str | N
     line = np.linspace(0, max(top, ymax), 400)
     ax.fill_between(line, line, ymax * 10, color="tab:red", alpha=0.06, lw=0)
     ax.plot(line, line, color="black", lw=1, label="y = x (empirical = reported)")
-    groups: dict[float, int] = {}
-    for p in points:
-        groups[round(p.reported, 2)] = groups.get(round(p.reported, 2), 0) + 1
-    seen: dict[float, int] = {}
+    groups = Counter(round(p.reported, 2) for p in points)
+    seen: Counter[float] = Counter()
     colors = plt.get_cmap("tab10")
     pct = f"{100 * confidence:g}%"
     for i, p in enumerate(points):
         key = round(p.reported, 2)
-        k = seen.get(key, 0)
-        seen[key] = k + 1
+        k = seen[key]
+        seen[key] += 1
         x = p.reported * (1 + 0.05 * (k - (groups[key] - 1) / 2))  # spread points sharing a reported epsilon
         c = colors(i % 10)
         ax.plot([x], [p.reported], "_", color="black", ms=16, mew=2)  # the point's own reported epsilon

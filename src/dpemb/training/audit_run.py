@@ -6,12 +6,10 @@ reports the estimate and the two lower bounds of ``dpemb.privacy.audit_report`` 
 accounted epsilon, all at the run's delta. The canaries, the scores and the estimators:
 docs/AUDIT.md, "White-box canary users" and "The two lower bounds".
 
-Scores. By default the cosine between a canary's direction and the model's total move
-(initial - final aggregated parameters). With ``score="rounds"`` the loop must call
-``after_round(server_params)`` after every server step; the score then combines the
-cosines with every round's released update (see ``after_round``). Both are functions
-of the released models and the canaries' own directions only; no canary's
-participation (secret sampler randomness) and no inclusion bit is used.
+Scores: the cosine between a canary's direction and the model's total move, or
+(``score="rounds"``, ``round_scores``) its cosines with every round's released update.
+Both are functions of the released models and the canaries' own directions only; no
+canary's participation (secret sampler randomness) and no inclusion bit is used.
 
 Accounting: the canaries are users. The population is N + n, so q = M K / (N + n), the
 default delta and the reported epsilon cover every real user and every canary. The
@@ -33,26 +31,11 @@ import torch
 from torch.nn.utils import parameters_to_vector
 
 from dpemb.atomic import atomic_write_json
-from dpemb.privacy.audit_report import (
-    BOTH_FRACTIONS,
-    CONFIDENCE,
-    MIN_CANARIES,
-    N_BOOTSTRAP,
-    TOP_FRACTIONS,
-    Reported,
-    accounted_poisson_tradeoff,
-    audit_record,
-    fdp_k_grid,
-    k_grid,
-)
+from dpemb.privacy.audit_report import (MIN_CANARIES, Reported, accounted_poisson_tradeoff,
+                                        audit_record, fdp_k_grid, k_grid)
 from dpemb.privacy.canaries import CanaryClients, needs_host
 from dpemb.privacy.clipping import ClipAndSum, ClippedSum
 from dpemb.privacy.spec import PrivacySpec
-
-__all__ = [
-    "BOTH_FRACTIONS", "CONFIDENCE", "MIN_CANARIES", "N_BOOTSTRAP", "NOT_FOR_RELEASE", "PRIVATE_FILE", "RELEASED",
-    "SCORES", "TOP_FRACTIONS", "AuditError", "AuditRun", "check_audit", "k_grid", "round_scores",
-]
 
 PRIVATE_FILE = "audit_canaries.json"
 SCORES = ("final", "rounds")
@@ -71,10 +54,11 @@ class AuditError(ValueError):
     """An audit the run cannot do (unsupported mechanism, too few canaries, resume)."""
 
 
-def check_audit(n: int, spec: PrivacySpec, *, resume: Any = False) -> None:
-    """Refuse an audit the canaries' assumptions do not hold for (AuditError)."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < MIN_CANARIES:
-        raise AuditError(f"an audit needs at least {MIN_CANARIES} canaries (an integer), got {n!r}")
+def check_audit(n: int, spec: PrivacySpec, *, resume: Any = False,
+                real_users: int | None = None) -> None:
+    """Refuse an audit the canaries' assumptions do not hold for (AuditError);
+    ``real_users``: the population must be they plus the n canaries."""
+    check_canary_count(n)
     if spec.nonprivate:
         raise AuditError("an audit compares with the reported epsilon; a non-private run has none")
     if spec.mechanism != "gaussian" or spec.sampling != "poisson":
@@ -86,6 +70,37 @@ def check_audit(n: int, spec: PrivacySpec, *, resume: Any = False) -> None:
         raise AuditError("audit canaries with adaptive clipping are not supported (the canaries would move the clip)")
     if resume:
         raise AuditError("an audit run cannot be resumed (the canary state is not checkpointed); run it again")
+    if real_users is not None and spec.population != real_users + n:
+        raise AuditError(f"the population ({spec.population}) must be the real users "
+                         f"({real_users}) plus the canaries ({n})")
+
+
+def check_canary_count(n: Any) -> None:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < MIN_CANARIES:
+        raise AuditError(f"an audit needs at least {MIN_CANARIES} canaries (an integer), got {n!r}")
+
+
+def canary_record(kind: str, spec: PrivacySpec, privacy: dict[str, Any], rounds: int,
+                  real_users: int, scores: np.ndarray, included: np.ndarray, seed: int,
+                  release: bool, participation: str, **details: str) -> dict[str, Any]:
+    """The RELEASED record of a canary-user audit (white- or black-box) at the run's
+    delta: the estimators of ``dpemb.privacy.audit_report`` against the accounted RDP
+    epsilon (and PLD's) and the accounted Poisson trade-off curve of ``rounds`` rounds."""
+    n = len(scores)
+    claim = accounted_poisson_tradeoff(spec.noise_multiplier, spec.sampling_rate, max(rounds, 1),
+                                       spec.relation)
+    reported = Reported(privacy.get("epsilon_rdp"), "rdp", spec.resolved_delta, spec.unit,
+                        spec.relation, {"pld": privacy.get("epsilon_pld")})
+    return {
+        "kind": kind,
+        "canaries": n,
+        "population": {"real_users": real_users, "canary_users": n, "accounted": spec.population},
+        "participation": f"Poisson at the run's per-user rate q = {spec.sampling_rate:.4g}"
+                         + participation,
+        **details,
+        **audit_record(scores, included, reported, claim=claim, seed=seed),
+        "release": RELEASED if release else NOT_FOR_RELEASE,
+    }
 
 
 def round_scores(cosines: np.ndarray, noise_multiplier: float, sampling_rate: float) -> np.ndarray:
@@ -124,9 +139,8 @@ class AuditRun:
 
     ``num_real_users`` real users are users 0..N-1 of ``spec.population`` = N + n; the
     rest are the canaries. ``server_params`` are the aggregated parameters (their
-    values now are the initial model the score is measured from). The canaries' kind is
-    chosen by ``dpemb.privacy.canaries.choose_kind`` ("auto"); ``score``: "final" (the
-    total move) or "rounds" (needs ``after_round`` after every server step).
+    values now are the initial model the score is measured from). ``score``: "final"
+    (the total move) or "rounds" (needs ``after_round`` after every server step).
     """
 
     def __init__(
@@ -141,10 +155,7 @@ class AuditRun:
         release: bool = False,
         score: str = "final",
     ) -> None:
-        check_audit(n, spec, resume=resume)
-        if spec.population != num_real_users + n:
-            raise AuditError(f"the population ({spec.population}) must be the real users ({num_real_users}) "
-                             f"plus the canaries ({n})")
+        check_audit(n, spec, resume=resume, real_users=num_real_users)
         if score not in SCORES:
             raise AuditError(f"score must be one of {', '.join(SCORES)}, got {score!r}")
         self.spec = spec
@@ -170,10 +181,8 @@ class AuditRun:
 
     def after_round(self, server_params: Sequence[torch.nn.Parameter]) -> None:
         """Record every canary's cosine with this round's released update (call it right
-        after each server step with the updated parameters). The update is the previous
-        minus the new aggregated parameters: a function of the released models only.
-        An update of zero (a server learning rate of 0) records cosines of 0. Does nothing
-        unless the audit scores per round (``score="rounds"``)."""
+        after each server step with the updated parameters): the previous minus the new
+        aggregated parameters, a function of the released models only."""
         if self.score != "rounds":
             return
         current = parameters_to_vector(server_params).detach().to("cpu", torch.float64)
@@ -202,29 +211,16 @@ class AuditRun:
         """Score the canaries, write them to ``private_dir`` and return the RELEASED record."""
         final = parameters_to_vector(server_params).detach().to("cpu", torch.float64)
         scores, score_desc = self._scores(final)
-        inc = self.canaries.included
-        spec = self.spec
-        rounds = max(self.canaries.rounds, 1)
-        claim = accounted_poisson_tradeoff(spec.noise_multiplier, spec.sampling_rate, rounds, spec.relation)
-        reported = Reported(privacy.get("epsilon_rdp"), "rdp", spec.resolved_delta, spec.unit, spec.relation,
-                            {"pld": privacy.get("epsilon_pld")})
-        summary = audit_record(scores, inc, reported, claim=claim, seed=self.canaries.bootstrap_seed())
-        record: dict[str, Any] = {
-            "kind": "white-box canary users (user level, one run)",
-            "canaries": self.canaries.n,
-            "population": {"real_users": self.canaries.first_user, "canary_users": self.canaries.n,
-                           "accounted": spec.population},
-            "participation": (f"Poisson at the run's per-user rate q = {spec.sampling_rate:.4g} (the canaries "
-                              "are users of the sampled population)"),
-            "canary_kind": self.canaries.kind,
-            "canary_update": (f"a fixed {'random' if self.canaries.kind == 'gaussian' else 'keyed coordinate (Dirac)'} "
-                              f"direction of norm {self.canaries.norm_factor:g} x C, its own client"
-                              + ("; a host client sends the opposite direction when the canary is absent "
-                                 "(sensitivity 2C)" if self.canaries.host else "")),
-            "score": score_desc,
-            **summary,
-        }
-        record["release"] = RELEASED if self.release else NOT_FOR_RELEASE
+        c = self.canaries
+        kind = "random" if c.kind == "gaussian" else "keyed coordinate (Dirac)"
+        record = canary_record(
+            "white-box canary users (user level, one run)", self.spec, privacy, c.rounds, c.first_user,
+            scores, c.included, c.bootstrap_seed(), self.release,
+            " (the canaries are users of the sampled population)", canary_kind=c.kind,
+            canary_update=(f"a fixed {kind} direction of norm {c.norm_factor:g} x C, its own client"
+                           + ("; a host client sends the opposite direction when the canary is "
+                              "absent (sensitivity 2C)" if c.host else "")),
+            score=score_desc)
         atomic_write_json(
             private_dir / PRIVATE_FILE,
             {**self.canaries.state(), "scores": scores.tolist(), "k_grid": k_grid(self.canaries.n),

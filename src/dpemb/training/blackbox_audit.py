@@ -31,11 +31,11 @@ from dpemb.atomic import atomic_write_json
 from dpemb.data.dataset import UserDataset
 from dpemb.data.tensors import to_float_tensor
 from dpemb.models import embed
-from dpemb.privacy.audit_report import MIN_CANARIES, Reported, accounted_poisson_tradeoff, audit_record
 from dpemb.privacy.client_keys import seed_from
 from dpemb.privacy.spec import PrivacySpec
 from dpemb.training.artifact import load_artifact, read_card
-from dpemb.training.audit_run import NOT_FOR_RELEASE, PRIVATE_FILE, RELEASED, AuditError, check_audit
+from dpemb.training.audit_run import (PRIVATE_FILE, AuditError, canary_record, check_audit,
+                                     check_canary_count)
 from dpemb.training.rundir import MODEL_CARD, RunDir
 
 DEFAULT_IMAGES_PER_USER = 4
@@ -68,8 +68,7 @@ def make_canary_users(n: int, image_shape: tuple[int, int, int], *, images_per_u
                       cell: int = DEFAULT_CELL, seed: int | None = None) -> CanaryUsers:
     """n canary identities with ``images_per_user`` images each (module docstring);
     ``seed`` None keys them from the OS's secure source."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < MIN_CANARIES:
-        raise AuditError(f"an audit needs at least {MIN_CANARIES} canaries (an integer), got {n!r}")
+    check_canary_count(n)
     if images_per_user < 2:
         raise AuditError(f"the score compares a canary's images with each other: need >= 2 per canary, got "
                          f"{images_per_user}")
@@ -152,34 +151,20 @@ def black_box_audit(
     """
     from dpemb.training.federated import train_federated
 
-    check_audit(canaries, spec)
-    if spec.population != train.num_users + canaries:
-        raise AuditError(f"the population ({spec.population}) must be the real users ({train.num_users}) plus "
-                         f"the canaries ({canaries})")
+    check_audit(canaries, spec, real_users=train.num_users)
     crafted = make_canary_users(canaries, train.image_shape, images_per_user=images_per_user, seed=canary_seed)
     report = train_federated(with_canary_users(train, crafted), eval_ds, model_cfg, fed_cfg, spec, run_cfg,
                              noise_seed=noise_seed, provenance=provenance)
     model, _ = load_artifact(run_cfg.out, device)  # the RELEASED model, nothing else
     scores = score_canaries(model, crafted, device=device)
-    privacy = report["privacy"]
-    reported = Reported(privacy.get("epsilon_rdp"), "rdp", spec.resolved_delta, spec.unit, spec.relation,
-                        {"pld": privacy.get("epsilon_pld")})
-    claim = accounted_poisson_tradeoff(spec.noise_multiplier, spec.sampling_rate, max(int(report["rounds"]), 1),
-                                       spec.relation)
-    summary = audit_record(scores, crafted.included, reported, claim=claim, seed=crafted.bootstrap_seed())
-    record = {
-        "kind": "black-box canary users (user level, released model only)",
-        "canaries": crafted.n,
-        "population": {"real_users": train.num_users, "canary_users": crafted.n, "accounted": spec.population},
-        "participation": (f"Poisson at the run's per-user rate q = {spec.sampling_rate:.4g}; a left-out canary is a "
-                          "user without data"),
-        "canary_data": (f"a unique identity per canary: {crafted.images_per_user} images of a keyed random "
-                        f"{DEFAULT_CELL}x{DEFAULT_CELL}-pixel block pattern with pixel noise"),
-        "score": ("mean cosine between the canary's own images' embeddings minus their mean cosine with the other "
-                  "canaries' images (released model only)"),
-        **summary,
-        "release": RELEASED if release else NOT_FOR_RELEASE,
-    }
+    record = canary_record(
+        "black-box canary users (user level, released model only)", spec, report["privacy"],
+        int(report["rounds"]), train.num_users, scores, crafted.included, crafted.bootstrap_seed(),
+        release, "; a left-out canary is a user without data",
+        canary_data=(f"a unique identity per canary: {crafted.images_per_user} images of a keyed "
+                     f"random {DEFAULT_CELL}x{DEFAULT_CELL}-pixel block pattern with pixel noise"),
+        score=("mean cosine between the canary's own images' embeddings minus their mean cosine "
+               "with the other canaries' images (released model only)"))
     run = RunDir(run_cfg.out)
     atomic_write_json(run.make_private_dir() / PRIVATE_FILE, {
         "kind": "black-box", "key": str(crafted.key), "seeded": crafted.seeded,

@@ -21,10 +21,10 @@ from dpemb.data.dataset import UserDataset
 from dpemb.models.margin import head_loss
 from dpemb.data.tensors import numpy_to_tensor, resolve_device
 from dpemb.progress import progress
-from dpemb.training.checkpoint import load_checkpoint, save_checkpoint
 from dpemb.training.interrupt import CheckpointSchedule, GracefulStop
 from dpemb.training.lineage import training_record
-from dpemb.training.resume import check_same_config, check_same_data, resume_from_checkpoint
+from dpemb.training.checkpoint import (check_same_config, check_same_data, load_checkpoint,
+                                       resume_from_checkpoint, save_checkpoint)
 from dpemb.training.config import ModelConfig, OptimConfig, RunConfig, config_json, to_dict
 from dpemb.training.evaluate import evaluate_backbone
 from dpemb.training.modelinit import build_model

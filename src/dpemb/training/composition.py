@@ -43,10 +43,9 @@ def composed_total(
 ) -> dict[str, Any] | None:
     """The total epsilon of this run (``run_event``, whose own epsilon is ``run_epsilon`` at
     ``delta``) and ``dp_models``: the provenances of the DP models of its chain that may
-    have trained on its users. ``direct``: the provenance of the direct init/backbone,
-    ``direct_privacy`` its model card's privacy section (with ``spec``), when known;
-    ``label`` starts the statement ("total with the backbone") and
-    ``together`` names the pair ("the backbone's training and this classifier"). None when ``dp_models`` is empty (nothing to compose)."""
+    have trained on its users (None when empty). ``direct``: the provenance of the direct
+    init/backbone, ``direct_privacy`` its card's privacy section, when known; ``label``
+    starts the statement and ``together`` names the pair."""
     if not dp_models:
         return None
     chain = [_statement(p) for p in dp_models]

@@ -95,8 +95,6 @@ class RunConfig:
                f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
 
 
-#: RunConfig fields that may change when a run is resumed (they change neither the
-#: model nor what the run reports)
 PERFORMANCE_ONLY = ("checkpoint_every", "checkpoint_interval_s", "threads", "eval_batch_size", "progress", "device",
                     "client_batch", "bf16", "overwrite")
 
@@ -129,14 +127,9 @@ def unset_settings(saved: str, current: str) -> list[str]:
 
 def describe_differences(saved: str, current: str) -> str:
     """``key: saved -> now`` for each differing setting, for an error message."""
-    a, b = json.loads(saved), json.loads(current)
-
-    def get(d: Any, path: str) -> Any:
-        for part in path.split("."):
-            d = d.get(part, "<unset>") if isinstance(d, dict) else "<unset>"
-        return d
-
-    return "; ".join(f"{k}: {get(a, k)!r} -> {get(b, k)!r}" for k in config_differences(saved, current))
+    a, b = flat_settings(json.loads(saved)), flat_settings(json.loads(current))
+    return "; ".join(f"{k}: {a.get(k, '<unset>')!r} -> {b.get(k, '<unset>')!r}"
+                     for k in config_differences(saved, current))
 
 
 def to_dict(obj: Any) -> Any:

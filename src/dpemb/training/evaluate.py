@@ -28,22 +28,13 @@ FARS = (1e-3, 1e-4, 1e-2)
 
 
 @torch.no_grad()
-def compute_embeddings(
-    model: Backbone, ds: UserDataset, *, batch_size: int = 512, device: torch.device | str = "cpu",
-    resize_to: int | None = None,
-) -> torch.Tensor:
-    """L2-normalised embeddings of every example of ``ds``, in dataset order (CPU); the
-    images are resized to ``resize_to`` first when given. Images are read batch by
-    batch: a memory-mapped dataset (or a split of one) is never held whole."""
-    return embed_images(model, ds.images, batch_size=batch_size, device=device, resize_to=resize_to)
-
-
-@torch.no_grad()
 def embed_images(
     model: Backbone, images: Any, *, batch_size: int = 512, device: torch.device | str = "cpu",
     resize_to: int | None = None,
 ) -> torch.Tensor:
-    """``compute_embeddings`` of uint8 (N, H, W, C) ``images`` (an array, memmap or row view)."""
+    """L2-normalised embeddings of uint8 (N, H, W, C) ``images`` (an array, memmap or row
+    view), in order (CPU); resized to ``resize_to`` first when given. Images are read
+    batch by batch: a memory-mapped dataset (or a split of one) is never held whole."""
     out = []
     for _, batch in iter_batches(images, batch_size):
         x = to_float_tensor(batch, device=device)
@@ -67,22 +58,17 @@ def evaluate_embeddings(
     # The reference evaluates in-batch pairs over a shuffled stream of the eval set.
     perm = torch.from_numpy(np.random.default_rng(seed).permutation(len(labels_t)))
     metrics: dict[str, Any] = {
-        f"recall_at_far_{far:g}": ver.recall_at_far[far] for far in FARS
+        **{f"recall_at_far_{far:g}": ver.recall_at_far[far] for far in FARS},
+        "roc_auc": ver.auc,
+        "recall_at_far_0.001_in_batch_approx": in_batch_recall_at_far(embeddings[perm], labels_t[perm],
+                                                                      far=1e-3),
+        "precision_at_1": precision_at_1(embeddings, labels_t),
+        "map_at_r": map_at_r(embeddings, labels_t),
+        "eval_pairs_exact": ver.exact,
+        "eval_positive_pairs": ver.num_positive_pairs,
+        "eval_negative_pairs": ver.num_negative_pairs,
+        "unsupported_fars": [far for far in FARS if not ver.supported(far)],
     }
-    metrics.update(
-        {
-            "roc_auc": ver.auc,
-            "recall_at_far_0.001_in_batch_approx": in_batch_recall_at_far(
-                embeddings[perm], labels_t[perm], far=1e-3
-            ),
-            "precision_at_1": precision_at_1(embeddings, labels_t),
-            "map_at_r": map_at_r(embeddings, labels_t),
-            "eval_pairs_exact": ver.exact,
-            "eval_positive_pairs": ver.num_positive_pairs,
-            "eval_negative_pairs": ver.num_negative_pairs,
-            "unsupported_fars": [far for far in FARS if not ver.supported(far)],
-        }
-    )
     return metrics, ver
 
 
@@ -94,5 +80,5 @@ def evaluate_backbone(
     max_pairs: int | None = None,
     device: torch.device | str = "cpu",
 ) -> tuple[dict[str, Any], VerificationResult]:
-    emb = compute_embeddings(model, eval_ds, batch_size=batch_size, device=device)
+    emb = embed_images(model, eval_ds.images, batch_size=batch_size, device=device)
     return evaluate_embeddings(emb, eval_ds.labels, max_pairs=max_pairs)

@@ -5,8 +5,6 @@ The training loop (``dpemb.training.federated``) is the same either way:
 clip-and-sum),
 and ``acc`` then holds the clipped SUM of every client of the round, whatever ran them.
 
-``LocalExecutor``: the clients one after another in this process.
-
 ``DistributedExecutor`` (torchrun; gloo on CPU, NCCL on GPU), in the style of
 pfl-research and Opacus: rank 0 runs the loop, every other rank serves rounds
 (``serve``); the collectives, faults and restarts: docs/SCALE.md, "What one round does
@@ -30,6 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from dpemb.algorithms.client import ClientTrainer
 from dpemb.algorithms.round import ClientData, ClientTally, accumulate_clients, map_clients
@@ -77,7 +76,7 @@ class LocalExecutor:
     """The round's clients one after another in this process."""
 
     rank, world_size, is_main = 0, 1, True
-    collective_seconds = 0.0
+    collective_seconds = 0.0  # time in collectives, waiting for the slowest rank included
     failed = False  # a collective failed (a rank was lost)
 
     def __init__(self, trainer: ClientTrainer, data: ClientData, randomness: ClientRandomness) -> None:
@@ -101,16 +100,13 @@ class DistributedExecutor(LocalExecutor):
 
     def __init__(self, trainer: ClientTrainer, data: ClientData, randomness: ClientRandomness,
                  env: DistributedEnv, template: Sequence[torch.Tensor], eval_images: Any = None) -> None:
-        import torch.distributed as dist
-
         super().__init__(trainer, data, randomness)
-        self.dist, self.env = dist, env
+        self.env = env
         self.rank, self.world_size, self.is_main = env.rank, env.world_size, env.rank == 0
         self.template = [torch.zeros_like(t) for t in template]
         self.comm_device = torch.device("cuda", torch.cuda.current_device()) \
             if dist.get_backend() == "nccl" else torch.device("cpu")
         self._closed = False
-        self.collective_seconds = 0.0  # time in collectives, waiting for the slowest rank included
         self.eval_images = eval_images  # the held-out split's images (workers embed a share)
 
     # ------------------------------------------------------------------ rank 0
@@ -120,19 +116,20 @@ class DistributedExecutor(LocalExecutor):
         work = [[(slots[i], keys[i]) for i in part] for part in parts]
         msg = {"op": "round", "round": rnd, "work": work, "randomness": self.randomness.state_dict(),
                "clip": (acc.clip_norm, acc.sensitivity, acc.relation)}
-        self._collective(f"round {rnd + 1}", lambda: self.dist.broadcast_object_list([msg], src=0))
+        self._collective(f"round {rnd + 1}", lambda: dist.broadcast_object_list([msg], src=0))
         buf = start.detach().to(self.comm_device).clone()
-        self._collective(f"round {rnd + 1}", lambda: self.dist.broadcast(buf, src=0))
+        self._collective(f"round {rnd + 1}", lambda: dist.broadcast(buf, src=0))
         tally = self._run(rnd, start, work[0], acc)
         return self._merge(rnd, acc, tally)
 
     def _merge(self, rnd: int, acc: ClipAndSum, tally: ClientTally) -> ClientTally:
         """Reduce the clipped sums to rank 0 and gather the counts there."""
         total = acc.result().value[0].to(self.comm_device)
-        self._collective(f"round {rnd + 1}", lambda: self.dist.reduce(total, dst=0, op=self.dist.ReduceOp.SUM))
+        self._collective(f"round {rnd + 1}",
+                         lambda: dist.reduce(total, dst=0, op=dist.ReduceOp.SUM))
         gathered: list[Any] = [None] * self.world_size if self.is_main else None  # type: ignore[assignment]
         self._collective(f"round {rnd + 1}",
-                         lambda: self.dist.gather_object((acc.counts(), tally), gathered, dst=0))
+                         lambda: dist.gather_object((acc.counts(), tally), gathered, dst=0))
         if self.is_main:
             acc.absorb([total], [c for c, _ in gathered[1:]])
             for _, t in gathered[1:]:
@@ -148,17 +145,17 @@ class DistributedExecutor(LocalExecutor):
         if self._closed:  # the other ranks have stopped serving: embed everything here
             return super().embed(model, images, batch_size)
         msg = {"op": "embed", "rows": len(images), "batch_size": batch_size}
-        self._collective("an evaluation", lambda: self.dist.broadcast_object_list([msg], src=0))
+        self._collective("an evaluation", lambda: dist.broadcast_object_list([msg], src=0))
         params = [p for p in model.parameters() if p.requires_grad]
         buf = parameters_to_vector(params).detach().to(self.comm_device).clone()
-        self._collective("an evaluation", lambda: self.dist.broadcast(buf, src=0))
+        self._collective("an evaluation", lambda: dist.broadcast(buf, src=0))
         return self._embed_share(model, images, len(images), batch_size)
 
     def _embed_share(self, model: torch.nn.Module, images: Any, rows: int, batch_size: int) -> torch.Tensor:
         lo, hi = contiguous_share(rows, self.rank, self.world_size)
         mine = embed_images(model, row_span(images, lo, hi), batch_size=batch_size, device=self.data.device)
         shares: list[Any] = [None] * self.world_size if self.is_main else None  # type: ignore[assignment]
-        self._collective("an evaluation", lambda: self.dist.gather_object(mine, shares, dst=0))
+        self._collective("an evaluation", lambda: dist.gather_object(mine, shares, dst=0))
         return torch.cat(shares) if self.is_main else mine
 
     def close(self) -> None:
@@ -166,7 +163,7 @@ class DistributedExecutor(LocalExecutor):
         if self.is_main and not self._closed:
             self._closed = True
             self._collective("the stop at the end of training",
-                             lambda: self.dist.broadcast_object_list([{"op": "stop"}], src=0))
+                             lambda: dist.broadcast_object_list([{"op": "stop"}], src=0))
 
     # ------------------------------------------------------------------ ranks > 0
     def serve(self) -> int:
@@ -175,7 +172,7 @@ class DistributedExecutor(LocalExecutor):
         while True:
             box: list[Any] = [None]
             self._collective("the wait for rank 0's next message",
-                             lambda: self.dist.broadcast_object_list(box, src=0))
+                             lambda: dist.broadcast_object_list(box, src=0))
             msg = box[0]
             if msg["op"] == "stop":
                 return served
@@ -185,7 +182,7 @@ class DistributedExecutor(LocalExecutor):
             rnd = int(msg["round"])
             self.randomness.load_state_dict(msg["randomness"])
             start = torch.empty_like(self.template[0], device=self.comm_device)
-            self._collective(f"round {rnd + 1}", lambda: self.dist.broadcast(start, src=0))
+            self._collective(f"round {rnd + 1}", lambda: dist.broadcast(start, src=0))
             clip_norm, sensitivity, relation = msg["clip"]
             acc = ClipAndSum(self.template, clip_norm, sensitivity, relation)
             self._merge(rnd, acc, self._run(rnd, start.to(self.data.device), msg["work"][self.rank], acc))
@@ -199,7 +196,7 @@ class DistributedExecutor(LocalExecutor):
         model = self.trainer.model
         params = [p for p in model.parameters() if p.requires_grad]  # the backbone's (no global head)
         vec = torch.empty(sum(p.numel() for p in params), device=self.comm_device)
-        self._collective("an evaluation", lambda: self.dist.broadcast(vec, src=0))
+        self._collective("an evaluation", lambda: dist.broadcast(vec, src=0))
         load_flat_(params, vec.to(self.data.device))
         if self.eval_images is None or len(self.eval_images) != msg["rows"]:
             raise RankFailure(f"rank {self.rank} has no held-out split of {msg['rows']} rows to embed")
@@ -237,28 +234,20 @@ def join_job(device: torch.device) -> tuple[DistributedEnv | None, torch.device,
 def init_distributed(env: DistributedEnv, device: torch.device) -> bool:
     """Join torchrun's process group (NCCL for CUDA devices, gloo otherwise); False when
     the caller had joined one already (then it is theirs to destroy)."""
-    import torch.distributed as dist
-
     if dist.is_initialized():
         return False
     backend = collective_backend(device, env)
     store = attempt_store(env)
-    if store is None:
-        dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT)
-    else:
-        dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size,
-                                timeout=COLLECTIVE_TIMEOUT)
+    joined = {} if store is None else dict(store=store, rank=env.rank, world_size=env.world_size)
+    dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT, **joined)
     return True
 
 
 def attempt_store(env: DistributedEnv) -> Any:
     """Under torchrun (``TORCHELASTIC_RESTART_COUNT`` set): the job's store with keys
     prefixed by the attempt, so that a restarted job never reads an address that a rank
-    of an earlier attempt published. Without it, a restart under ``--max-restarts``
-    failed about half the time in gloo's connectFullMesh ("Connection refused": a rank
-    connecting to the dead listener of the previous attempt). None outside torchrun."""
-    import torch.distributed as dist
-
+    of an earlier attempt published (gloo would connect to its dead listener). None
+    outside torchrun."""
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
     if attempt is None or "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
         return None
@@ -278,9 +267,8 @@ def collective_backend(device: torch.device, env: DistributedEnv) -> str:
 
 def exit_worker() -> None:
     """A worker rank whose work is done leaves at once: it has nothing to save, and
-    letting the interpreter tear down gloo's threads intermittently aborts ("terminate
-    called without an active exception", exit -6, which torchrun reports as a failed
-    job; seen in about 1 of 4 test runs)."""
+    letting the interpreter tear down gloo's threads intermittently aborts (exit -6,
+    which torchrun reports as a failed job)."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
@@ -289,7 +277,5 @@ def exit_worker() -> None:
 def leave_distributed(created: bool) -> None:
     """Destroy the process group ``init_distributed`` created (a local operation: no
     collective, so a rank that already left cannot make it fail)."""
-    import torch.distributed as dist
-
     if created and dist.is_initialized():
         dist.destroy_process_group()

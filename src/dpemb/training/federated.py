@@ -40,9 +40,8 @@ from dpemb.training.errors import TrainingDiverged
 from dpemb.training.interrupt import CheckpointSchedule, GracefulStop, TrainingInterrupted
 from dpemb.training.modelinit import build_model
 from dpemb.training.lineage import training_record
-from dpemb.training.privacy_report import EXTRAPOLATE_TO
 from dpemb.training.provenance import Provenance
-from dpemb.training.round_log import RoundLog
+from dpemb.training.round_log import EXTRAPOLATE_TO, RoundLog
 from dpemb.training.rundir import RunDir
 from dpemb.training.server_state import ServerState
 

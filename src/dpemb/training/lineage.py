@@ -3,7 +3,7 @@
 A training checkpoint (``private/checkpoint.pt``) holds::
 
     data_fingerprint         dataset_fingerprint of the training split (a resume on other
-                             data is refused: ``dpemb.training.resume.check_same_data``)
+                             data is refused: ``dpemb.training.checkpoint.check_same_data``)
     user_fingerprints        [this run's training users, its init's, the init's init's, ...]:
                              a uint64 array per model of the chain, None (or the list
                              ending) where not known: an init given as a bare artifact.

@@ -17,19 +17,6 @@ from dpemb.training.config import ModelConfig
 from dpemb.training.provenance import check_init
 
 
-def read_init(path: str | os.PathLike
-              ) -> tuple[str, dict[str, Any], dict[str, torch.Tensor], dict[str, Any], dict[str, Any] | None]:
-    """(backbone name, kwargs, state dict, provenance, the card's privacy section) of the
-    release artifact at ``path``
-    (a run directory resolves to its own). A training checkpoint is refused
-    (``ArtifactError`` naming ``dpemb export``): it is private state, and an artifact
-    carries the provenance the init check reads."""
-    model, card = load_artifact(path)
-    b = card["backbone"]
-    provenance, privacy = _card_record(card, path)
-    return b["name"], b["kwargs"], model.state_dict(), provenance, privacy
-
-
 def read_init_card(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(provenance, the card's privacy section) of the artifact at ``path``, from its model
     card alone (the checks before training need no weights)."""
@@ -50,12 +37,10 @@ def build_model(
     private_run: bool = False,
     allow_nonprivate_init: bool = False,
 ) -> tuple[Backbone, dict[str, Any]]:
-    """Returns the backbone (trainable set applied) and the metadata a checkpoint
-    needs to rebuild it (``backbone_name``, ``backbone_kwargs``), with the init's
-    provenance (``init_provenance``), the caveats a private run's statements carry
-    (``init_caveats``) and, PRIVATE, the init chain's training users when the init is a
-    run directory whose checkpoint is readable (``init_lineage``, see
-    ``dpemb.training.lineage``; the checkpoint keeps it, nothing released does).
+    """The backbone (trainable set applied) and the metadata a checkpoint needs: how to
+    rebuild it, the init's provenance and caveats, the card privacy of a trained init and,
+    PRIVATE, the init chain's training users when the init is a run directory whose
+    checkpoint is readable (``init_lineage``: the checkpoint keeps it, nothing released does).
 
     ``private_run`` (a DP run): an init that saw private users without DP is refused
     (``InitProvenanceError``) unless ``allow_nonprivate_init``; see
@@ -74,14 +59,16 @@ def build_model(
     if cfg.init == "imagenet":
         load_imagenet_mobilenet_v2(model)
     elif cfg.init != "random":
-        name, init_kwargs, weights, init_prov, init_privacy = read_init(cfg.init)
+        init_model, card = load_artifact(cfg.init)  # a checkpoint: ArtifactError (`dpemb export`)
+        name, init_kwargs = card["backbone"]["name"], card["backbone"]["kwargs"]
+        init_prov, init_privacy = _card_record(card, cfg.init)
         if name != cfg.backbone or init_kwargs != kwargs:
             raise CheckpointError(
                 f"--init {cfg.init} holds a {name} {init_kwargs}, "
                 f"but this run builds a {cfg.backbone} {kwargs}; match --backbone/--width/"
                 "--embedding-dim and the image size"
             )
-        model.load_state_dict(weights)
+        model.load_state_dict(init_model.state_dict())
         init_lineage = read_lineage(cfg.init)  # private: the init run's users, when its checkpoint is readable
     caveats = check_init(init_prov, private_run=private_run, allow_nonprivate_init=allow_nonprivate_init,
                          init_name=str(cfg.init))

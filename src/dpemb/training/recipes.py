@@ -12,7 +12,7 @@ needs ``--target-population``; a recipe with ``init_recipe`` needs ``--init``).
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
@@ -138,8 +138,6 @@ def check_recipe_run(config: TrainConfig, info: RecipeInfo, given: set[str]) -> 
     module docstring); ConfigError naming the fix when a rule refuses it. A flag that
     chooses another kind of privacy request (``--noise-multiplier``, ``--non-private``)
     replaces the recipe's target epsilon, its population with it."""
-    from dataclasses import replace
-
     r = config.privacy
     if {"privacy.noise_multiplier", "privacy.nonprivate"} & given and "privacy.target_epsilon" not in given:
         r = replace(r, target_epsilon=None,

@@ -12,7 +12,10 @@ under ``resolved``) is itself a valid ``--config``: ``from_dict`` ignores ``reso
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import operator
+import tomllib
 import typing
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -206,16 +209,11 @@ def load_config(path: str | Path) -> TrainConfig:
         text = path.read_text()
     except OSError as e:
         raise ConfigError(f"--config {path}: cannot read it ({e.strerror or e})") from e
+    toml = path.suffix.lower() == ".toml"
     try:
-        if path.suffix.lower() == ".toml":
-            import tomllib
-
-            data = tomllib.loads(text)
-        else:
-            data = json.loads(text)
+        data = tomllib.loads(text) if toml else json.loads(text)
     except ValueError as e:
-        raise ConfigError(f"--config {path}: not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'} "
-                          f"({e})") from e
+        raise ConfigError(f"--config {path}: not valid {'TOML' if toml else 'JSON'} ({e})") from e
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: expected a table of settings, got {type(data).__name__}")
     try:
@@ -226,9 +224,7 @@ def load_config(path: str | Path) -> TrainConfig:
 
 def get_setting(config: Any, path: str) -> Any:
     """The value at a dotted ``path`` ("federated.client_lr") of a config."""
-    for part in path.split("."):
-        config = getattr(config, part)
-    return config
+    return functools.reduce(getattr, path.split("."), config)
 
 
 def changed_settings(base: TrainConfig, config: TrainConfig) -> dict[str, Any]:
@@ -244,11 +240,8 @@ def with_settings(config: TrainConfig, settings: dict[str, Any]) -> TrainConfig:
         return config
     data = config.to_dict()
     for path, value in settings.items():
-        node = data
         *parents, leaf = path.split(".")
-        for part in parents:
-            node = node[part]
-        node[leaf] = value
+        functools.reduce(operator.getitem, parents, data)[leaf] = value
     return TrainConfig.from_dict(data)
 
 
@@ -275,9 +268,4 @@ def _from_dict(cls: type, data: Any, where: str) -> Any:
 
 
 def _dataclass_of(hint: Any) -> type | None:
-    if dataclasses.is_dataclass(hint):
-        return hint
-    for arg in typing.get_args(hint):
-        if dataclasses.is_dataclass(arg):
-            return arg
-    return None
+    return next((t for t in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(t)), None)

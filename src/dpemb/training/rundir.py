@@ -103,8 +103,7 @@ class RunDir:
     @classmethod
     def open(cls, path: str | os.PathLike, *, resume: bool | str = False, overwrite: bool = False) -> "RunDir":
         """The run directory at ``path`` after ``check_out_dir``; with ``overwrite``, an
-        existing run there is first replaced whole: moved aside in one rename (``path``
-        never holds a mix of two runs), then deleted."""
+        existing run there is first replaced whole (``replace_out_dir``)."""
         check_out_dir(path, resume=resume, overwrite=overwrite)
         path = Path(path)
         if overwrite and nonempty_out(path):
@@ -115,31 +114,12 @@ class RunDir:
         self.path = Path(path)
         refuse_pre_release_layout(self.path)
         self.path.mkdir(parents=True, exist_ok=True)
-
-    @property
-    def config(self) -> Path:
-        return self.path / "config.json"
-
-    @property
-    def metrics(self) -> Path:
-        return self.path / "metrics.jsonl"
-
-    @property
-    def private_dir(self) -> Path:
-        return self.path / PRIVATE_DIR
-
-    @property
-    def checkpoint(self) -> Path:
-        """Where this run writes its (private) checkpoint."""
-        return self.private_dir / CHECKPOINT
-
-    @property
-    def diagnostics(self) -> Path:
-        return self.private_dir / DIAGNOSTICS
-
-    @property
-    def report(self) -> Path:
-        return self.path / "report.json"
+        self.config = self.path / "config.json"
+        self.metrics = self.path / "metrics.jsonl"
+        self.report = self.path / "report.json"
+        self.private_dir = self.path / PRIVATE_DIR
+        self.checkpoint = self.private_dir / CHECKPOINT  # where this run writes its checkpoint
+        self.diagnostics = self.private_dir / DIAGNOSTICS
 
     def make_private_dir(self) -> Path:
         return make_private_dir(self.private_dir)

@@ -13,8 +13,9 @@ Every refusal is a ``ConfigError`` naming the setting by its flag and the fix.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
-from typing import Any
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Iterator
 
 from dpemb.data.dataset import UserDataset
 from dpemb.privacy.accounting import PrivacySpec
@@ -28,6 +29,15 @@ PRIVACY_FLAG = {f: "--" + f.replace("_", "-") for f in PrivacyRequest.__dataclas
 #: releases prefix sums with correlated noise, from the tree or from a banded strategy (BandMF)
 ALGORITHM_MECHANISMS = {"dp-fedemb": ("gaussian",), "dp-fedavg": ("gaussian",),
                         "dp-ftrl-fedemb": ("tree", "bandmf")}
+
+
+@contextmanager
+def config_error(errors: type[Exception] = ValueError, prefix: str = "") -> Iterator[None]:
+    """``errors`` raised inside become a ``ConfigError`` with the same message after ``prefix``."""
+    try:
+        yield
+    except errors as e:
+        raise ConfigError(f"{prefix}{e}") from e
 
 
 def request_mechanism(config: TrainConfig) -> str:
@@ -115,15 +125,10 @@ def run_config(config: TrainConfig, out: str, perf: PerformanceFlags, overwrite:
     """The training loops' ``RunConfig``: the config's evaluation settings and the performance flags."""
     from dpemb.training.config import RunConfig
 
-    try:
+    with config_error():  # every PerformanceFlags field is a RunConfig field
         return RunConfig(out=str(out), seed=config.seed, eval_every=config.eval_every,
                          eval_max_pairs=config.eval_max_pairs, eval_split=config.data.eval_split,
-                         threads=perf.threads, progress=perf.progress, checkpoint_every=perf.checkpoint_every,
-                         checkpoint_interval_s=perf.checkpoint_interval_s, device=perf.device,
-                         eval_batch_size=perf.eval_batch_size, client_batch=perf.client_batch, bf16=perf.bf16,
-                         overwrite=overwrite)
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
+                         overwrite=overwrite, **asdict(perf))
 
 
 def _load(config: TrainConfig) -> UserDataset:
@@ -201,20 +206,16 @@ def read_init_record(config: TrainConfig) -> tuple[dict[str, Any], dict[str, Any
     from dpemb.training.artifact import ArtifactError
     from dpemb.training.modelinit import read_init_card
 
-    try:
+    with config_error(ArtifactError, prefix="--init: "):
         return read_init_card(init)
-    except ArtifactError as e:
-        raise ConfigError(f"--init: {e}") from e
 
 
 def check_out(out: str, resume: bool | str, overwrite: bool) -> None:
     """Refuse a non-empty --out before any work (``training.rundir.check_out_dir``)."""
     from dpemb.training.rundir import OutDirError, check_out_dir
 
-    try:
+    with config_error(OutDirError):
         check_out_dir(out, resume=resume, overwrite=overwrite)
-    except OutDirError as e:
-        raise ConfigError(str(e)) from e
 
 
 def init_caveats(config: TrainConfig, init: tuple[dict[str, Any], dict[str, Any] | None] | None) -> list[str]:
@@ -224,11 +225,9 @@ def init_caveats(config: TrainConfig, init: tuple[dict[str, Any], dict[str, Any]
         return []
     from dpemb.training.provenance import InitProvenanceError, check_init
 
-    try:
+    with config_error(InitProvenanceError):
         return check_init(init[0], private_run=True, init_name=config.model.init,
                           allow_nonprivate_init=config.privacy.allow_nonprivate_init)
-    except InitProvenanceError as e:
-        raise ConfigError(str(e)) from e
 
 
 def check_cohort(clients_per_round: int, users_per_client: int, num_users: int) -> None:
@@ -252,10 +251,8 @@ def training_splits(dataset: UserDataset, config: TrainConfig) -> tuple[UserData
 
     splits = dataset.split()
     where = config.data.path or "the dataset"
-    try:
+    with config_error():
         validation, test = held_out_subsets(splits, config.data.eval_max_examples)
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
     held_out = test if config.data.eval_split == "test" else validation
     if held_out.num_examples == 0:
         flag = "--eval-identity-fraction" if config.data.eval_split == "test" else "--validation-identity-fraction"
@@ -307,7 +304,7 @@ def resolve_privacy(config: TrainConfig, population: int) -> PrivacySpec:
         mechanism=request_mechanism(config), bands=r.bands, nonprivate=r.nonprivate,
         tree_restarts=r.tree_restarts, allow_large_delta=r.allow_large_delta, secure_noise=r.resolved_secure_noise,
     )
-    try:
+    with config_error():
         check_server_schedule(config.federated, r.rounds)  # --server-lr-warmup < --rounds
         if r.target_epsilon is None:
             spec = PrivacySpec(noise_multiplier=0.0 if r.nonprivate else r.noise_multiplier, **fields)
@@ -326,12 +323,8 @@ def resolve_privacy(config: TrainConfig, population: int) -> PrivacySpec:
                 r.adaptive_clip_quantile, DEFAULT_LEARNING_RATE if r.clip_lr is None else r.clip_lr,
                 r.clip_count_stddev))
             print(describe_adaptive_clipping(spec))
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
-    try:
+    with config_error(prefix=f"--epsilon-budget {r.epsilon_budget}: "):
         check_epsilon_budget(r.epsilon_budget, spec)
-    except ValueError as e:
-        raise ConfigError(f"--epsilon-budget {r.epsilon_budget}: {e}") from e
     return spec
 
 
@@ -404,10 +397,8 @@ def print_audit_setup(request: PrivacyRequest, spec: PrivacySpec, real_users: in
     """Refuse an audit the canaries do not support; say what the run is."""
     from dpemb.training.audit_run import AuditError, check_audit
 
-    try:
+    with config_error(AuditError):
         check_audit(request.audit_canaries, spec, resume=resume)
-    except AuditError as e:
-        raise ConfigError(str(e)) from e
     print(f"audit run: {request.audit_canaries} canary users join the {real_users} real users; the accountant "
           f"counts {spec.population} users (sampling rate q = {spec.sampling_rate:.4g}). "
           + ("Released by choice (--release-audit-run)." if request.release_audit_run else

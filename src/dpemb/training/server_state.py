@@ -1,13 +1,10 @@
 """What the server (rank 0) of a federated run holds between rounds, and how it is
 saved, restored and released.
 
-``ServerState`` owns the server model (the trainable backbone, and DP-FedAvg's global
-head), the server optimizer, the privacy plan (sampler, client keys, noise, adaptive
-clip, ledger) and the round number. ``checkpoint`` writes the release artifact (the model
-and its model card: only what the guarantee covers) and the private checkpoint (0600:
-generator and sampler states, optimizer, ledger) atomically; ``ServerState.open``
-resumes from that checkpoint only under the same privacy spec, so the ledger's epsilon
-stays the epsilon of the whole run.
+``checkpoint`` writes the release artifact (the model and its model card: only what the
+guarantee covers) and the private checkpoint (0600: generator and sampler states,
+optimizer, ledger) atomically; ``ServerState.open`` resumes from that checkpoint only
+under the same privacy spec, so the ledger's epsilon stays the epsilon of the whole run.
 
 With ``server_ema`` > 0 the evaluated and released model is the moving average of the
 server models (``released_weights``; the clients start from the server model), a
@@ -30,11 +27,12 @@ from dpemb.algorithms.server import make_server_optimizer, server_lr_at, set_ser
 from dpemb.privacy.accounting import PrivacySpec
 from dpemb.privacy.plan import PrivacyPlan
 from dpemb.training.artifact import Release
-from dpemb.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from dpemb.training.config import ModelConfig, describe_differences, to_dict
 from dpemb.training.errors import TrainingDiverged
-from dpemb.training.privacy_report import EXTRAPOLATE_TO, privacy_report
-from dpemb.training.resume import check_same_config, check_same_data, more_rounds_refusal, resume_from_checkpoint
+from dpemb.training.round_log import EXTRAPOLATE_TO, privacy_report
+from dpemb.training.checkpoint import (CheckpointError, check_same_config, check_same_data,
+                                       load_checkpoint, more_rounds_refusal, resume_from_checkpoint,
+                                       save_checkpoint)
 from dpemb.training.rundir import RunDir
 
 

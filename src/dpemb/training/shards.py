@@ -10,12 +10,14 @@ private training state takes part, so how the rows are split changes no guarante
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from dpemb.data.rows import row_span
 from dpemb.training.executor import exit_worker, join_job, leave_distributed
@@ -54,8 +56,6 @@ class RowShards:
         0; None on the other ranks."""
         if self.world_size == 1:
             return part
-        import torch.distributed as dist
-
         parts: list[np.ndarray] | None = [None] * self.world_size if self.is_main else None  # type: ignore[list-item]
         dist.gather_object(part, parts, dst=0)
         return np.concatenate(parts) if parts is not None else None
@@ -73,6 +73,4 @@ class RowShards:
 def quiet_worker() -> None:
     """A worker rank of a torchrun job prints nothing (rank 0 speaks for the job);
     errors still reach stderr."""
-    import os
-
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (for the life of this worker process)
