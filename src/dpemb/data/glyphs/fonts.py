@@ -101,12 +101,8 @@ def package_font_dirs() -> list[Path]:
 
 
 def _walk_fonts(root: Path) -> list[Path]:
-    out = []
-    for dirpath, _dirs, files in os.walk(root, followlinks=True):
-        for f in files:
-            if f.lower().endswith(FONT_SUFFIXES):
-                out.append(Path(dirpath) / f)
-    return sorted(out)
+    return sorted(Path(dirpath) / f for dirpath, _dirs, files in os.walk(root, followlinks=True)
+                  for f in files if f.lower().endswith(FONT_SUFFIXES))
 
 
 def _fc_list() -> list[Path]:
