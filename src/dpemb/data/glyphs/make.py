@@ -122,7 +122,8 @@ def assign_shared(
         )
     test_ids, val_ids, train_ids = _sorted_parts(rng.permutation(n), n_test, n_val)
     u_test, u_val = cfg.held_out_users()
-    test_users, val_users, train_users = _sorted_parts(rng.permutation(cfg.num_users), u_test, u_val)
+    uperm = rng.permutation(cfg.num_users)
+    test_users, val_users, train_users = _sorted_parts(uperm, u_test, u_val)
 
     cover = _coverage(pool, len(fonts))
     user_font = np.zeros(cfg.num_users, dtype=np.int64)
