@@ -13,7 +13,7 @@ from dpemb.data.importers._common import BadRows, ImportReport, Row, check_dir, 
 
 def _subdirs(folder: Path, bad: BadRows, stray_image: str) -> list[Path]:
     """The sub-folders of ``folder``; each image directly in it is a bad row."""
-    dirs, stray, _ = list_dir(folder)
+    dirs, stray = list_dir(folder)
     for f in stray:
         bad.report.rows_total += 1
         bad.bad(str(f), stray_image)
@@ -22,7 +22,7 @@ def _subdirs(folder: Path, bad: BadRows, stray_image: str) -> list[Path]:
 
 def _images(folder: Path, report: ImportReport, deeper: str) -> list[Path]:
     """The images of ``folder`` (counted as rows); a sub-folder is ignored and reported."""
-    dirs, images, _ = list_dir(folder)
+    dirs, images = list_dir(folder)
     for d in dirs:
         report.problem(f"{d}: folder {deeper} ignored")
     report.rows_total += len(images)
