@@ -300,13 +300,10 @@ def make_glyphs(cfg: GlyphConfig, *, progress: bool = True) -> UserDataset:
         raise DataError("glyphs: fonts keep producing empty glyphs; pass other fonts")
 
     # labels: the identities that occur, numbered in code point order
-    used = np.unique(idents)
-    label_of = np.full(len(pool), -1, dtype=np.int64)
-    label_of[used] = np.arange(len(used))
-    labels = label_of[idents]
+    used, labels = np.unique(idents, return_inverse=True)
     label_names = [label_name(pool[j].cp) for j in used]
-    eval_labels = label_of[np.intersect1d(asg.eval_identities, used)]
-    validation_labels = label_of[np.intersect1d(asg.validation_identities, used)]
+    eval_labels = np.searchsorted(used, np.intersect1d(asg.eval_identities, used))
+    validation_labels = np.searchsorted(used, np.intersect1d(asg.validation_identities, used))
     for what, labs, frac in (
         ("test", eval_labels, cfg.eval_identity_fraction),
         ("validation", validation_labels, cfg.validation_identity_fraction),
