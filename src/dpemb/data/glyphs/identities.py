@@ -150,9 +150,7 @@ def build_pool(fonts: Sequence[FontInfo]) -> list[Identity]:
     order = np.lexsort((all_font, all_cp))
     all_cp, all_font = all_cp[order], all_font[order]
     uniq, starts = np.unique(all_cp, return_index=True)
-    covering = {
-        int(cp): fs.tolist() for cp, fs in zip(uniq, np.split(all_font, starts[1:]))
-    } if len(uniq) else {}
+    covering = {int(cp): fs.tolist() for cp, fs in zip(uniq, np.split(all_font, starts[1:]))}
     rep_of: dict[int, tuple[int, tuple[int, ...]]] = {}
     for group in lookalike_groups(fonts):
         present = [cp for cp in group if cp in covering]

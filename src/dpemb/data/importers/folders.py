@@ -51,13 +51,12 @@ def import_tree(
     for user_dir in _subdirs(root_path, bad, "image directly under the root; expected "
                              "root/<user>/<label>/<image>"):
         bad.report.users_listed.add(user_dir.name)
-        found = 0
+        before = len(rows)
         for label_dir in _subdirs(user_dir, bad, "image directly in a user folder; expected "
                                   "<user>/<label>/<image>"):
-            for img in _images(label_dir, bad.report, "below a label folder"):
-                rows.append(Row(str(img), img, user_dir.name, label_dir.name))
-                found += 1
-        if not found:
+            rows += [Row(str(img), img, user_dir.name, label_dir.name)
+                     for img in _images(label_dir, bad.report, "below a label folder")]
+        if len(rows) == before:
             bad.bad(
                 str(user_dir),
                 f"user {user_dir.name!r} has no images (expected {user_dir}/<label>/<image>)",
