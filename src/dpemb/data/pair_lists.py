@@ -118,7 +118,7 @@ def _read_lfw(path: Path, root: Path, lines: list[str]) -> PairList:
         raise DataError(f"{path}: the header '{k} {n}' promises {2 * k * n} pair lines "
                         f"({k} folds x ({n} matched + {n} mismatched)); found {len(body)}")
     images = ImageTable()
-    first, second, same, folds = [], [], [], []
+    pairs: list[tuple[int, int, bool, int]] = []
 
     def image(name: str, num: str, where: str) -> int:
         try:
@@ -138,12 +138,9 @@ def _read_lfw(path: Path, root: Path, lines: list[str]) -> PairList:
         else:
             want = "'name n1 n2' (matched)" if matched else "'name1 n1 name2 n2' (mismatched)"
             raise DataError(f"{where}: expected {want} at this position of fold {fold + 1}; got {ln.strip()!r}")
-        first.append(a)
-        second.append(b)
-        same.append(matched)
-        folds.append(fold)
-    return PairList(images, np.array(first), np.array(second), np.array(same, dtype=bool),
-                    np.array(folds, dtype=np.int64), "lfw")
+        pairs.append((a, b, matched, fold))
+    first, second, same, folds = (np.array(column) for column in zip(*pairs))
+    return PairList(images, first, second, same, folds.astype(np.int64), "lfw")
 
 
 def _read_csv_pairs(path: Path, root: Path) -> PairList:
@@ -203,7 +200,7 @@ def read_templates(
                                 f"line and {sub} here; a template shows one subject")
     if not names:
         raise DataError(f"{tpath}: no templates after the header")
-    first, second, same = [], [], []
+    pairs: list[tuple[int, int, bool]] = []
     for where, row in _csv_rows(ppath, ("template1", "template2", "same")):
         a, b = _field(row, "template1", where), _field(row, "template2", where)
         for tid in (a, b):
@@ -214,14 +211,13 @@ def read_templates(
         if a in subject and b in subject and (subject[a] == subject[b]) != s:
             raise DataError(f"{where}: same={int(s)} but {tpath} gives subjects {subject[a]} and "
                             f"{subject[b]}; correct one of the files")
-        first.append(names[a])
-        second.append(names[b])
-        same.append(s)
-    if not first:
+        pairs.append((names[a], names[b], s))
+    if not pairs:
         raise DataError(f"{ppath}: no template pairs after the header")
     media = None
     if media_raw:
         _, media = np.unique(np.array(media_raw), return_inverse=True)
         media = media.reshape(-1).astype(np.int64)
+    first, second, same = (np.array(column) for column in zip(*pairs))
     return TemplateProtocol(images, np.array(image_of), np.array(template_of), media, list(names),
-                            np.array(first), np.array(second), np.array(same, dtype=bool))
+                            first, second, same)

@@ -63,8 +63,3 @@ def resolve_device(name: str | torch.device | None = "auto") -> torch.device:
     elif dev.type != "cpu":
         raise ValueError(f"unsupported device {name!r}: use {DEVICE_CHOICES_HELP}")
     return dev
-
-
-def default_device() -> torch.device:
-    """CUDA when present, CPU otherwise."""
-    return resolve_device("auto")

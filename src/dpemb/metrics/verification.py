@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from dpemb.data.dataset import DataError
-from dpemb.data.tensors import default_device
+from dpemb.data.tensors import resolve_device
 
 __all__ = [
     "DEFAULT_FARS",
@@ -77,7 +77,7 @@ def prepare_inputs(
 
     Raises :class:`~dpemb.data.dataset.DataError` naming the offending row.
     """
-    dev = torch.device(device) if device is not None else default_device()
+    dev = torch.device(device) if device is not None else resolve_device()
     if isinstance(embeddings, torch.Tensor):
         x = embeddings.detach().to(device=dev, dtype=torch.float64)
     else:

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from dpemb.data.dataset import DataError, UserDataset
 from dpemb.data.rows import iter_batches
-from dpemb.data.tensors import default_device, resize_square, to_float_tensor
+from dpemb.data.tensors import resize_square, resolve_device, to_float_tensor
 from dpemb.atomic import atomic_write
 
 if TYPE_CHECKING:
@@ -368,7 +368,7 @@ def extract_features(
             "rebuild the backbone with the dataset's channel count"
         )
     size = int(image_size or getattr(backbone, "image_size"))
-    device = torch.device(device) if device is not None else default_device()
+    device = torch.device(device) if device is not None else resolve_device()
     backbone = backbone.to(device).eval()
     if dataset.num_examples == 0:
         raise DataError("the dataset has no examples")

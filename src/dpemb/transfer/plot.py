@@ -37,10 +37,7 @@ def plot_sweep(
     if baseline is not None:
         ax.axhline(baseline, color="black", linestyle="--", linewidth=1,
                    label=f"non-private logistic regression ({baseline:.3f})")
-    ax.set_xscale("log")
-    ax.set_xlabel("epsilon")
-    ax.set_ylabel("top-1 accuracy (held-out split)")
-    ax.set_title(title)
+    ax.set(xscale="log", xlabel="epsilon", ylabel="top-1 accuracy (held-out split)", title=title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -10,6 +10,7 @@ them costs the SUM of their epsilons).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -122,7 +123,6 @@ class TransferRun:
     top1: float | None = None
     raw: dict[str, list[torch.Tensor]] = field(default_factory=dict, repr=False)
     backbone: BackboneAccount | None = None  # a trained backbone's part in the privacy (transfer.backbone)
-    _total: list = field(default_factory=list, repr=False)  # the backbone total, computed once
 
     @property
     def epsilon_sentence(self) -> str:
@@ -135,14 +135,11 @@ class TransferRun:
         """The epsilon statement as ``report`` prints it (a seeded run says so)."""
         return self.epsilon_sentence + (" [noise seeded: reproducible, not for release]" if self.seeded else "")
 
-    @property
+    @functools.cached_property
     def backbone_total(self) -> dict[str, Any] | None:
-        """The total epsilon with a DP backbone trained on these users (``BackboneAccount.total``)."""
-        if self.backbone is None:
-            return None
-        if not self._total:
-            self._total.append(self.backbone.total(self.plan))
-        return self._total[0]
+        """The total epsilon with a DP backbone trained on these users (``BackboneAccount.total``),
+        computed once."""
+        return None if self.backbone is None else self.backbone.total(self.plan)
 
     @property
     def split_sentence(self) -> str:
@@ -238,8 +235,9 @@ def prepare_train(train: FeatureSet, config: TransferConfig, device: torch.devic
 
 
 def train_prepared(prep: PreparedFeatures, config: TransferConfig, *, progress: bool = False,
-                   keep_raw: bool = False) -> TransferRun:
-    """Fit ``config.method`` on already prepared features (see ``train_transfer``)."""
+                   keep_raw: bool = False, backbone: BackboneAccount | None = None) -> TransferRun:
+    """Fit ``config.method`` on already prepared features (see ``train_transfer``);
+    ``backbone``: the features' backbone account (``backbone_account``)."""
     if prep.clip_norm != config.clip_norm or prep.normalize != config.normalize_features or prep.unit != config.unit:
         raise ValueError("the prepared features were clipped with other settings than the config's")
     # N (the training units) is treated as public: it sets the default delta 1/(10 N)
@@ -260,7 +258,7 @@ def train_prepared(prep: PreparedFeatures, config: TransferConfig, *, progress: 
     return TransferRun(
         config=config, params=params, model=model, plan=plan, releases=records, seeded=seeded,
         train_seconds=seconds, num_train=prep.num_examples, num_units=prep.num_units,
-        num_clipped_features=prep.num_clipped, sampler=sampler, raw=raw,
+        num_clipped_features=prep.num_clipped, sampler=sampler, raw=raw, backbone=backbone,
     )
 
 
@@ -289,8 +287,7 @@ def train_transfer(train: FeatureSet, config: TransferConfig, test: FeatureSet |
     account = backbone_account(train.meta, private_run=config.is_private,
                                allow_nonprivate_init=config.allow_nonprivate_init)
     prep = prepare_train(train, config, device)
-    run = train_prepared(prep, config, progress=progress, keep_raw=keep_raw)
-    run.backbone = account
+    run = train_prepared(prep, config, progress=progress, keep_raw=keep_raw, backbone=account)
     if test is not None:
         evaluate(run, test)
     return run
@@ -308,8 +305,7 @@ def sweep_epsilon(train: FeatureSet, test: FeatureSet, config: TransferConfig, e
     prep = prepare_train(train, config, device)
     runs = []
     for cfg in cfgs:
-        run = train_prepared(prep, cfg, progress=progress)
-        run.backbone = account
+        run = train_prepared(prep, cfg, progress=progress, backbone=account)
         evaluate(run, test)
         runs.append(run)
     return runs

@@ -27,9 +27,7 @@ def _is_num(x: Any) -> bool:
 def _held(fraction: float, n: int) -> int:
     """round(fraction * n), at least 1 when fraction > 0 and n >= 2."""
     k = int(round(fraction * n))
-    if fraction > 0 and n >= 2:
-        k = max(k, 1)
-    return k
+    return max(k, 1) if fraction > 0 and n >= 2 else k
 
 
 @dataclass(frozen=True)

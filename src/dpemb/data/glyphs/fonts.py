@@ -9,6 +9,7 @@ faces, duplicate copies): docs/GLYPHS.md, "Fonts", for each check and what it ca
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -25,6 +26,7 @@ from typing import Iterable, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+from dpemb.atomic import atomic_write_text
 from dpemb.data.dataset import DataError
 
 FONT_SUFFIXES = (".ttf", ".otf", ".ttc", ".otc")
@@ -101,12 +103,8 @@ def package_font_dirs() -> list[Path]:
 
 
 def _walk_fonts(root: Path) -> list[Path]:
-    out = []
-    for dirpath, _dirs, files in os.walk(root, followlinks=True):
-        for f in files:
-            if f.lower().endswith(FONT_SUFFIXES):
-                out.append(Path(dirpath) / f)
-    return sorted(out)
+    return sorted(Path(dirpath) / f for dirpath, _dirs, files in os.walk(root, followlinks=True)
+                  for f in files if f.lower().endswith(FONT_SUFFIXES))
 
 
 def _fc_list() -> list[Path]:
@@ -226,7 +224,7 @@ def _analyze_memo(
         h.update(repr((ANALYSIS_VERSION, path, index, stat_key)).encode())
         h.update(_candidates_digest(candidates).encode())
         cache_file = font_cache_dir() / f"{h.hexdigest()}.json"
-        try:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             d = json.loads(cache_file.read_text())
             if "reason" in d:
                 return Rejected(path, index, d["reason"])
@@ -238,8 +236,6 @@ def _analyze_memo(
                 frozenset(_undelta(d["chars"])),
                 tuple(tuple(g) for g in d["shared"]),
             )
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
     res = _analyze(path, index, candidates)
     if cache_file is not None:
         if isinstance(res, Rejected):
@@ -251,13 +247,8 @@ def _analyze_memo(
                 "chars": _delta(sorted(res.chars)),
                 "shared": [list(g) for g in res.shared_glyphs],
             }
-        try:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(d))
-            os.replace(tmp, cache_file)
-        except OSError:
-            pass  # a read-only home: run without the cache
+        with contextlib.suppress(OSError):  # a read-only home: run without the cache
+            atomic_write_text(cache_file, json.dumps(d))
     return res
 
 

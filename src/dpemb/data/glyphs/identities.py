@@ -116,15 +116,10 @@ def tier_of(cp: int) -> str:
 
 
 def _block_code_points(blocks: Sequence[tuple[int, int]]) -> frozenset[int]:
-    out = set()
-    for a, b in blocks:
-        for cp in range(a, b + 1):
-            cat = unicodedata.category(chr(cp))
-            # letters, numbers, punctuation, symbols; no marks, spaces, controls,
-            # unassigned code points, or the invisible soft hyphen
-            if cat[0] in "LNPS" and cp != 0x00AD:
-                out.add(cp)
-    return frozenset(out)
+    # letters, numbers, punctuation, symbols; no marks, spaces, controls,
+    # unassigned code points, or the invisible soft hyphen
+    return frozenset(cp for a, b in blocks for cp in range(a, b + 1)
+                     if unicodedata.category(chr(cp))[0] in "LNPS" and cp != 0x00AD)
 
 
 @functools.lru_cache(maxsize=None)
@@ -155,9 +150,7 @@ def build_pool(fonts: Sequence[FontInfo]) -> list[Identity]:
     order = np.lexsort((all_font, all_cp))
     all_cp, all_font = all_cp[order], all_font[order]
     uniq, starts = np.unique(all_cp, return_index=True)
-    covering = {
-        int(cp): fs.tolist() for cp, fs in zip(uniq, np.split(all_font, starts[1:]))
-    } if len(uniq) else {}
+    covering = {int(cp): fs.tolist() for cp, fs in zip(uniq, np.split(all_font, starts[1:]))}
     rep_of: dict[int, tuple[int, tuple[int, ...]]] = {}
     for group in lookalike_groups(fonts):
         present = [cp for cp in group if cp in covering]

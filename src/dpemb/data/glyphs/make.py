@@ -103,6 +103,11 @@ def _held_count(fraction: float, n: int) -> int:
     return max(k, 2) if fraction > 0 else 0
 
 
+def _sorted_parts(perm: np.ndarray, first: int, second: int) -> list[np.ndarray]:
+    """``perm``'s first ``first`` entries, its next ``second`` and the rest, each sorted."""
+    return [np.sort(p).astype(np.int64) for p in np.split(perm, [first, first + second])]
+
+
 def assign_shared(
     pool: list[Identity], fonts: Sequence[FontInfo], cfg: GlyphConfig, rng: np.random.Generator
 ) -> Assignment:
@@ -115,15 +120,10 @@ def assign_shared(
             f"test and {n_val} for validation leaves fewer than 2 for training; lower "
             "eval_identity_fraction / validation_identity_fraction or raise max_identities"
         )
-    perm = rng.permutation(n)
-    test_ids = np.sort(perm[:n_test]).astype(np.int64)
-    val_ids = np.sort(perm[n_test : n_test + n_val]).astype(np.int64)
-    train_ids = np.sort(perm[n_test + n_val :]).astype(np.int64)
+    test_ids, val_ids, train_ids = _sorted_parts(rng.permutation(n), n_test, n_val)
     u_test, u_val = cfg.held_out_users()
     uperm = rng.permutation(cfg.num_users)
-    test_users = np.sort(uperm[:u_test]).astype(np.int64)
-    val_users = np.sort(uperm[u_test : u_test + u_val]).astype(np.int64)
-    train_users = np.sort(uperm[u_test + u_val :]).astype(np.int64)
+    test_users, val_users, train_users = _sorted_parts(uperm, u_test, u_val)
 
     cover = _coverage(pool, len(fonts))
     user_font = np.zeros(cfg.num_users, dtype=np.int64)
@@ -217,9 +217,7 @@ def assign_owned(
             user_font[g * upi + k] = f
             user_ids.append(ids)
     n_eval, n_val = cfg.eval_groups(groups), cfg.validation_groups(groups)
-    gperm = rng.permutation(groups)
-    eval_groups = np.sort(gperm[:n_eval])
-    val_groups = np.sort(gperm[n_eval : n_eval + n_val])
+    eval_groups, val_groups, _ = _sorted_parts(rng.permutation(groups), n_eval, n_val)
 
     def ids_of(gs: np.ndarray) -> np.ndarray:
         if not len(gs):
@@ -302,13 +300,10 @@ def make_glyphs(cfg: GlyphConfig, *, progress: bool = True) -> UserDataset:
         raise DataError("glyphs: fonts keep producing empty glyphs; pass other fonts")
 
     # labels: the identities that occur, numbered in code point order
-    used = np.unique(idents)
-    label_of = np.full(len(pool), -1, dtype=np.int64)
-    label_of[used] = np.arange(len(used))
-    labels = label_of[idents]
+    used, labels = np.unique(idents, return_inverse=True)
     label_names = [label_name(pool[j].cp) for j in used]
-    eval_labels = label_of[np.intersect1d(asg.eval_identities, used)]
-    validation_labels = label_of[np.intersect1d(asg.validation_identities, used)]
+    eval_labels = np.searchsorted(used, np.intersect1d(asg.eval_identities, used))
+    validation_labels = np.searchsorted(used, np.intersect1d(asg.validation_identities, used))
     for what, labs, frac in (
         ("test", eval_labels, cfg.eval_identity_fraction),
         ("validation", validation_labels, cfg.validation_identity_fraction),

@@ -125,14 +125,10 @@ class Row:
     label: str
 
 
-def _natural_key(name: str) -> tuple[list[str | int], str]:
-    parts: list[str | int] = [int(t) if t.isdecimal() else t for t in _DIGITS.split(name)]
-    return parts, name
-
-
 def natural_order(names: Iterable[str]) -> list[str]:
     """Unique names in natural order: digit runs compare as numbers ("u2" < "u10")."""
-    return sorted(set(names), key=_natural_key)
+    return sorted(set(names), key=lambda name: (
+        [int(t) if t.isdecimal() else t for t in _DIGITS.split(name)], name))
 
 
 def clean(value: Any) -> str:
@@ -207,26 +203,16 @@ def check_dir(root: str | os.PathLike, what: str) -> Path:
     return path
 
 
-def list_dir(folder: Path) -> tuple[list[Path], list[Path], list[Path]]:
-    """(sub-folders, image files, other files) of ``folder``, each sorted by name."""
-    dirs: list[Path] = []
-    images: list[Path] = []
-    others: list[Path] = []
+def list_dir(folder: Path) -> tuple[list[Path], list[Path]]:
+    """(sub-folders, image files) of ``folder``, each sorted by name; hidden entries and
+    other files are left out."""
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError as e:
         raise DataError(f"{folder}: cannot list folder ({e})") from e
-    for entry in entries:
-        if entry.name.startswith("."):
-            continue
-        p = Path(entry.path)
-        if entry.is_dir():
-            dirs.append(p)
-        elif is_image_file(entry.name):
-            images.append(p)
-        else:
-            others.append(p)
-    return dirs, images, others
+    visible = [e for e in entries if not e.name.startswith(".")]
+    dirs = [Path(e.path) for e in visible if e.is_dir()]
+    return dirs, [Path(e.path) for e in visible if not e.is_dir() and is_image_file(e.name)]
 
 
 def pack_rows(

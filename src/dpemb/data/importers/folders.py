@@ -13,7 +13,7 @@ from dpemb.data.importers._common import BadRows, ImportReport, Row, check_dir, 
 
 def _subdirs(folder: Path, bad: BadRows, stray_image: str) -> list[Path]:
     """The sub-folders of ``folder``; each image directly in it is a bad row."""
-    dirs, stray, _ = list_dir(folder)
+    dirs, stray = list_dir(folder)
     for f in stray:
         bad.report.rows_total += 1
         bad.bad(str(f), stray_image)
@@ -22,7 +22,7 @@ def _subdirs(folder: Path, bad: BadRows, stray_image: str) -> list[Path]:
 
 def _images(folder: Path, report: ImportReport, deeper: str) -> list[Path]:
     """The images of ``folder`` (counted as rows); a sub-folder is ignored and reported."""
-    dirs, images, _ = list_dir(folder)
+    dirs, images = list_dir(folder)
     for d in dirs:
         report.problem(f"{d}: folder {deeper} ignored")
     report.rows_total += len(images)
@@ -51,13 +51,12 @@ def import_tree(
     for user_dir in _subdirs(root_path, bad, "image directly under the root; expected "
                              "root/<user>/<label>/<image>"):
         bad.report.users_listed.add(user_dir.name)
-        found = 0
+        before = len(rows)
         for label_dir in _subdirs(user_dir, bad, "image directly in a user folder; expected "
                                   "<user>/<label>/<image>"):
-            for img in _images(label_dir, bad.report, "below a label folder"):
-                rows.append(Row(str(img), img, user_dir.name, label_dir.name))
-                found += 1
-        if not found:
+            rows += [Row(str(img), img, user_dir.name, label_dir.name)
+                     for img in _images(label_dir, bad.report, "below a label folder")]
+        if len(rows) == before:
             bad.bad(
                 str(user_dir),
                 f"user {user_dir.name!r} has no images (expected {user_dir}/<label>/<image>)",
