@@ -41,11 +41,9 @@ from dpemb.algorithms.client import (
     ClientResult,
     ClientTrainer,
     client_batches,
-    imprints_fresh_head,
-    init_head_,
     load_flat_,
     local_autocast,
-    local_class_map,
+    split_flat,
     stepped_at,
 )
 from dpemb.algorithms.config import FederatedConfig, LocalPerformance
@@ -125,11 +123,8 @@ class BatchedClientTrainer:
         self.single = ClientTrainer(backbone, num_classes, cfg, performance, negatives)
         self.performance = self.single.performance
         self.model = self.single.model
-        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
-        if [id(p) for _, p in named] != [id(p) for p in self.single.backbone_params]:
-            raise AssertionError("trainable parameters out of order")  # pragma: no cover
-        self.param_names = [n for n, _ in named]
-        self.embedding_dim = self.single.head_weight.shape[1]
+        # in the order of ClientTrainer's backbone_params (both follow model.parameters())
+        self.param_names = [n for n, p in self.model.named_parameters() if p.requires_grad]
         self._grads: dict[tuple[int, ...], object] = {}
 
     # ------------------------------------------------------------------ interface
@@ -158,30 +153,15 @@ class BatchedClientTrainer:
 
     # ------------------------------------------------------------------ internals
     def _prepare(self, order: int, c: ClientInput, start: torch.Tensor) -> _Prepared:
-        """The client's fresh head (as ClientTrainer draws and imprints it, with the public
-        negatives' rows after its own) and batches; the working model holds ``start``."""
-        cfg, device = self.cfg, start.device
-        labels_cpu = c.labels.cpu()
-        class_map = None
-        head = None
-        if not cfg.aggregates_head:
-            if cfg.local_head == "local":
-                present, class_map = local_class_map(labels_cpu, c.example_idx, self.num_classes,
-                                                     torch.device("cpu"))
-                n_rows = len(present)
-            else:
-                n_rows = self.num_classes
-            head = init_head_(torch.empty(n_rows, self.embedding_dim, device=device), cfg.head_init, c.generator)
-        batches = client_batches(c.example_idx, cfg, c.rng)
-        if head is not None and imprints_fresh_head(cfg):
-            self.single.imprint(head, c.images, c.labels, batches,
-                                None if class_map is None else class_map.to(device))
-        if head is not None and self.single.negatives is not None:
-            head = torch.cat([head, self.single.negatives.rows(self.model, start)])
+        """The client's batches and fresh head (``ClientTrainer.fresh_head``); the working
+        model holds ``start``."""
+        batches = client_batches(c.example_idx, self.cfg, c.rng)
+        head, class_map = (None, None) if self.cfg.aggregates_head else \
+            self.single.fresh_head(start, c.images, c.labels, c.example_idx, batches, c.generator)
         rows = np.unique(np.concatenate(batches)) if batches else np.zeros(0, dtype=np.int64)
-        y = labels_cpu[torch.from_numpy(rows)]
+        y = c.labels.cpu()[torch.from_numpy(rows)]
         if class_map is not None:
-            y = class_map[y]
+            y = class_map.cpu()[y]
         return _Prepared(order, batches, head, rows, c.images, y.numpy())
 
     def _grad_fn(self, argnums: tuple[int, ...], local_cols: bool):
@@ -205,16 +185,11 @@ class BatchedClientTrainer:
             self._grads[key] = torch.func.vmap(grad, in_dims=(0, 0, 0, 0, 0, 0 if local_cols else None))
         return self._grads[key]
 
-    def _head_rows(self) -> int:
-        """The rows of every stacked head: all training identities (plus the public
-        negatives), a public number; a local head's rows past its own are padding."""
-        negatives = self.single.negatives
-        return self.num_classes + (0 if negatives is None else negatives.num_identities)
-
     def _train_group(self, start: torch.Tensor, group: list[_Prepared]) -> list[ClientResult]:
         """Train ``group`` (at most ``max_batch_clients`` clients) in one stacked state of
-        PUBLIC shape: ``max_batch_clients`` slots x ``local_batch_size`` examples x
-        ``_head_rows()`` head rows at every step, whatever the clients (see the module doc)."""
+        PUBLIC shape: ``max_batch_clients`` slots x ``local_batch_size`` examples x head
+        rows for every training identity (plus the public negatives) at every step, whatever
+        the clients (see the module doc); a local head's rows past its own are padding."""
         cfg, device = self.cfg, start.device
         n = self.max_batch_clients  # slots; those past the group are empty
         steps = [p.steps for p in group] + [0] * (n - len(group))
@@ -242,20 +217,17 @@ class BatchedClientTrainer:
         live = torch.from_numpy(np.asarray(steps)[:, None] > np.arange(n_steps)[None, :]).to(device)
 
         # stacked state: every client starts from ``start`` and its own fresh head
-        shapes = [p.shape for p in self.single.backbone_params]
-        params: dict[str, torch.Tensor] = {}
-        offset = 0
-        for name, shp in zip(self.param_names, shapes):
-            k = int(np.prod(shp, dtype=np.int64))
-            params[name] = start[offset : offset + k].view(shp).unsqueeze(0).repeat(n, *([1] * len(shp)))
-            offset += k
+        flat = split_flat(start, self.single.aggregated_params)
+        pieces = [v.unsqueeze(0).repeat(n, *([1] * v.dim())) for v in flat]
+        params = dict(zip(self.param_names, pieces))
         if cfg.aggregates_head:
-            head = start[offset:].view(self.num_classes, self.embedding_dim).unsqueeze(0).repeat(n, 1, 1)
+            head = pieces[-1]
             cols = None
             head_lr = cfg.client_lr
         else:
-            n_cls = self._head_rows()
-            head = torch.zeros((n, n_cls, self.embedding_dim), device=device)
+            negatives = self.single.negatives
+            n_cls = self.num_classes + (0 if negatives is None else negatives.num_identities)
+            head = torch.zeros((n, n_cls, self.model.embedding_dim), device=device)
             sizes = torch.full((n,), n_cls, device=device)
             for i, p in enumerate(group):
                 head[i, : p.head.shape[0]] = p.head

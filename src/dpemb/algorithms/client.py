@@ -11,10 +11,9 @@ the head". With public negatives (``dpemb.algorithms.public_negatives``) one row
 public identity follows the client's own rows.
 
 Nothing here clips or adds noise: the delta goes to ``dpemb.privacy`` unchanged.
-Expensive objects (the working copy of the model, the head) are built once and
-reused for every client. ``dpemb.algorithms.batched_client`` runs several clients at
-once with the same functions (``client_batches``, ``init_head_``,
-``local_class_map``, ``imprints_fresh_head``, ``stepped_at``) and the same results.
+Expensive objects (the working copy of the model) are built once and reused for every
+client; ``dpemb.algorithms.batched_client`` draws its batches and fresh heads with the
+same functions.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ import contextlib
 import copy
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -54,32 +54,20 @@ def client_batches(
     return [stream[i : i + b] for i in range(0, len(stream), b)]
 
 
+def split_flat(vec: torch.Tensor, params: Sequence[torch.Tensor],
+               what: str = "vector") -> list[torch.Tensor]:
+    """Views of the flat ``vec`` shaped as ``params`` (ValueError unless the sizes agree)."""
+    sizes = [p.numel() for p in params]
+    if vec.numel() != sum(sizes):
+        raise ValueError(f"{what} has {vec.numel()} entries, parameters {sum(sizes)}")
+    return [v.view_as(p) for v, p in zip(vec.split(sizes), params)]
+
+
 @torch.no_grad()
 def load_flat_(params: list[torch.nn.Parameter], vec: torch.Tensor) -> None:
     """Copy a flat vector into parameters (``vector_to_parameters`` would alias it)."""
-    offset = 0
-    for p in params:
-        n = p.numel()
-        p.copy_(vec[offset : offset + n].view_as(p))
-        offset += n
-    if offset != vec.numel():
-        raise ValueError(f"vector has {vec.numel()} entries, parameters {offset}")
-
-
-def local_class_map(labels: torch.Tensor, example_idx: np.ndarray, num_classes: int,
-                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """A local head's classes: those present in the client's examples (sorted), and
-    the map from a global label to its row of the local head (-1: absent)."""
-    present = torch.unique(labels[torch.from_numpy(example_idx)])
-    class_map = torch.full((num_classes,), -1, dtype=torch.long, device=device)
-    class_map[present.to(device)] = torch.arange(len(present), device=device)
-    return present, class_map
-
-
-def imprints_fresh_head(cfg: FederatedConfig) -> bool:
-    """Whether the fresh head is imprinted from the data (a zero head under a cosine
-    loss; DP-FedAvg's global head never is)."""
-    return not cfg.aggregates_head and cfg.head_init == "zeros" and cfg.loss.cosine
+    for p, v in zip(params, split_flat(vec, params)):
+        p.copy_(v)
 
 
 def stepped_at(cfg: FederatedConfig, step: int) -> tuple[bool, bool]:
@@ -97,16 +85,6 @@ def local_autocast(performance: LocalPerformance, device: torch.device) -> conte
     if performance.bf16:
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
-
-
-def init_head_(weight: torch.Tensor, how: str, generator: torch.Generator) -> torch.Tensor:
-    """A fresh head: Glorot-uniform (the reference), or zeros (the first local steps
-    then train the head only, since a zero head passes no gradient to the backbone;
-    with a margin loss ``ClientTrainer`` then imprints the zero head from the data)."""
-    if how == "zeros":
-        with torch.no_grad():
-            return weight.zero_()
-    return glorot_(weight, generator)
 
 
 def glorot_(weight: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -127,7 +105,8 @@ class ClientTrainer:
     it changes the arithmetic, not the algorithm or the privacy guarantee.
     ``negatives``: the public identities' rows appended to every fresh head
     (``dpemb.algorithms.public_negatives``; required exactly when
-    ``cfg.public_negatives``)."""
+    ``cfg.public_negatives``). ``head_weight``: DP-FedAvg's global head, or the fresh
+    head of the last DP-FedEmb update."""
 
     def __init__(self, backbone: Backbone, num_classes: int, cfg: FederatedConfig,
                  performance: LocalPerformance | None = None, negatives: PublicNegatives | None = None):
@@ -175,33 +154,16 @@ class ClientTrainer:
         params = self.aggregated_params
         load_flat_(params, start)  # (for DP-FedAvg this also loads the global head)
         device = start.device
-        if cfg.aggregates_head:
-            head_w, class_map = self.head_weight, None
-        elif cfg.local_head == "local":
-            present, class_map = local_class_map(labels, example_idx, self.num_classes, device)
-            head_w = torch.nn.Parameter(
-                init_head_(torch.empty(len(present), self.head_weight.shape[1], device=device),
-                           cfg.head_init, generator)
-            )
-        else:
-            head_w, class_map = self.head_weight, None
-            init_head_(head_w, cfg.head_init, generator)
         batches = client_batches(example_idx, cfg, rng)
-        if imprints_fresh_head(cfg):
-            self.imprint(head_w, images, labels, batches, class_map)
-        if self.negatives is not None:  # the public identities' rows after the client's own
-            head_w = torch.nn.Parameter(torch.cat([head_w.detach(), self.negatives.rows(self.model, start)]))
-
-        if cfg.aggregates_head:
-            opt_backbone = torch.optim.SGD(params, lr=cfg.client_lr, momentum=cfg.client_momentum)
-            opt_head = None
-        else:
-            opt_backbone = torch.optim.SGD(
-                self.backbone_params, lr=cfg.client_lr, momentum=cfg.client_momentum
-            )
-            opt_head = torch.optim.SGD(
-                [head_w], lr=cfg.client_lr * cfg.head_lr_scale, momentum=cfg.client_momentum
-            )
+        lr, momentum = cfg.client_lr, cfg.client_momentum
+        opt_backbone = torch.optim.SGD(params, lr=lr, momentum=momentum)
+        opt_head, class_map = None, None
+        if not cfg.aggregates_head:
+            head, class_map = self.fresh_head(start, images, labels, example_idx, batches,
+                                              generator)
+            self.head_weight = torch.nn.Parameter(head)
+            opt_head = torch.optim.SGD([self.head_weight], lr=lr * cfg.head_lr_scale, momentum=momentum)
+        head_w = self.head_weight
 
         total_loss, n_seen = torch.zeros((), device=device), 0
         for step, b in enumerate(batches):
@@ -226,6 +188,33 @@ class ClientTrainer:
         with torch.no_grad():
             delta = start - parameters_to_vector(params)
         return ClientResult(delta=delta, loss=total_loss.item() / max(n_seen, 1), steps=len(batches), examples=n_seen)
+
+    def fresh_head(self, start: torch.Tensor, images: torch.Tensor, labels: torch.Tensor,
+                   example_idx: np.ndarray, batches: list[np.ndarray],
+                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A client's DP-FedEmb head (the working model holding ``start``) and the map from
+        a global label to its row (-1: absent; None: every training identity has its row).
+
+        A "local" head has the rows of the classes present in the client's examples
+        (sorted). Glorot-uniform (the reference, drawn from ``generator``), or zeros: the
+        first local steps then train the head only (a zero head passes no gradient to the
+        backbone), and under a margin loss the zero head is imprinted from the examples of
+        ``batches`` (``imprint``). The public negatives' rows follow the client's own."""
+        cfg, device = self.cfg, start.device
+        n_rows, class_map = self.num_classes, None
+        if cfg.local_head == "local":
+            present = torch.unique(labels[torch.from_numpy(example_idx)])
+            class_map = torch.full((self.num_classes,), -1, dtype=torch.long, device=device)
+            class_map[present.to(device)] = torch.arange(len(present), device=device)
+            n_rows = len(present)
+        head = torch.zeros(n_rows, self.model.embedding_dim, device=device)
+        if cfg.head_init == "glorot":
+            glorot_(head, generator)
+        elif cfg.loss.cosine:  # a zero head has no direction under a cosine loss
+            self.imprint(head, images, labels, batches, class_map)
+        if self.negatives is not None:
+            head = torch.cat([head, self.negatives.rows(self.model, start)])
+        return head, class_map
 
     @torch.no_grad()
     def imprint(self, head_w: torch.Tensor, images: torch.Tensor, labels: torch.Tensor,

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from dpemb.algorithms.batched_client import BatchedClientTrainer, ClientInput
-from dpemb.algorithms.client import ClientResult, ClientTrainer
+from dpemb.algorithms.client import ClientResult, ClientTrainer, split_flat
 from dpemb.algorithms.server import set_server_lr
 from dpemb.privacy.client_keys import ClientRandomness
 from dpemb.privacy.clipping import ClipAndSum, ClippedSum
@@ -189,13 +189,7 @@ def server_step(
     """
     if lr is not None:
         set_server_lr(optimizer, lr)
-    update = noised_sum / float(normaliser)
-    offset = 0
-    for p in params:
-        n = p.numel()
-        p.grad = update[offset : offset + n].view_as(p).clone()
-        offset += n
-    if offset != update.numel():
-        raise ValueError(f"update has {update.numel()} entries, parameters {offset}")
+    for p, g in zip(params, split_flat(noised_sum / float(normaliser), params, "update")):
+        p.grad = g.clone()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
