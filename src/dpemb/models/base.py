@@ -64,22 +64,15 @@ class Backbone(nn.Module):
         """Shape, dtype and channel checks; written in the subset of Python that
         ``torch.jit.script`` compiles (no ``super()``, no tuple of a runtime shape), so a
         scripted backbone refuses the same inputs with the same messages."""
+        convert = "; convert uint8 images with dpemb.data.tensors.to_float_tensor"
+        expected = f"{self.name}: expected a float tensor (N, C, H, W), got "
         if not torch.jit.is_scripting() and not isinstance(x, Tensor):
-            raise ValueError(
-                f"{self.name}: expected a float tensor (N, C, H, W), got {type(x).__name__}; "
-                "convert uint8 images with dpemb.data.tensors.to_float_tensor"
-            )
+            raise ValueError(expected + type(x).__name__ + convert)
         if x.dim() != 4:
-            raise ValueError(
-                f"{self.name}: expected a float tensor (N, C, H, W), got {_shape_text(x)}; "
-                "convert uint8 images with dpemb.data.tensors.to_float_tensor"
-            )
+            raise ValueError(expected + _shape_text(x) + convert)
         if not x.is_floating_point():
             dtype = "an integer dtype" if torch.jit.is_scripting() else f"dtype {x.dtype}"  # script prints a code
-            raise ValueError(
-                f"{self.name}: expected float pixels in [0, 1], got {dtype}; "
-                "convert uint8 images with dpemb.data.tensors.to_float_tensor"
-            )
+            raise ValueError(f"{self.name}: expected float pixels in [0, 1], got {dtype}{convert}")
         if x.shape[1] != self.in_channels:
             raise ValueError(
                 f"{self.name}: built for {self.in_channels}-channel input, got "
@@ -158,11 +151,6 @@ def group_norm_factory(groups: int, where: str) -> NormFactory:
         return nn.GroupNorm(groups, channels)
 
     return make
-
-
-def batch_norm_factory() -> NormFactory:
-    """A BatchNorm2d constructor (torchvision defaults: eps 1e-5, momentum 0.1)."""
-    return lambda channels: nn.BatchNorm2d(channels)
 
 
 NORM_TYPES: tuple[type[nn.Module], ...] = (

@@ -40,10 +40,6 @@ class Embedder(nn.Module):
         return F.normalize(self.backbone(x).float(), dim=1)
 
 
-def _embedder(backbone: Backbone) -> Embedder:
-    return Embedder(backbone).cpu().eval()
-
-
 def example_images(backbone: Backbone, n: int = 8, seed: int = 0) -> Tensor:
     """``n`` random 8-bit images as the model's float input (what decoded files give)."""
     g = torch.Generator().manual_seed(seed)
@@ -55,12 +51,11 @@ def export_onnx(backbone: Backbone, path: str | os.PathLike) -> Path:
     """Write ``backbone``'s :class:`Embedder` as ONNX to ``path`` (input ``images``,
     output ``embeddings``, both with a dynamic batch axis)."""
     path = Path(path)
-    model = _embedder(backbone)
     with warnings.catch_warnings():  # the legacy exporter's deprecation and tracer notes
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            model, (example_images(backbone, 2),), str(path), dynamo=False, opset_version=ONNX_OPSET,
-            input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+            Embedder(backbone).cpu().eval(), (example_images(backbone, 2),), str(path), dynamo=False,
+            opset_version=ONNX_OPSET, input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
             dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
         )
     return path
@@ -71,7 +66,7 @@ def export_torchscript(backbone: Backbone, path: str | os.PathLike) -> Path:
     path = Path(path)
     with warnings.catch_warnings():  # torch.jit's deprecation note
         warnings.simplefilter("ignore")
-        torch.jit.save(torch.jit.script(_embedder(backbone)), str(path))
+        torch.jit.save(torch.jit.script(Embedder(backbone).cpu().eval()), str(path))
     return path
 
 

@@ -85,14 +85,6 @@ def unit_rows(x: "torch.Tensor", eps: float = EPS) -> "torch.Tensor":
     return x * inv
 
 
-def cosine_logits(embeddings: "torch.Tensor", weight: "torch.Tensor") -> "torch.Tensor":
-    """``cos(theta_j)`` between each embedding and each class row, (N, C), in at least float32."""
-    import torch
-
-    dtype = torch.promote_types(embeddings.dtype, torch.float32)
-    return unit_rows(embeddings.to(dtype)) @ unit_rows(weight.to(dtype)).T
-
-
 def logits(embeddings: "torch.Tensor", weight: "torch.Tensor", labels: "torch.Tensor",
            cfg: LossConfig) -> "torch.Tensor":
     """The logits the cross-entropy is taken over (with the margin on each target)."""
@@ -102,7 +94,8 @@ def logits(embeddings: "torch.Tensor", weight: "torch.Tensor", labels: "torch.Te
     if not cfg.cosine:
         return F.linear(embeddings, weight)
     assert cfg.scale is not None and cfg.margin is not None
-    cos = cosine_logits(embeddings, weight)
+    dtype = torch.promote_types(embeddings.dtype, torch.float32)  # cosines in at least float32
+    cos = unit_rows(embeddings.to(dtype)) @ unit_rows(weight.to(dtype)).T
     y = labels.view(-1, 1)
     cos_y = cos.gather(1, y)
     m = cfg.margin

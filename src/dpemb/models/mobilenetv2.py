@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .base import Backbone, NormFactory, batch_norm_factory, group_norm_factory, make_divisible
+from .base import Backbone, NormFactory, group_norm_factory, make_divisible
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -90,7 +90,7 @@ class MobileNetV2(Backbone):
             if groups is not None:
                 raise ValueError("mobilenetv2-bn: BatchNorm has no groups; pass groups=None")
             self.groups = None
-            make_norm = batch_norm_factory()
+            make_norm: NormFactory = nn.BatchNorm2d  # torchvision's eps 1e-5, momentum 0.1
         else:
             self.groups = DEFAULT_GN_GROUPS if groups is None else groups
             make_norm = group_norm_factory(self.groups, self.name)
@@ -113,9 +113,6 @@ class MobileNetV2(Backbone):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.feature_dim = last
         self.embedding = nn.Linear(last, embedding_dim)
-        self._init_weights()
-
-    def _init_weights(self) -> None:
         # torchvision's initialisation for the body; default init for the embedding layer
         for m in self.features.modules():
             if isinstance(m, nn.Conv2d):

@@ -69,28 +69,6 @@ def _load_imagenet_state_dict() -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def map_torchvision_key(key: str) -> str | None:
-    """torchvision mobilenet_v2 key -> our key (None for the ImageNet classifier).
-
-    Our ``features`` tree copies torchvision's layout, so body keys map to themselves;
-    ``classifier.*`` (Dropout, Linear 1280 -> 1000) has no counterpart in the backbone.
-    """
-    if key.startswith("features."):
-        return key
-    if key.startswith("classifier."):
-        return None
-    raise ValueError(f"unexpected key {key!r} in {WEIGHTS_FILE}")
-
-
-def _check_imagenet_compatible(model: Backbone, what: str) -> None:
-    if not isinstance(model, MobileNetV2) or model.norm_kind != "bn":
-        raise ValueError(
-            f"{what} needs a 'mobilenetv2-bn' backbone, got {getattr(model, 'name', type(model).__name__)!r}"
-        )
-    if model.width != 1.0:
-        raise ValueError(f"{what} needs width=1.0 (the ImageNet model's shape), got width={model.width}")
-
-
 def load_imagenet_mobilenet_v2(model: Backbone, *, freeze_bn: bool = True) -> Backbone:
     """Load torchvision's ImageNet MobileNetV2 weights into a ``mobilenetv2-bn`` backbone.
 
@@ -100,22 +78,30 @@ def load_imagenet_mobilenet_v2(model: Backbone, *, freeze_bn: bool = True) -> Ba
     (``freeze_batchnorm_stats``), as per-user training requires. Loads in place, on the
     model's device, and returns the model.
     """
-    _check_imagenet_compatible(model, "load_imagenet_mobilenet_v2")
+    what = "load_imagenet_mobilenet_v2"
+    if not isinstance(model, MobileNetV2) or model.norm_kind != "bn":
+        name = getattr(model, "name", type(model).__name__)
+        raise ValueError(f"{what} needs a 'mobilenetv2-bn' backbone, got {name!r}")
+    if model.width != 1.0:
+        raise ValueError(f"{what} needs width=1.0 (the ImageNet model's shape), got width={model.width}")
     source = _load_imagenet_state_dict()
     target = model.state_dict()
     mapped: dict[str, torch.Tensor] = {}
+    # our ``features`` tree copies torchvision's layout, so body keys map to themselves;
+    # ``classifier.*`` (Dropout, Linear 1280 -> 1000) has no counterpart in the backbone
     for key, value in source.items():
-        ours = map_torchvision_key(key)
-        if ours is None:
+        if key.startswith("classifier."):
             continue
-        if ours not in target:
-            raise ValueError(f"{WEIGHTS_FILE}: key {key!r} has no counterpart {ours!r} in the model")
-        if target[ours].shape != value.shape:
+        if not key.startswith("features."):
+            raise ValueError(f"unexpected key {key!r} in {WEIGHTS_FILE}")
+        if key not in target:
+            raise ValueError(f"{WEIGHTS_FILE}: key {key!r} has no counterpart {key!r} in the model")
+        if target[key].shape != value.shape:
             raise ValueError(
-                f"{WEIGHTS_FILE}: {key!r} has shape {tuple(value.shape)}, the model's {ours!r} "
-                f"has {tuple(target[ours].shape)}"
+                f"{WEIGHTS_FILE}: {key!r} has shape {tuple(value.shape)}, the model's {key!r} "
+                f"has {tuple(target[key].shape)}"
             )
-        mapped[ours] = value
+        mapped[key] = value
     missing = sorted(k for k in target if k not in mapped and not k.startswith("embedding."))
     if missing:
         raise ValueError(f"{WEIGHTS_FILE} lacks {len(missing)} model keys, e.g. {missing[:3]}")
@@ -124,4 +110,3 @@ def load_imagenet_mobilenet_v2(model: Backbone, *, freeze_bn: bool = True) -> Ba
     if freeze_bn:
         freeze_batchnorm_stats(model)
     return model
-
