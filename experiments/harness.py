@@ -32,8 +32,9 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
@@ -312,31 +313,39 @@ def render(study: Any, rows: list[dict[str, Any]]) -> list[Path]:
 def bar_plot(path: Path, bars: dict[str, tuple[float, float, int]], title: str,
              reference: tuple[str, tuple[float, float, int]] | None = None, ylabel: str = "Recall@FAR=1e-3") -> Path:
     """Bars of mean ± std (``stats``) per label, and a reference's mean and band."""
+    with figure(path, title, ylabel) as ax:
+        xs = range(len(bars))
+        vals = list(bars.values())
+        ax.bar(xs, [v[0] for v in vals], yerr=[v[1] if v[2] > 1 else 0 for v in vals], capsize=6,
+               alpha=0.8)
+        if reference:
+            (label, (m, s, n)) = reference
+            ax.axhline(m, color="black", label=label)
+            if n > 1:
+                ax.axhspan(m - s, m + s, color="gray", alpha=0.2)
+            ax.legend(fontsize=8, loc="upper center")
+        ax.set_xticks(list(xs), list(bars), fontsize=8)
+        ax.set_ylim(max(0.0, min(v[0] for v in vals) - 0.1), 1.02)
+        ax.grid(axis="y", alpha=0.3)
+    return path
+
+
+@contextmanager
+def figure(path: Path, title: str, ylabel: str) -> Iterator[Any]:
+    """The axes of a 6.4 x 4 in figure, titled and saved to ``path`` (120 dpi) at the end."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    xs = range(len(bars))
-    vals = list(bars.values())
-    ax.bar(xs, [v[0] for v in vals], yerr=[v[1] if v[2] > 1 else 0 for v in vals], capsize=6, alpha=0.8)
-    if reference:
-        (label, (m, s, n)) = reference
-        ax.axhline(m, color="black", label=label)
-        if n > 1:
-            ax.axhspan(m - s, m + s, color="gray", alpha=0.2)
-        ax.legend(fontsize=8, loc="upper center")
-    ax.set_xticks(list(xs), list(bars), fontsize=8)
-    ax.set_ylim(max(0.0, min(v[0] for v in vals) - 0.1), 1.02)
+    yield ax
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
-    return path
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,8 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness import (METRIC, ROOT, Run, bar_plot, by_seed, choose, choose_then_test, group, mean_std, run_dir, select,
-                     setting, stats, table)
+from harness import (METRIC, ROOT, Run, bar_plot, by_seed, choose, choose_then_test, figure, group,
+                     mean_std, run_dir, select, setting, stats, table)
 
 from dpemb.algorithms.config import FederatedConfig
 from dpemb.models.margin import LossConfig
@@ -173,25 +173,17 @@ SCALE_CURVE = {250: 0.591, 500: 0.661, 1000: 0.742, 2000: 0.832, 4000: 0.867, 80
 def reference_curve(rows: list[dict[str, Any]], path: Path) -> None:
     """The face-like reference by step budget: seed 0 (RESULTS_SCALE.md's shorter budgets,
     then this export's 64000 and 128000 steps) and the 3 seeds' mean ± std at 64000."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     central = select(rows, algorithm="centralized", data__train_split="private")
     seed0 = {**SCALE_CURVE, **{setting(r, "optim.steps"): r["metrics"][METRIC] for r in central
                                if setting(r, "seed") == 0}}
     m, s, n = stats([r for r in central if setting(r, "optim.steps") == REF_STEPS])
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    ax.plot(sorted(seed0), [seed0[k] for k in sorted(seed0)], "o-", label="seed 0, cosine to each budget")
-    ax.errorbar([REF_STEPS], [m], yerr=[s], fmt="s", color="black", capsize=6,
-                label=f"the reference: {REF_STEPS} steps, mean ± std [{n}]")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("steps of batch 128")
-    ax.set_ylabel("Recall@FAR=1e-3 (test)")
-    ax.set_title("face-like: centralized ArcFace from the public start, by budget", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, "face-like: centralized ArcFace from the public start, by budget",
+                "Recall@FAR=1e-3 (test)") as ax:
+        ax.plot(sorted(seed0), [seed0[k] for k in sorted(seed0)], "o-",
+                label="seed 0, cosine to each budget")
+        ax.errorbar([REF_STEPS], [m], yerr=[s], fmt="s", color="black", capsize=6,
+                    label=f"the reference: {REF_STEPS} steps, mean ± std [{n}]")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("steps of batch 128")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")

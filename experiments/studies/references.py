@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness import ROOT, Run, by_seed, choose, choose_then_test, mean_std, select, setting, stats, table
+from harness import (ROOT, Run, by_seed, choose, choose_then_test, figure, mean_std, select,
+                     setting, stats, table)
 
 from dpemb.training.config import ModelConfig, OptimConfig
 from dpemb.training.run_config import DataConfig, TrainConfig
@@ -71,27 +72,19 @@ def sections(rows: list[dict[str, Any]]) -> dict[str, str]:
 
 def figures(rows: list[dict[str, Any]], img: Path) -> None:
     """docs/img/hand_reference_curve.png: validation score by budget, the test mean ± std."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     pts = [(steps, r["metrics"]) for steps, run in candidates().items() for r in rows if r["key"] == run.key]
     if not pts:
         return
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    ax.plot([p[0] for p in pts], [p[1]["recall_at_far_0.001"] for p in pts], "o-", label="validation, seed 0")
-    test = select(rows, data__eval_split="test")
-    if test:
-        m, s, n = stats(test)
-        ax.errorbar([setting(test[0], "optim.steps")], [m], yerr=[s if n > 1 else 0], fmt="s", color="black",
-                    capsize=6, label=f"test, mean ± std [{n}]")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("steps of batch 128 (cosine schedule to the budget)")
-    ax.set_ylabel("Recall@FAR=1e-3")
-    ax.set_title("handwriting-like: centralized softmax from scratch, by budget", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(img / "hand_reference_curve.png", dpi=120)
-    plt.close(fig)
+    title = "handwriting-like: centralized softmax from scratch, by budget"
+    with figure(img / "hand_reference_curve.png", title, "Recall@FAR=1e-3") as ax:
+        ax.plot([p[0] for p in pts], [p[1]["recall_at_far_0.001"] for p in pts], "o-",
+                label="validation, seed 0")
+        test = select(rows, data__eval_split="test")
+        if test:
+            m, s, n = stats(test)
+            ax.errorbar([setting(test[0], "optim.steps")], [m], yerr=[s if n > 1 else 0], fmt="s",
+                        color="black", capsize=6, label=f"test, mean ± std [{n}]")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("steps of batch 128 (cosine schedule to the budget)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
