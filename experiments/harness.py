@@ -14,11 +14,10 @@ what it never holds: docs/PRIVACY.md, "Experiment exports") to ``docs/data/NAME.
 A study's ``plan(rows)`` may grow as rows arrive (``choose_then_test``: the test seeds of
 what the validation runs chose), so the runner plans again until nothing is left.
 
-Renderer: tables of mean ± std [n] grouped by settings (``stats``, ``table``), bar plots
-(``bar_plot``), and the marked sections ``<!-- BEGIN name -->`` ... ``<!-- END name -->``
-of the study's pages (``replace_section``); text outside the markers is never touched.
-Paths in a study's configs (the dataset, an init run) are relative to the work folder, so
-keys do not depend on where it is.
+Renderer: the marked sections ``<!-- BEGIN name -->`` ... ``<!-- END name -->`` of the
+study's pages (``replace_section``); text outside the markers is never touched. Paths in a
+study's configs (the dataset, an init run) are relative to the work folder, so keys do not
+depend on where it is.
 """
 
 from __future__ import annotations
@@ -110,14 +109,9 @@ def public_row(study: str, run: Run, report: dict[str, Any]) -> dict[str, Any]:
 
 def load_rows(export: Path) -> list[dict[str, Any]]:
     """The export's rows (the last row of a key wins); [] without an export."""
-    if not Path(export).exists():
-        return []
-    rows = {}
-    for line in Path(export).read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            rows[row["key"]] = row
-    return list(rows.values())
+    lines = Path(export).read_text().splitlines() if Path(export).exists() else []
+    rows = (json.loads(line) for line in lines if line.strip())
+    return list({row["key"]: row for row in rows}.values())
 
 
 def append_row(export: Path, row: dict[str, Any]) -> None:
@@ -145,23 +139,23 @@ def train_one(config: dict[str, Any], work: str, perf: PerformanceFlags) -> dict
     return json.loads((out / "report.json").read_text())
 
 
-def execute(study: str, runs: list[Run], work: Path, export: Path, jobs: int, perf: PerformanceFlags) -> int:
+def execute(study: str, runs: list[Run], work: Path, export: Path, jobs: int,
+            perf: PerformanceFlags) -> None:
     """Train ``runs`` (``jobs`` processes; 0: in this process), appending each finished
     run's row to ``export``; a run starts once the run its ``model.init`` names has
-    finished, and not at all if that one failed. Returns how many finished."""
-    todo, pending, failed, finished = {r.key: r for r in runs}, {}, set(), 0
+    finished, and not at all if that one failed."""
+    todo, pending, failed = {r.key: r for r in runs}, {}, set()
     pool = ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) if jobs > 0 else None
 
-    def record(r: Run, report: Callable[[], dict[str, Any]]) -> int:
+    def record(r: Run, report: Callable[[], dict[str, Any]]) -> None:
         try:
             rep = report()
         except Exception:  # record the failure, keep going
             print(f"  FAILED {r.name}:\n{traceback.format_exc()}", flush=True)
             failed.add(r.key)
-            return 0
+            return
         append_row(export, public_row(study, r, rep))
         print(f"  done {r.name}: {METRIC} {rep['final'][METRIC]:.3f}", flush=True)
-        return 1
 
     try:
         while todo or pending:
@@ -174,17 +168,16 @@ def execute(study: str, runs: list[Run], work: Path, export: Path, jobs: int, pe
                 if pool:
                     pending[pool.submit(train_one, *args)] = r
                 else:
-                    finished += record(r, lambda: train_one(*args))
+                    record(r, lambda: train_one(*args))
             if pool and pending:
                 for f in wait(pending, return_when=FIRST_COMPLETED)[0]:
-                    finished += record(pending.pop(f), f.result)
+                    record(pending.pop(f), f.result)
             elif not ready:  # what is left waits for a run that failed
                 print(f"  not run: {', '.join(r.name for r in todo.values())} (their init run failed)")
                 break
     finally:
         if pool:
             pool.shutdown(wait=True, cancel_futures=True)
-    return finished
 
 
 def run_study(study: Any, work: Path, jobs: int = 1, perf: PerformanceFlags = PerformanceFlags(progress=False),
