@@ -7,6 +7,7 @@ generator, sampler, tree and optimizer state) stays ``0o600``, as ``mkstemp`` cr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -20,21 +21,13 @@ PRIVATE_DIR_MODE = 0o700
 def current_umask() -> int:
     """The process umask, read without changing it where /proc allows (Linux);
     elsewhere set and restored (setting 0o077 meanwhile errs on the private side)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
     old = os.umask(0o077)
     os.umask(old)
     return old
-
-
-def public_mode() -> int:
-    """Mode of a released file: what ``open(path, "w")`` would give."""
-    return 0o666 & ~current_umask()
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], None], *, private: bool = False) -> Path:
@@ -47,7 +40,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None], *, priv
     os.close(fd)
     try:
         write(Path(tmp))
-        os.chmod(tmp, PRIVATE_FILE_MODE if private else public_mode())
+        os.chmod(tmp, PRIVATE_FILE_MODE if private else 0o666 & ~current_umask())  # as open(path, "w")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
