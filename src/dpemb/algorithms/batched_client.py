@@ -220,10 +220,9 @@ class BatchedClientTrainer:
         flat = split_flat(start, self.single.aggregated_params)
         pieces = [v.unsqueeze(0).repeat(n, *([1] * v.dim())) for v in flat]
         params = dict(zip(self.param_names, pieces))
+        cols, head_lr = None, cfg.client_lr  # DP-FedAvg: the global head, the client lr
         if cfg.aggregates_head:
             head = pieces[-1]
-            cols = None
-            head_lr = cfg.client_lr
         else:
             negatives = self.single.negatives
             n_cls = self.num_classes + (0 if negatives is None else negatives.num_identities)
@@ -232,7 +231,6 @@ class BatchedClientTrainer:
             for i, p in enumerate(group):
                 head[i, : p.head.shape[0]] = p.head
                 sizes[i] = p.head.shape[0]
-            cols = None
             if cfg.local_head == "local":
                 cols = torch.arange(n_cls, device=device).unsqueeze(0) < sizes.unsqueeze(1)
             head_lr = cfg.client_lr * cfg.head_lr_scale
@@ -260,16 +258,10 @@ class BatchedClientTrainer:
                     _sgd_(head, g[1], head_buf if m else None, head_lr, m, on)
                 total_loss += torch.where(on, loss * w.sum(1), 0.0)
 
-        results = []
-        losses = total_loss.tolist()
-        for i, p in enumerate(group):
-            parts = [v[i].reshape(-1) for v in params.values()]
-            if cfg.aggregates_head:
-                parts.append(head[i].reshape(-1))
-            delta = start - torch.cat(parts)
-            results.append(ClientResult(delta=delta, loss=losses[i] / max(p.examples, 1),
-                                        steps=p.steps, examples=p.examples))
-        return results
+        losses = total_loss.tolist()  # ``pieces`` (DP-FedAvg: with the head) were trained in place
+        return [ClientResult(delta=start - torch.cat([v[i].reshape(-1) for v in pieces]),
+                             loss=losses[i] / max(p.examples, 1), steps=p.steps, examples=p.examples)
+                for i, p in enumerate(group)]
 
 
 def _sgd_(p: torch.Tensor, grad: torch.Tensor, buf: torch.Tensor | None, lr: float, momentum: float,

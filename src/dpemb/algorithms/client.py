@@ -189,6 +189,7 @@ class ClientTrainer:
             delta = start - parameters_to_vector(params)
         return ClientResult(delta=delta, loss=total_loss.item() / max(n_seen, 1), steps=len(batches), examples=n_seen)
 
+    @torch.no_grad()
     def fresh_head(self, start: torch.Tensor, images: torch.Tensor, labels: torch.Tensor,
                    example_idx: np.ndarray, batches: list[np.ndarray],
                    generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -198,8 +199,9 @@ class ClientTrainer:
         A "local" head has the rows of the classes present in the client's examples
         (sorted). Glorot-uniform (the reference, drawn from ``generator``), or zeros: the
         first local steps then train the head only (a zero head passes no gradient to the
-        backbone), and under a margin loss the zero head is imprinted from the examples of
-        ``batches`` (``imprint``). The public negatives' rows follow the client's own."""
+        backbone), and under a margin loss the zero head is imprinted from the starting
+        model's embeddings of the examples of ``batches`` (``dpemb.models.margin.imprint_``).
+        The public negatives' rows follow the client's own."""
         cfg, device = self.cfg, start.device
         n_rows, class_map = self.num_classes, None
         if cfg.local_head == "local":
@@ -210,31 +212,21 @@ class ClientTrainer:
         head = torch.zeros(n_rows, self.model.embedding_dim, device=device)
         if cfg.head_init == "glorot":
             glorot_(head, generator)
-        elif cfg.loss.cosine:  # a zero head has no direction under a cosine loss
-            self.imprint(head, images, labels, batches, class_map)
+        elif cfg.loss.cosine and batches:  # a zero head has no direction under a cosine loss
+            idx = np.unique(np.concatenate(batches))
+            embs, ys = [], []
+            was_training = self.model.training
+            self.model.eval()  # no normalisation statistics move before the first local step
+            try:
+                for i in range(0, len(idx), cfg.local_batch_size):
+                    bt = torch.from_numpy(idx[i : i + cfg.local_batch_size])
+                    x = images[bt].to(device, non_blocking=True).float().div_(255.0)
+                    y = labels[bt].to(device)
+                    embs.append(self.model(x))
+                    ys.append(class_map[y] if class_map is not None else y)
+            finally:
+                self.model.train(was_training)
+            imprint_(head, torch.cat(embs), torch.cat(ys))
         if self.negatives is not None:
             head = torch.cat([head, self.negatives.rows(self.model, start)])
         return head, class_map
-
-    @torch.no_grad()
-    def imprint(self, head_w: torch.Tensor, images: torch.Tensor, labels: torch.Tensor,
-                batches: list[np.ndarray], class_map: torch.Tensor | None) -> None:
-        """Imprint the (zero) fresh head from the starting model's embeddings of the
-        examples the client trains on (``dpemb.models.margin.imprint_``)."""
-        if not batches:
-            return
-        idx = np.unique(np.concatenate(batches))
-        device = head_w.device
-        embs, ys = [], []
-        was_training = self.model.training
-        self.model.eval()  # no normalisation statistics move before the first local step
-        try:
-            for i in range(0, len(idx), self.cfg.local_batch_size):
-                bt = torch.from_numpy(idx[i : i + self.cfg.local_batch_size])
-                x = images[bt].to(device, non_blocking=True).float().div_(255.0)
-                y = labels[bt].to(device)
-                embs.append(self.model(x))
-                ys.append(class_map[y] if class_map is not None else y)
-        finally:
-            self.model.train(was_training)
-        imprint_(head_w, torch.cat(embs), torch.cat(ys))
