@@ -24,12 +24,9 @@ class BasicBlock(nn.Module):
         self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
         self.norm2 = norm(cout)
         self.act = nn.ReLU()
-        self.shortcut: nn.Module
-        if stride != 1 or cin != cout:
-            # not nn.Conv2d(cin, cout, 1, stride=stride): see StridedPointwiseConv2d
-            self.shortcut = nn.Sequential(StridedPointwiseConv2d(cin, cout, stride), norm(cout))
-        else:
-            self.shortcut = nn.Identity()
+        # a projection, not nn.Conv2d(cin, cout, 1, stride=stride): see StridedPointwiseConv2d
+        self.shortcut = (nn.Sequential(StridedPointwiseConv2d(cin, cout, stride), norm(cout))
+                         if stride != 1 or cin != cout else nn.Identity())
 
     def forward(self, x: Tensor) -> Tensor:
         out = self.act(self.norm1(self.conv1(x)))
