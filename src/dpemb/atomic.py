@@ -40,7 +40,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None], *, priv
     os.close(fd)
     try:
         write(Path(tmp))
-        os.chmod(tmp, PRIVATE_FILE_MODE if private else 0o666 & ~current_umask())  # as open(path, "w")
+        # a released file gets what open(path, "w") would give
+        os.chmod(tmp, PRIVATE_FILE_MODE if private else 0o666 & ~current_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -260,8 +260,8 @@ class BatchedClientTrainer:
 
         losses = total_loss.tolist()  # ``pieces`` (DP-FedAvg: with the head) were trained in place
         return [ClientResult(delta=start - torch.cat([v[i].reshape(-1) for v in pieces]),
-                             loss=losses[i] / max(p.examples, 1), steps=p.steps, examples=p.examples)
-                for i, p in enumerate(group)]
+                             loss=losses[i] / max(p.examples, 1), steps=p.steps,
+                             examples=p.examples) for i, p in enumerate(group)]
 
 
 def _sgd_(p: torch.Tensor, grad: torch.Tensor, buf: torch.Tensor | None, lr: float, momentum: float,

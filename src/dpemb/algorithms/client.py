@@ -162,7 +162,8 @@ class ClientTrainer:
             head, class_map = self.fresh_head(start, images, labels, example_idx, batches,
                                               generator)
             self.head_weight = torch.nn.Parameter(head)
-            opt_head = torch.optim.SGD([self.head_weight], lr=lr * cfg.head_lr_scale, momentum=momentum)
+            opt_head = torch.optim.SGD([self.head_weight], lr=lr * cfg.head_lr_scale,
+                                       momentum=momentum)
         head_w = self.head_weight
 
         total_loss, n_seen = torch.zeros((), device=device), 0
@@ -195,13 +196,10 @@ class ClientTrainer:
                    generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:
         """A client's DP-FedEmb head (the working model holding ``start``) and the map from
         a global label to its row (-1: absent; None: every training identity has its row).
-
-        A "local" head has the rows of the classes present in the client's examples
-        (sorted). Glorot-uniform (the reference, drawn from ``generator``), or zeros: the
-        first local steps then train the head only (a zero head passes no gradient to the
-        backbone), and under a margin loss the zero head is imprinted from the starting
-        model's embeddings of the examples of ``batches`` (``dpemb.models.margin.imprint_``).
-        The public negatives' rows follow the client's own."""
+        A "local" head has the rows of the classes present in the client's examples (sorted);
+        Glorot rows are drawn from ``generator``; a zero head under a margin loss is imprinted
+        from the examples of ``batches``; the public negatives' rows follow the client's own
+        (docs/MODELS.md, "Head")."""
         cfg, device = self.cfg, start.device
         n_rows, class_map = self.num_classes, None
         if cfg.local_head == "local":

@@ -51,11 +51,12 @@ def export_onnx(backbone: Backbone, path: str | os.PathLike) -> Path:
     """Write ``backbone``'s :class:`Embedder` as ONNX to ``path`` (input ``images``,
     output ``embeddings``, both with a dynamic batch axis)."""
     path = Path(path)
+    model = Embedder(backbone).cpu().eval()
     with warnings.catch_warnings():  # the legacy exporter's deprecation and tracer notes
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            Embedder(backbone).cpu().eval(), (example_images(backbone, 2),), str(path), dynamo=False,
-            opset_version=ONNX_OPSET, input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+            model, (example_images(backbone, 2),), str(path), dynamo=False, opset_version=ONNX_OPSET,
+            input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
             dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
         )
     return path

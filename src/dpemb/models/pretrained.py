@@ -83,7 +83,8 @@ def load_imagenet_mobilenet_v2(model: Backbone, *, freeze_bn: bool = True) -> Ba
         name = getattr(model, "name", type(model).__name__)
         raise ValueError(f"{what} needs a 'mobilenetv2-bn' backbone, got {name!r}")
     if model.width != 1.0:
-        raise ValueError(f"{what} needs width=1.0 (the ImageNet model's shape), got width={model.width}")
+        raise ValueError(f"{what} needs width=1.0 (the ImageNet model's shape), "
+                         f"got width={model.width}")
     source = _load_imagenet_state_dict()
     target = model.state_dict()
     mapped: dict[str, torch.Tensor] = {}
