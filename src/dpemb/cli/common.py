@@ -68,8 +68,51 @@ def device_from(args: argparse.Namespace):
         return resolve_device(args.device)
 
 
-def add_secure_noise_flag(group: Any, seed_flag: str) -> None:
-    """``--secure-noise/--no-secure-noise`` (default: on unless ``seed_flag`` is given)."""
+#: the help of the privacy flags that several commands take (train and audit, account,
+#: transfer): one text per meaning, each "{}" filled with what a command says of its own
+SHARED_HELP = {
+    "--delta": "delta (default: 1/(10 N) for N {}); a delta >= 1/N is refused unless "
+               "--allow-large-delta",
+    "--allow-large-delta": "accept a --delta >= 1/N (no meaningful guarantee: for comparisons "
+                           "only, e.g. with the DP-FedEmb paper's delta = 1/N){}",
+    "--noise-multiplier": "z: noise std = z x the sensitivity of {}",
+    "--target-epsilon": "calibrate the noise multiplier z for this epsilon{} (instead of "
+                        "--noise-multiplier)",
+    "--sampling": "user sampling per round: poisson (Gaussian noise's default; accounting is "
+                  "exact), fixed = M*K users without replacement (replace-one relation, RDP only), "
+                  "epoch (each user at most once per epoch; tree noise's default and only choice) "
+                  "or cyclic-poisson (BandMF: b keyed groups, round t Poisson-samples group t mod "
+                  "b; bandmf's default and only choice)",
+    "--mechanism": "the noise: gaussian (independent per round), tree (tree aggregation, DP-FTRL) "
+                   "or bandmf (banded matrix-factorization noise with cyclic Poisson "
+                   "participation, --bands B; docs/PRIVACY.md){}",
+    "--bands": "--mechanism bandmf: b, the bands of its strategy and the groups of cyclic Poisson "
+               "participation (default 1: DP-FedEmb's noise and epsilon); each user takes part at "
+               "rate b*M*K/N, at most once in any b consecutive rounds (in at most ceil(T / b) "
+               "rounds)",
+    "--tree-restarts": "tree noise (dp-ftrl-fedemb): restart the tree every epoch (one tree per "
+                       "epoch)",
+    "--allow-nonprivate-init": "accept {} trained WITHOUT DP on {} (refused otherwise); every "
+                               "epsilon then says it does not cover {}",
+    "--audit-canaries": "{} N canary {} (>= 20; about 1000 for a useful bound), each {}inserted "
+                        "with probability 1/2{}, and print the empirical epsilon and 95%% lower "
+                        "bounds beside the reported one (docs/AUDIT.md). {}",
+}
+
+
+def add_shared(group: Any, flag: str, *notes: str, **kwargs: Any) -> None:
+    """``flag`` with its help of ``SHARED_HELP``, ``notes`` in its "{}"s; ``kwargs`` (type,
+    default, choices, metavar) as ``add_argument`` takes them."""
+    group.add_argument(flag, help=SHARED_HELP[flag].format(*notes), **kwargs)
+
+
+def add_noise_seed_flags(group: Any, seed_flag: str, seeded: str) -> None:
+    """``seed_flag`` (seeds the noise; ``seeded``: what else it seeds) and
+    ``--secure-noise/--no-secure-noise`` (default: on unless ``seed_flag`` is given)."""
+    group.add_argument(seed_flag, type=int, default=None,
+                       help=f"seed the noise{seeded} for a reproducible experiment (default: the "
+                            "OS's secure source); a seeded run uses the plain noise sampler and "
+                            "says it is seeded")
     group.add_argument(
         "--secure-noise", action=argparse.BooleanOptionalAction, default=None,
         help="floating-point-hardened noise sampler (a fresh OS-keyed generator for every draw, each entry "
