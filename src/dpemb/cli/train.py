@@ -5,6 +5,7 @@ with --recipe."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 
 from dpemb.cli.common import (
     DefaultsHelpFormatter, add_device_flag, add_noise_seed_flags, add_shared, device_from, fmt,
@@ -13,7 +14,7 @@ from dpemb.cli.common import (
 from dpemb.cli.main import UsageError
 from dpemb.models import BACKBONES, TRAINABLE_CHOICES
 from dpemb.privacy.spec import ACCOUNTANTS, MECHANISMS, SAMPLINGS
-from dpemb.training.run_config import ALGORITHMS
+from dpemb.training.run_config import ALGORITHMS, PrivacyRequest
 
 #: --resume value -> the training loops' ``resume`` argument
 RESUME = {None: False, "yes": True, "auto": "auto"}
@@ -243,12 +244,8 @@ SETTINGS = {
         "server_ema", "public_negatives")},
     "plain_tree": "!federated.efficient_tree", "non_private": "privacy.nonprivate",
     "loss": "loss.kind", "loss_scale": "loss.scale", "loss_margin": "loss.margin",
-    **{d: f"privacy.{d}" for d in (
-        "noise_multiplier", "target_epsilon", "accountant", "target_population", "report_populations", "clip_norm", "clients_per_round",
-        "users_per_client", "rounds", "delta", "allow_large_delta", "sampling", "tree_restarts", "mechanism",
-        "bands",
-        "adaptive_clip_quantile", "clip_lr", "clip_count_stddev", "epsilon_budget", "noise_seed", "secure_noise",
-        "audit_canaries", "release_audit_run", "allow_nonprivate_init")},
+    # every field of the privacy request, in its order, but nonprivate (--non-private, above)
+    **{f.name: f"privacy.{f.name}" for f in fields(PrivacyRequest) if f.name != "nonprivate"},
 }
 #: flag dest -> the PerformanceFlags field it sets
 PERFORMANCE = {"threads": "threads", "device": "device", "eval_batch_size": "eval_batch_size",
