@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from dpemb.cli.common import UsageError, guarded
 from dpemb.data.dataset import DataError, UserDataset, check_replaceable
@@ -23,24 +23,23 @@ GLYPH_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GlyphConfig)}
 
 
 # --------------------------------------------------------------------------- types
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
-    return value
+def _checked(kind: type, what: str, ok: Callable[[Any], bool], need: str) -> Callable[[str], Any]:
+    """An argparse type: ``kind(text)`` (else "not {what}") where ``ok`` (else "must be {need}")."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {need}, got {text}")
+        return value
+
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
+_fraction = _checked(float, "a number", lambda v: 0.0 <= v < 1.0, "in [0, 1)")
+_positive_int = _checked(int, "an integer", lambda v: v >= 1, ">= 1")
 
 
 def _label_spec(text: str) -> list[int]:
