@@ -172,25 +172,20 @@ def add_resize_flag(parser: argparse.ArgumentParser | Any) -> None:
                              "is an error")
 
 
-def model_geometry(model: Any, card: dict[str, Any] | None) -> tuple[int, int]:
-    """``(image_size, in_channels)`` the model takes: from the card's backbone kwargs,
-    else from the model."""
+def check_input(
+    model: Any, card: dict[str, Any] | None, ds: Any, data_name: str, *, resize: bool
+) -> tuple[int, str] | None:
+    """None when ``ds``'s images fit the model (its input size and channels: from the card's
+    backbone kwargs, else from the model); when they differ in size only and ``resize``, the
+    side to resize them to and the line a command prints about it; otherwise a one-line
+    DataError naming both geometries and the fix."""
     kw = ((card or {}).get("backbone") or {}).get("kwargs") or {}
     size = kw.get("image_size", getattr(model, "image_size", None))
     channels = kw.get("in_channels", getattr(model, "in_channels", None))
     if size is None or channels is None:
         raise DataError("the model card does not say the model's input size (backbone kwargs "
                         "image_size and in_channels)")
-    return int(size), int(channels)
-
-
-def check_input(
-    model: Any, card: dict[str, Any] | None, ds: Any, data_name: str, *, resize: bool
-) -> int | None:
-    """None when ``ds``'s images fit the model; the side to resize them to when they
-    differ in size only and ``resize``; otherwise a one-line DataError naming both
-    geometries and the fix."""
-    size, channels = model_geometry(model, card)
+    size, channels = int(size), int(channels)
     h, w, c = ds.image_shape
     want, have = f"{size}x{size}x{channels}", f"{h}x{w}x{c}"
     if c != channels:
@@ -201,12 +196,5 @@ def check_input(
     if not resize:
         raise DataError(f"the model takes {want} images, {data_name} holds {have}: re-make the data with "
                         f"--image-size {size}, or pass --resize to resize on the fly")
-    return size
-
-
-def resize_note(model: Any, card: dict[str, Any] | None, ds: Any, data_name: str) -> str:
-    """The line a command prints when it resizes ``ds``'s images (``check_input``)."""
-    size, channels = model_geometry(model, card)
-    h, w, c = ds.image_shape
-    return (f"note: resizing {data_name}'s {h}x{w}x{c} images to the model's {size}x{size}x{channels} "
-            "(bilinear, antialiased)")
+    return size, (f"note: resizing {data_name}'s {have} images to the model's {want} "
+                  "(bilinear, antialiased)")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from dpemb.cli.common import (
-    add_device_flag, add_resize_flag, check_input, device_from, guarded, resize_note,
+    add_device_flag, add_resize_flag, check_input, device_from, guarded,
 )
 from dpemb.data.images import IMAGE_EXTENSIONS
 
@@ -78,9 +78,9 @@ def run(args: argparse.Namespace) -> int:
             if ds.num_examples == 0:
                 raise DataError(f"the {args.split} split of {args.inputs[0]} is empty; choose another --split "
                                 f"({', '.join(SPLITS)}) or none")
-        size = check_input(model, card, ds, args.inputs[0], resize=args.resize)
-        if size is not None:
-            print(resize_note(model, card, ds, args.inputs[0]))
+        size, note = check_input(model, card, ds, args.inputs[0], resize=args.resize) or (None, "")
+        if note:
+            print(note)
         emb = shards.gather(embed_images(model, shards.share_of(ds.images), batch_size=args.batch_size,
                                          device=device, resize_to=size).numpy())
         skipped = None

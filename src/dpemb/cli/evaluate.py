@@ -13,7 +13,7 @@ import numpy as np
 
 from dpemb.cli.common import (
     UsageError, add_device_flag, add_resize_flag, check_input, device_from, fmt, guarded,
-    print_json, resize_note,
+    print_json,
 )
 from dpemb.data.dataset import DataError
 
@@ -186,13 +186,13 @@ def run(args: argparse.Namespace) -> int:
     loaded = []
     for path in paths:
         model, card = load_artifact(path, device)
-        loaded.append((model, card, check_input(model, card, part, args.data, resize=args.resize)))
+        fit = check_input(model, card, part, args.data, resize=args.resize)
+        loaded.append((model, fit or (None, "")))
     notes = sys.stderr if args.json else sys.stdout
     tables, flats = {}, {}
-    for name, path, (model, card, size) in zip(names, paths, loaded):
-        if size is not None and shards.is_main:
-            print(resize_note(model, card, part, args.data) + (f" for {name}" if len(paths) > 1 else ""),
-                  file=notes)
+    for name, path, (model, (size, note)) in zip(names, paths, loaded):
+        if note and shards.is_main:
+            print(note + (f" for {name}" if len(paths) > 1 else ""), file=notes)
         share = embed_images(model, shards.share_of(part.images), batch_size=args.batch_size, device=device,
                              resize_to=size)
         emb = shards.gather(share.numpy())
