@@ -135,23 +135,18 @@ def _add_splits(p: argparse.ArgumentParser, *, defaults: dict[str, Any], importe
     applies its own; so are the glyphs' public share and seed."""
     g = p.add_argument_group(
         "splits (test and validation identities are held out with their own users)")
-    ev = g.add_mutually_exclusive_group()
-    ev.add_argument("--eval-identity-fraction", type=_fraction, metavar="F",
-                    help="share of identities held out for the TEST split (reported numbers), "
-                         "chosen at random "
-                         f"(default: {defaults['eval_identity_fraction']}; 0: none)")
-    if importer:
-        ev.add_argument("--eval-labels", type=_label_spec, metavar="LIST",
-                        help="label indices held out for the test split instead, e.g. 36-61 or "
-                             "1,2,5 (EMNIST protocol: 36-61)")
-    va = g.add_mutually_exclusive_group()
-    va.add_argument("--validation-identity-fraction", type=_fraction, metavar="F",
-                    help="share of identities held out for the VALIDATION split (choosing "
-                         "hyperparameters), chosen at random among the others "
-                         f"(default: {defaults['validation_identity_fraction']}; 0: none)")
-    if importer:
-        va.add_argument("--validation-labels", type=_label_spec, metavar="LIST",
-                        help="label indices held out for the validation split instead")
+    emnist = ", e.g. 36-61 or 1,2,5 (EMNIST protocol: 36-61)"
+    for part, split, use, among, labels in (  # each: a random share of identities, or labels
+            ("eval", "test", "reported numbers", "", emnist),
+            ("validation", "validation", "choosing hyperparameters", " among the others", "")):
+        one = g.add_mutually_exclusive_group()
+        one.add_argument(f"--{part}-identity-fraction", type=_fraction, metavar="F",
+                         help=f"share of identities held out for the {split.upper()} split "
+                              f"({use}), chosen at random{among} "
+                              f"(default: {defaults[f'{part}_identity_fraction']}; 0: none)")
+        if importer:
+            one.add_argument(f"--{part}-labels", type=_label_spec, metavar="LIST",
+                             help=f"label indices held out for the {split} split instead{labels}")
     auto = ("the identity share, at least every user holding only those identities, at most "
             "the users holding any" if importer else "the identity share; shared regime only")
     g.add_argument("--eval-user-fraction", type=_fraction, metavar="F",

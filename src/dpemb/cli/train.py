@@ -71,11 +71,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "embedding layer. features: freeze the embedding layer; train the rest "
                         "(fewer noised parameters where the embedding layer is most of them, as in lenet)")
     o = p.add_argument_group("optimizer (centralized)")
-    o.add_argument("--lr", type=float)
-    o.add_argument("--momentum", type=float)
-    o.add_argument("--weight-decay", type=float)
-    o.add_argument("--batch-size", type=int)
-    o.add_argument("--steps", type=int)
+    for flag, kind in (("--lr", float), ("--momentum", float), ("--weight-decay", float),
+                       ("--batch-size", int), ("--steps", int)):
+        o.add_argument(flag, type=kind)
     o.add_argument("--cosine", action="store_true", help="cosine learning-rate decay to 0")
     f = p.add_argument_group("federated (dp-fedemb, dp-fedavg, dp-ftrl-fedemb)")
     f.add_argument("--rounds", type=int)

@@ -62,12 +62,10 @@ def run_features(args: argparse.Namespace) -> int:
     from dpemb.training.shards import RowShards
     from dpemb.transfer.features import extract_features, load_backbone, load_image_dataset, save_features
 
-    if args.image_size < 8:
-        raise UsageError(f"--image-size must be >= 8, got {args.image_size}")
-    if args.batch_size < 1:
-        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.limit is not None and args.limit < 1:
-        raise UsageError(f"--limit must be >= 1, got {args.limit}")
+    for flag, value, least in (("--image-size", args.image_size, 8),
+                               ("--batch-size", args.batch_size, 1), ("--limit", args.limit, 1)):
+        if value is not None and value < least:
+            raise UsageError(f"{flag} must be >= {least}, got {value}")
     with usage_errors():
         ds, spec = load_image_dataset(args.data, fashion_mnist_dir=args.fashion_mnist_dir)
     if args.limit is not None and args.limit < ds.num_examples:
