@@ -146,10 +146,9 @@ def apply_config(args: argparse.Namespace) -> None:
     fill("mechanism", r.mechanism if r.mechanism is not None else
          "tree" if config.algorithm == "dp-ftrl-fedemb" else None)
     fill("bands", None if r.bands == 1 else [r.bands])
-    if r.tree_restarts:
-        args.tree_restarts = True
-    if r.allow_large_delta:
-        args.allow_large_delta = True
+    for switch in ("tree_restarts", "allow_large_delta"):  # on where the config turns it on
+        if getattr(r, switch):
+            setattr(args, switch, True)
     fill("extrapolate_to", [n for n in (*r.report_populations, r.target_population) if n] or None)
 
 
