@@ -21,7 +21,7 @@ import math
 import sys
 from typing import Any, Callable
 
-from dpemb.cli.common import UsageError, usage_errors
+from dpemb.cli.common import UsageError, add_shared, usage_errors
 from dpemb.privacy.delta import DEFAULT_DELTA_RULE
 from dpemb.privacy.spec import ACCOUNTANTS, MECHANISMS, SAMPLINGS
 from dpemb.training.run_config import PrivacyRequest
@@ -73,34 +73,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="K: users per virtual client (K > 1 doubles the add/remove sensitivity)")
     p.add_argument("--rounds", type=_list_of(_int, "--rounds"), default=[DEFAULT.rounds],
                    help="T: training rounds (dpemb train's default)")
-    p.add_argument("--noise-multiplier", type=_list_of(float, "--noise-multiplier"), default=None,
-                   help="z: noise std = z x sensitivity of the clipped sum")
-    p.add_argument("--target-epsilon", type=_list_of(float, "--target-epsilon"), default=None,
-                   help="calibrate the noise multiplier for this epsilon (instead of --noise-multiplier)")
-    p.add_argument("--delta", type=_list_of(float, "--delta"), default=None,
-                   help="delta (default 1/(10 population)); must be below 1/population unless "
-                        "--allow-large-delta")
-    p.add_argument("--allow-large-delta", action="store_true",
-                   help="accept a delta >= 1/population (e.g. the DP-FedEmb paper's delta = 1/N); "
-                        "the output warns")
+    add_shared(p, "--noise-multiplier", "the clipped sum",
+               type=_list_of(float, "--noise-multiplier"), default=None)
+    add_shared(p, "--target-epsilon", "", type=_list_of(float, "--target-epsilon"), default=None)
+    add_shared(p, "--delta", "users in the population", type=_list_of(float, "--delta"),
+               default=None)
+    add_shared(p, "--allow-large-delta", "; the output warns", action="store_true")
     p.add_argument("--clip-norm", type=float, default=DEFAULT.clip_norm,
                    help="C (does not change epsilon; sets the printed noise std)")
-    p.add_argument("--sampling", choices=SAMPLINGS, default=None,
-                   help="poisson (default for gaussian), fixed size without replacement, epoch "
-                        "(each user once per epoch; default and only choice for tree), or cyclic-poisson "
-                        "(b groups, round t samples group t mod b; default and only choice for bandmf)")
-    p.add_argument("--mechanism", choices=MECHANISMS, default="gaussian",
-                   help="independent Gaussian noise per round, tree aggregation (DP-FTRL), or BandMF "
-                        "(banded correlated noise with cyclic Poisson participation; accounted here, not yet "
-                        "trainable)")
-    p.add_argument("--bands", type=_list_of(_int, "--bands"), default=None, metavar="B",
-                   help="bandmf: b, the bands of the strategy and the groups of cyclic Poisson participation "
-                        "(default 1, which is DP-FedEmb's epsilon); each user takes part at rate b*M*K/N in at "
-                        "most ceil(T / b) rounds")
+    add_shared(p, "--sampling", choices=SAMPLINGS, default=None)
+    add_shared(p, "--mechanism", "", choices=MECHANISMS, default="gaussian")
+    add_shared(p, "--bands", type=_list_of(_int, "--bands"), default=None, metavar="B")
     p.add_argument("--relation", choices=("add-remove", "replace-one", "replace-special"), default=None,
                    help="neighbouring relation (default: the one the sampling is accounted under)")
-    p.add_argument("--tree-restarts", action="store_true",
-                   help="tree: restart the tree every epoch (one tree per epoch)")
+    add_shared(p, "--tree-restarts", action="store_true")
     p.add_argument("--unit", choices=("user", "example"), default="user", help="unit of privacy")
     p.add_argument("--accountant", choices=(*ACCOUNTANTS, "both"), default="both")
     p.add_argument("--epsilon-budget", type=_list_of(float, "--epsilon-budget"), default=None,
@@ -160,10 +146,9 @@ def apply_config(args: argparse.Namespace) -> None:
     fill("mechanism", r.mechanism if r.mechanism is not None else
          "tree" if config.algorithm == "dp-ftrl-fedemb" else None)
     fill("bands", None if r.bands == 1 else [r.bands])
-    if r.tree_restarts:
-        args.tree_restarts = True
-    if r.allow_large_delta:
-        args.allow_large_delta = True
+    for switch in ("tree_restarts", "allow_large_delta"):  # on where the config turns it on
+        if getattr(r, switch):
+            setattr(args, switch, True)
     fill("extrapolate_to", [n for n in (*r.report_populations, r.target_population) if n] or None)
 
 

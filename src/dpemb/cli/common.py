@@ -68,8 +68,51 @@ def device_from(args: argparse.Namespace):
         return resolve_device(args.device)
 
 
-def add_secure_noise_flag(group: Any, seed_flag: str) -> None:
-    """``--secure-noise/--no-secure-noise`` (default: on unless ``seed_flag`` is given)."""
+#: the help of the privacy flags that several commands take (train and audit, account,
+#: transfer): one text per meaning, each "{}" filled with what a command says of its own
+SHARED_HELP = {
+    "--delta": "delta (default: 1/(10 N) for N {}); a delta >= 1/N is refused unless "
+               "--allow-large-delta",
+    "--allow-large-delta": "accept a --delta >= 1/N (no meaningful guarantee: for comparisons "
+                           "only, e.g. with the DP-FedEmb paper's delta = 1/N){}",
+    "--noise-multiplier": "z: noise std = z x the sensitivity of {}",
+    "--target-epsilon": "calibrate the noise multiplier z for this epsilon{} (instead of "
+                        "--noise-multiplier)",
+    "--sampling": "user sampling per round: poisson (Gaussian noise's default; accounting is "
+                  "exact), fixed = M*K users without replacement (replace-one relation, RDP only), "
+                  "epoch (each user at most once per epoch; tree noise's default and only choice) "
+                  "or cyclic-poisson (BandMF: b keyed groups, round t Poisson-samples group t mod "
+                  "b; bandmf's default and only choice)",
+    "--mechanism": "the noise: gaussian (independent per round), tree (tree aggregation, DP-FTRL) "
+                   "or bandmf (banded matrix-factorization noise with cyclic Poisson "
+                   "participation, --bands B; docs/PRIVACY.md){}",
+    "--bands": "--mechanism bandmf: b, the bands of its strategy and the groups of cyclic Poisson "
+               "participation (default 1: DP-FedEmb's noise and epsilon); each user takes part at "
+               "rate b*M*K/N, at most once in any b consecutive rounds (in at most ceil(T / b) "
+               "rounds)",
+    "--tree-restarts": "tree noise (dp-ftrl-fedemb): restart the tree every epoch (one tree per "
+                       "epoch)",
+    "--allow-nonprivate-init": "accept {} trained WITHOUT DP on {} (refused otherwise); every "
+                               "epsilon then says it does not cover {}",
+    "--audit-canaries": "{} N canary {} (>= 20; about 1000 for a useful bound), each {}inserted "
+                        "with probability 1/2{}, and print the empirical epsilon and 95%% lower "
+                        "bounds beside the reported one (docs/AUDIT.md). {}",
+}
+
+
+def add_shared(group: Any, flag: str, *notes: str, **kwargs: Any) -> None:
+    """``flag`` with its help of ``SHARED_HELP``, ``notes`` in its "{}"s; ``kwargs`` (type,
+    default, choices, metavar) as ``add_argument`` takes them."""
+    group.add_argument(flag, help=SHARED_HELP[flag].format(*notes), **kwargs)
+
+
+def add_noise_seed_flags(group: Any, seed_flag: str, seeded: str) -> None:
+    """``seed_flag`` (seeds the noise; ``seeded``: what else it seeds) and
+    ``--secure-noise/--no-secure-noise`` (default: on unless ``seed_flag`` is given)."""
+    group.add_argument(seed_flag, type=int, default=None,
+                       help=f"seed the noise{seeded} for a reproducible experiment (default: the "
+                            "OS's secure source); a seeded run uses the plain noise sampler and "
+                            "says it is seeded")
     group.add_argument(
         "--secure-noise", action=argparse.BooleanOptionalAction, default=None,
         help="floating-point-hardened noise sampler (a fresh OS-keyed generator for every draw, each entry "
@@ -129,25 +172,20 @@ def add_resize_flag(parser: argparse.ArgumentParser | Any) -> None:
                              "is an error")
 
 
-def model_geometry(model: Any, card: dict[str, Any] | None) -> tuple[int, int]:
-    """``(image_size, in_channels)`` the model takes: from the card's backbone kwargs,
-    else from the model."""
+def check_input(
+    model: Any, card: dict[str, Any] | None, ds: Any, data_name: str, *, resize: bool
+) -> tuple[int, str] | None:
+    """None when ``ds``'s images fit the model (its input size and channels: from the card's
+    backbone kwargs, else from the model); when they differ in size only and ``resize``, the
+    side to resize them to and the line a command prints about it; otherwise a one-line
+    DataError naming both geometries and the fix."""
     kw = ((card or {}).get("backbone") or {}).get("kwargs") or {}
     size = kw.get("image_size", getattr(model, "image_size", None))
     channels = kw.get("in_channels", getattr(model, "in_channels", None))
     if size is None or channels is None:
         raise DataError("the model card does not say the model's input size (backbone kwargs "
                         "image_size and in_channels)")
-    return int(size), int(channels)
-
-
-def check_input(
-    model: Any, card: dict[str, Any] | None, ds: Any, data_name: str, *, resize: bool
-) -> int | None:
-    """None when ``ds``'s images fit the model; the side to resize them to when they
-    differ in size only and ``resize``; otherwise a one-line DataError naming both
-    geometries and the fix."""
-    size, channels = model_geometry(model, card)
+    size, channels = int(size), int(channels)
     h, w, c = ds.image_shape
     want, have = f"{size}x{size}x{channels}", f"{h}x{w}x{c}"
     if c != channels:
@@ -158,12 +196,5 @@ def check_input(
     if not resize:
         raise DataError(f"the model takes {want} images, {data_name} holds {have}: re-make the data with "
                         f"--image-size {size}, or pass --resize to resize on the fly")
-    return size
-
-
-def resize_note(model: Any, card: dict[str, Any] | None, ds: Any, data_name: str) -> str:
-    """The line a command prints when it resizes ``ds``'s images (``check_input``)."""
-    size, channels = model_geometry(model, card)
-    h, w, c = ds.image_shape
-    return (f"note: resizing {data_name}'s {h}x{w}x{c} images to the model's {size}x{size}x{channels} "
-            "(bilinear, antialiased)")
+    return size, (f"note: resizing {data_name}'s {have} images to the model's {want} "
+                  "(bilinear, antialiased)")

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from dpemb.cli.common import UsageError, guarded
 from dpemb.data.dataset import DataError, UserDataset, check_replaceable
@@ -23,24 +23,23 @@ GLYPH_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GlyphConfig)}
 
 
 # --------------------------------------------------------------------------- types
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
-    return value
+def _checked(kind: type, what: str, ok: Callable[[Any], bool], need: str) -> Callable[[str], Any]:
+    """An argparse type: ``kind(text)`` (else "not {what}") where ``ok`` (else "must be {need}")."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {need}, got {text}")
+        return value
+
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
+_fraction = _checked(float, "a number", lambda v: 0.0 <= v < 1.0, "in [0, 1)")
+_positive_int = _checked(int, "an integer", lambda v: v >= 1, ">= 1")
 
 
 def _label_spec(text: str) -> list[int]:
@@ -136,23 +135,18 @@ def _add_splits(p: argparse.ArgumentParser, *, defaults: dict[str, Any], importe
     applies its own; so are the glyphs' public share and seed."""
     g = p.add_argument_group(
         "splits (test and validation identities are held out with their own users)")
-    ev = g.add_mutually_exclusive_group()
-    ev.add_argument("--eval-identity-fraction", type=_fraction, metavar="F",
-                    help="share of identities held out for the TEST split (reported numbers), "
-                         "chosen at random "
-                         f"(default: {defaults['eval_identity_fraction']}; 0: none)")
-    if importer:
-        ev.add_argument("--eval-labels", type=_label_spec, metavar="LIST",
-                        help="label indices held out for the test split instead, e.g. 36-61 or "
-                             "1,2,5 (EMNIST protocol: 36-61)")
-    va = g.add_mutually_exclusive_group()
-    va.add_argument("--validation-identity-fraction", type=_fraction, metavar="F",
-                    help="share of identities held out for the VALIDATION split (choosing "
-                         "hyperparameters), chosen at random among the others "
-                         f"(default: {defaults['validation_identity_fraction']}; 0: none)")
-    if importer:
-        va.add_argument("--validation-labels", type=_label_spec, metavar="LIST",
-                        help="label indices held out for the validation split instead")
+    emnist = ", e.g. 36-61 or 1,2,5 (EMNIST protocol: 36-61)"
+    for part, split, use, among, labels in (  # each: a random share of identities, or labels
+            ("eval", "test", "reported numbers", "", emnist),
+            ("validation", "validation", "choosing hyperparameters", " among the others", "")):
+        one = g.add_mutually_exclusive_group()
+        one.add_argument(f"--{part}-identity-fraction", type=_fraction, metavar="F",
+                         help=f"share of identities held out for the {split.upper()} split "
+                              f"({use}), chosen at random{among} "
+                              f"(default: {defaults[f'{part}_identity_fraction']}; 0: none)")
+        if importer:
+            one.add_argument(f"--{part}-labels", type=_label_spec, metavar="LIST",
+                             help=f"label indices held out for the {split} split instead{labels}")
     auto = ("the identity share, at least every user holding only those identities, at most "
             "the users holding any" if importer else "the identity share; shared regime only")
     g.add_argument("--eval-user-fraction", type=_fraction, metavar="F",

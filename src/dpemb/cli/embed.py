@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from dpemb.cli.common import (
-    add_device_flag, add_resize_flag, check_input, device_from, guarded, resize_note,
+    add_device_flag, add_resize_flag, check_input, device_from, guarded,
 )
 from dpemb.data.images import IMAGE_EXTENSIONS
 
@@ -60,12 +60,8 @@ def _collect(inputs: list[str]) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
+    from dpemb.cli.evaluate import embed_files
     from dpemb.data.dataset import DataError, UserDataset
-    from dpemb.data.images import decode_image
-    from dpemb.data.tensors import to_float_tensor
-    from dpemb.models import embed
     from dpemb.training.artifact import load_artifact
     from dpemb.training.evaluate import embed_images
     from dpemb.training.shards import RowShards
@@ -73,7 +69,6 @@ def run(args: argparse.Namespace) -> int:
 
     shards, device = RowShards.join(device_from(args))  # under torchrun: each rank embeds a share
     model, card = load_artifact(args.model, device)
-    kw = card["backbone"]["kwargs"]
     if len(args.inputs) == 1 and (Path(args.inputs[0]) / "meta.json").is_file():
         if args.skip_bad:
             raise DataError("--skip-bad is for image files; a dataset directory's images are already decoded")
@@ -83,9 +78,9 @@ def run(args: argparse.Namespace) -> int:
             if ds.num_examples == 0:
                 raise DataError(f"the {args.split} split of {args.inputs[0]} is empty; choose another --split "
                                 f"({', '.join(SPLITS)}) or none")
-        size = check_input(model, card, ds, args.inputs[0], resize=args.resize)
-        if size is not None:
-            print(resize_note(model, card, ds, args.inputs[0]))
+        size, note = check_input(model, card, ds, args.inputs[0], resize=args.resize) or (None, "")
+        if note:
+            print(note)
         emb = shards.gather(embed_images(model, shards.share_of(ds.images), batch_size=args.batch_size,
                                          device=device, resize_to=size).numpy())
         skipped = None
@@ -98,27 +93,21 @@ def run(args: argparse.Namespace) -> int:
         if not files:
             raise FileNotFoundError("no image files found in the inputs")
         lo, hi = shards.span(len(files))
-        chunks = [np.zeros((0, model.embedding_dim), dtype=np.float32)]
-        kept: list[Path] = []
-        skipped = []
-        for i in range(lo, hi, args.batch_size):
-            images = []
-            for f in files[i : min(i + args.batch_size, hi)]:
-                try:
-                    images.append(decode_image(f, image_size=kw["image_size"], channels=kw["in_channels"]))
-                except DataError as e:
-                    if not args.skip_bad:
-                        raise DataError(f"{e} (or pass --skip-bad to skip the files that cannot be decoded)") from e
-                    print(f"skipped: {e}", file=sys.stderr)
-                    skipped.append(str(f))
-                    continue
-                kept.append(f)
-            if images:
-                with torch.no_grad():
-                    chunks.append(embed(model, to_float_tensor(np.stack(images), device)).cpu().numpy())
-        emb = shards.gather(np.concatenate(chunks))
-        names = shards.gather(np.array([str(f) for f in kept], dtype=object))  # the rows, in order
-        skipped = shards.gather(np.array(skipped, dtype=object))
+        bad: set[int] = set()
+
+        def skip(i: int, e: DataError) -> None:
+            if not args.skip_bad:
+                raise DataError(f"{e} (or pass --skip-bad to skip the files that cannot be "
+                                "decoded)") from e
+            print(f"skipped: {e}", file=sys.stderr)
+            bad.add(i)
+
+        share = embed_files(model, card, files[lo:hi], [], flip=False, batch_size=args.batch_size,
+                            device=device, show_progress=False, on_bad=skip)
+        emb = shards.gather(share.astype(np.float32))
+        rows = [str(f) for i, f in enumerate(files[lo:hi]) if i not in bad]  # in order
+        names = shards.gather(np.array(rows, dtype=object))
+        skipped = shards.gather(np.array([str(files[lo + i]) for i in sorted(bad)], dtype=object))
     shards.finish()  # a worker rank exits here
     if skipped is not None and args.skip_bad:
         print(f"skipped {len(skipped)} of {len(skipped) + len(names)} image files that could not be decoded"

@@ -13,7 +13,7 @@ import numpy as np
 
 from dpemb.cli.common import (
     UsageError, add_device_flag, add_resize_flag, check_input, device_from, fmt, guarded,
-    print_json, resize_note,
+    print_json,
 )
 from dpemb.data.dataset import DataError
 
@@ -186,13 +186,13 @@ def run(args: argparse.Namespace) -> int:
     loaded = []
     for path in paths:
         model, card = load_artifact(path, device)
-        loaded.append((model, card, check_input(model, card, part, args.data, resize=args.resize)))
+        fit = check_input(model, card, part, args.data, resize=args.resize)
+        loaded.append((model, fit or (None, "")))
     notes = sys.stderr if args.json else sys.stdout
     tables, flats = {}, {}
-    for name, path, (model, card, size) in zip(names, paths, loaded):
-        if size is not None and shards.is_main:
-            print(resize_note(model, card, part, args.data) + (f" for {name}" if len(paths) > 1 else ""),
-                  file=notes)
+    for name, path, (model, (size, note)) in zip(names, paths, loaded):
+        if note and shards.is_main:
+            print(note + (f" for {name}" if len(paths) > 1 else ""), file=notes)
         share = embed_images(model, shards.share_of(part.images), batch_size=args.batch_size, device=device,
                              resize_to=size)
         emb = shards.gather(share.numpy())
@@ -238,11 +238,13 @@ def run(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------ --pairs and --templates (image files)
 def embed_files(model: Any, card: dict, paths: list[Path], where: list[str], *, flip: bool,
-                batch_size: int, device: Any, show_progress: bool = True) -> np.ndarray:
+                batch_size: int, device: Any, show_progress: bool = True,
+                on_bad: Callable[[int, DataError], None] | None = None) -> np.ndarray:
     """L2-normalised float64 embeddings of image files, decoded at the model card's image
     size and channels. With ``flip``: the normalised sum of the embeddings of the image
     and of its horizontal mirror. A missing or corrupt file is a DataError naming it and
-    the protocol file line that named it."""
+    the protocol file line that named it; with ``on_bad``, ``on_bad(index, error)`` raises
+    or returns, and then the file has no row."""
     import torch
 
     from dpemb.data.images import decode_image
@@ -251,7 +253,7 @@ def embed_files(model: Any, card: dict, paths: list[Path], where: list[str], *, 
     from dpemb.progress import progress
 
     kw = card["backbone"]["kwargs"]
-    out = np.zeros((len(paths), model.embedding_dim), dtype=np.float64)
+    rows = [np.zeros((0, model.embedding_dim), dtype=np.float64)]
     bar = progress(total=len(paths), desc="embedding images", unit="img", enabled=show_progress)
     with bar:
         for lo in range(0, len(paths), batch_size):
@@ -260,7 +262,12 @@ def embed_files(model: Any, card: dict, paths: list[Path], where: list[str], *, 
                 try:
                     batch.append(decode_image(paths[i], image_size=kw["image_size"], channels=kw["in_channels"]))
                 except DataError as e:
-                    raise DataError(f"{e} (named at {where[i]})") from e
+                    if on_bad is None:
+                        raise DataError(f"{e} (named at {where[i]})") from e
+                    on_bad(i, e)
+            bar.update(min(batch_size, len(paths) - lo))
+            if not batch:
+                continue
             arr = np.stack(batch)  # (B, H, W, C)
             with torch.no_grad():
                 e = embed(model, to_float_tensor(arr, device)).double().cpu().numpy()
@@ -268,9 +275,8 @@ def embed_files(model: Any, card: dict, paths: list[Path], where: list[str], *, 
                     mirrored = np.ascontiguousarray(arr[:, :, ::-1, :])
                     e = e + embed(model, to_float_tensor(mirrored, device)).double().cpu().numpy()
                     e /= np.linalg.norm(e, axis=1, keepdims=True)
-            out[lo : lo + len(batch)] = e
-            bar.update(len(batch))
-    return out
+            rows.append(e)
+    return np.concatenate(rows)
 
 
 def _cosines(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -5,12 +5,16 @@ with --recipe."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 
-from dpemb.cli.common import DefaultsHelpFormatter, add_device_flag, add_secure_noise_flag, device_from, fmt, guarded
+from dpemb.cli.common import (
+    DefaultsHelpFormatter, add_device_flag, add_noise_seed_flags, add_shared, device_from, fmt,
+    guarded,
+)
 from dpemb.cli.main import UsageError
 from dpemb.models import BACKBONES, TRAINABLE_CHOICES
-from dpemb.privacy.spec import ACCOUNTANTS, MECHANISMS
-from dpemb.training.run_config import ALGORITHMS
+from dpemb.privacy.spec import ACCOUNTANTS, MECHANISMS, SAMPLINGS
+from dpemb.training.run_config import ALGORITHMS, PrivacyRequest
 
 #: --resume value -> the training loops' ``resume`` argument
 RESUME = {None: False, "yes": True, "auto": "auto"}
@@ -60,20 +64,16 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="'random', 'imagenet' (mobilenetv2-bn only) or a trained model to start "
                         "from: a run directory or release artifact (e.g. a public pretraining run, "
                         "--train-split public)")
-    m.add_argument("--allow-nonprivate-init", action="store_true",
-                   help="let a DP run start from a model trained WITHOUT DP on private users "
-                        "(refused otherwise); every epsilon then says it does not cover the "
-                        "initialisation")
+    add_shared(m, "--allow-nonprivate-init", "a DP run's start (--init) from a model",
+               "private users", "the initialisation", action="store_true")
     m.add_argument("--trainable", choices=TRAINABLE_CHOICES,
                    help="norm-only: freeze convolutions; train normalisation layers and the "
                         "embedding layer. features: freeze the embedding layer; train the rest "
                         "(fewer noised parameters where the embedding layer is most of them, as in lenet)")
     o = p.add_argument_group("optimizer (centralized)")
-    o.add_argument("--lr", type=float)
-    o.add_argument("--momentum", type=float)
-    o.add_argument("--weight-decay", type=float)
-    o.add_argument("--batch-size", type=int)
-    o.add_argument("--steps", type=int)
+    for flag, kind in (("--lr", float), ("--momentum", float), ("--weight-decay", float),
+                       ("--batch-size", int), ("--steps", int)):
+        o.add_argument(flag, type=kind)
     o.add_argument("--cosine", action="store_true", help="cosine learning-rate decay to 0")
     f = p.add_argument_group("federated (dp-fedemb, dp-fedavg, dp-ftrl-fedemb)")
     f.add_argument("--rounds", type=int)
@@ -146,11 +146,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "centralized training is not private)")
     q.add_argument("--clip-norm", type=float,
                    help="C, L2 clip norm of each client delta")
-    q.add_argument("--noise-multiplier", type=float,
-                   help="z: noise std on the clipped sum = z x user-level sensitivity")
-    q.add_argument("--target-epsilon", type=float,
-                   help="calibrate z for this epsilon (with --accountant) before training; "
-                        "alternative to --noise-multiplier")
+    add_shared(q, "--noise-multiplier", "the clipped sum (user level)", type=float)
+    add_shared(q, "--target-epsilon", " (with --accountant) before training", type=float)
     q.add_argument("--accountant", choices=ACCOUNTANTS,
                    help="the accountant --target-epsilon is calibrated with (and the extrapolations are stated in)")
     q.add_argument("--target-population", type=int, metavar="N",
@@ -160,26 +157,13 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--report-populations", type=_populations, metavar="N[,N...]",
                    help="also state the epsilon extrapolated to these populations in the report and model card "
                         "(beside 1,000,000 and 10,000,000)")
-    q.add_argument("--delta", type=float,
-                   help="default: 1/(10 N) for N training users; a delta >= 1/N is refused unless "
-                        "--allow-large-delta")
-    q.add_argument("--allow-large-delta", action="store_true",
-                   help="accept a --delta >= 1/N (e.g. to compare with the DP-FedEmb paper's delta = 1/N); "
-                        "the run warns")
-    q.add_argument("--sampling", choices=("poisson", "fixed", "epoch", "cyclic-poisson"),
-                   help="user sampling per round. Default: poisson (Gaussian noise; accounting "
-                        "is exact), epoch (tree noise: each user at most once per epoch) or cyclic-poisson "
-                        "(BandMF: b keyed groups, round t Poisson-samples group t mod b). "
-                        "fixed = M*K users without replacement (replace-one relation, RDP only)")
-    q.add_argument("--tree-restarts", action="store_true",
-                   help="dp-ftrl-fedemb: restart the tree every epoch")
-    q.add_argument("--mechanism", choices=MECHANISMS,
-                   help="the noise mechanism (default: the algorithm's: gaussian, tree for dp-ftrl-fedemb). "
-                        "dp-ftrl-fedemb also takes bandmf: banded matrix-factorization noise with cyclic "
-                        "Poisson participation (--bands B; docs/PRIVACY.md)")
-    q.add_argument("--bands", type=int, metavar="B",
-                   help="--mechanism bandmf: the bands of its strategy and the groups of users; each user "
-                        "takes part at most once in any B consecutive rounds (default 1: DP-FedEmb's noise)")
+    add_shared(q, "--delta", "training users", type=float)
+    add_shared(q, "--allow-large-delta", "; the run warns", action="store_true")
+    add_shared(q, "--sampling", choices=SAMPLINGS)
+    add_shared(q, "--tree-restarts", action="store_true")
+    add_shared(q, "--mechanism", ". Default: the algorithm's (gaussian; tree for dp-ftrl-fedemb, "
+               "which also takes bandmf)", choices=MECHANISMS)
+    add_shared(q, "--bands", type=int, metavar="B")
     q.add_argument("--adaptive-clip-quantile", type=float, metavar="GAMMA",
                    help="adaptive clipping (Andrew et al. 2021; dp-fedemb, dp-fedavg): move the clip norm "
                         "toward this quantile of the client update norms, starting from --clip-norm. The "
@@ -192,17 +176,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "expected clients per round / 20); must exceed z x its sensitivity (1/2 for K = 1, else 1)")
     q.add_argument("--epsilon-budget", type=float,
                    help="stop before a round would take RDP epsilon above this")
-    q.add_argument("--noise-seed", type=int,
-                   help="seed noise and sampling for a reproducible experiment (default: the OS's "
-                        "secure source); a seeded run uses the plain noise sampler and says SEEDED")
-    add_secure_noise_flag(q, "--noise-seed")
-    q.add_argument("--audit-canaries", type=int, metavar="N",
-                   help="AUDIT run (docs/AUDIT.md): add N canary users (>= 20; about 1000 for a useful "
-                        "bound), each a fixed random update direction inserted with probability 1/2 and "
-                        "sampled like any user, and report the empirical epsilon (one-shot estimate) and a "
-                        "95%% lower bound beside the reported one. The accountant counts the canaries as "
-                        "users. The model is marked not for release: train the production model as a "
-                        "separate run. Gaussian noise with Poisson sampling and a fixed clip only")
+    add_noise_seed_flags(q, "--noise-seed", " and the sampling")
+    add_shared(q, "--audit-canaries", "make the run an AUDIT run: add", "users",
+               "a fixed random update direction ", " and sampled like any user",
+               "The accountant counts the canaries as users. The model is marked not for release: "
+               "train the production model as a separate run. Gaussian noise with Poisson "
+               "sampling and a fixed clip only", type=int, metavar="N")
     q.add_argument("--release-audit-run", action="store_true",
                    help="with --audit-canaries: mark the audit run as released instead of not for release "
                         "(its epsilon covers the real and the canary users)")
@@ -263,12 +242,8 @@ SETTINGS = {
         "server_ema", "public_negatives")},
     "plain_tree": "!federated.efficient_tree", "non_private": "privacy.nonprivate",
     "loss": "loss.kind", "loss_scale": "loss.scale", "loss_margin": "loss.margin",
-    **{d: f"privacy.{d}" for d in (
-        "noise_multiplier", "target_epsilon", "accountant", "target_population", "report_populations", "clip_norm", "clients_per_round",
-        "users_per_client", "rounds", "delta", "allow_large_delta", "sampling", "tree_restarts", "mechanism",
-        "bands",
-        "adaptive_clip_quantile", "clip_lr", "clip_count_stddev", "epsilon_budget", "noise_seed", "secure_noise",
-        "audit_canaries", "release_audit_run", "allow_nonprivate_init")},
+    # every field of the privacy request, in its order, but nonprivate (--non-private, above)
+    **{f.name: f"privacy.{f.name}" for f in fields(PrivacyRequest) if f.name != "nonprivate"},
 }
 #: flag dest -> the PerformanceFlags field it sets
 PERFORMANCE = {"threads": "threads", "device": "device", "eval_batch_size": "eval_batch_size",

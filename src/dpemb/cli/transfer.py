@@ -9,7 +9,8 @@ import math
 from pathlib import Path
 
 from dpemb.cli.common import (
-    UsageError, add_device_flag, add_secure_noise_flag, device_from, guarded, usage_errors,
+    UsageError, add_device_flag, add_noise_seed_flags, add_shared, device_from, guarded,
+    usage_errors,
 )
 from dpemb.privacy.spec import ACCOUNTANTS
 
@@ -61,12 +62,10 @@ def run_features(args: argparse.Namespace) -> int:
     from dpemb.training.shards import RowShards
     from dpemb.transfer.features import extract_features, load_backbone, load_image_dataset, save_features
 
-    if args.image_size < 8:
-        raise UsageError(f"--image-size must be >= 8, got {args.image_size}")
-    if args.batch_size < 1:
-        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.limit is not None and args.limit < 1:
-        raise UsageError(f"--limit must be >= 1, got {args.limit}")
+    for flag, value, least in (("--image-size", args.image_size, 8),
+                               ("--batch-size", args.batch_size, 1), ("--limit", args.limit, 1)):
+        if value is not None and value < least:
+            raise UsageError(f"{flag} must be >= {least}, got {value}")
     with usage_errors():
         ds, spec = load_image_dataset(args.data, fashion_mnist_dir=args.fashion_mnist_dir)
     if args.limit is not None and args.limit < ds.num_examples:
@@ -134,19 +133,16 @@ def _register_transfer(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--method", required=True, help=METHOD_HELP)
     g = p.add_argument_group("privacy")
     g.add_argument("--epsilon", type=float, default=None, help="target epsilon (noise calibrated to it)")
-    g.add_argument("--delta", type=float, default=None,
-                   help="delta (default: 1/(10 N) for the N training units, which are treated as public); a "
-                        "delta >= 1/N is refused unless --allow-large-delta")
-    g.add_argument("--allow-large-delta", action="store_true",
-                   help="accept a --delta >= 1/N (no meaningful guarantee; for comparisons only)")
-    g.add_argument("--noise-multiplier", type=float, default=None,
-                   help="instead of --epsilon: noise std / sensitivity of every release")
+    add_shared(g, "--delta", "training units, which are treated as public", type=float,
+               default=None)
+    add_shared(g, "--allow-large-delta", "", action="store_true")
+    add_shared(g, "--noise-multiplier", "every release; instead of --epsilon", type=float,
+               default=None)
     g.add_argument("--non-private", action="store_true",
                    help="run a DP method WITHOUT noise (no privacy guarantee; for comparison only)")
-    g.add_argument("--allow-nonprivate-init", action="store_true",
-                   help="accept features of a backbone (or a model it started from) trained WITHOUT DP on users "
-                        "that may be these features' users (refused otherwise, as `dpemb train --init` refuses "
-                        "such an initialisation); every epsilon then says it does not cover the backbone")
+    add_shared(g, "--allow-nonprivate-init", "features of a backbone (or a model it started from)",
+               "users that may be these features' users (as `dpemb train --init` is)",
+               "the backbone", action="store_true")
     g.add_argument("--accountant", choices=ACCOUNTANTS, default="pld", help="default: %(default)s")
     g.add_argument("--unit", choices=["example", "user"], default="example",
                    help="unit of privacy (default: %(default)s); 'user' bounds each user's total contribution")
@@ -155,18 +151,14 @@ def _register_transfer(sub: argparse._SubParsersAction) -> None:
                    help="scale every feature row to norm C (default) instead of only clipping longer rows")
     g.add_argument("--grad-clip-norm", type=float, default=None,
                    help="per-example gradient clip for dp-sgd / dp-fc (default: C)")
-    g.add_argument("--seed", type=int, default=None,
-                   help="seed the noise (reproducible; the output says 'seeded'; plain sampler). Default: OS "
-                        "secure randomness")
-    add_secure_noise_flag(g, "--seed")
+    add_noise_seed_flags(g, "--seed", "")
     g.add_argument("--public-size", type=float, default=None,
                    help="dp-sgd divides noisy gradient sums by this public constant (default: the number "
                         "of training units, then treated as public)")
-    g.add_argument("--audit-canaries", type=int, default=None, metavar="N",
-                   help="also train an AUDIT run per DP method: a separate run with the same settings plus N "
-                        "canary examples (>= 20; about 1000 for a useful bound), each inserted with probability "
-                        "1/2, and print the empirical epsilon and 95%% lower bounds beside the reported one "
-                        "(docs/AUDIT.md). The released classifier is the run without canaries")
+    add_shared(g, "--audit-canaries", "also train an AUDIT run per DP method: a separate run with "
+               "the same settings plus", "examples", "", "",
+               "The released classifier is the run without canaries", type=int, default=None,
+               metavar="N")
     h = p.add_argument_group("hyperparameters (default: the method's, see docs/TRANSFER.md)")
     h.add_argument("--reg", type=float, default=None, help="ridge lambda (dp-ls, dp-newton, dp-fc), weight decay (dp-sgd)")
     h.add_argument("--alpha", type=float, default=None, help="dp-ls: weight of the Gramian; dp-newton: weight of negatives")
