@@ -85,7 +85,7 @@ def section_white_box(plot: str | None) -> None:
 def section_canaries_needed(reps: int) -> None:
     """Section 2: simulated scores of the section-1 mechanism with bug (d)."""
     from dpemb.privacy.audit import GaussianTradeOff, fdp_one_run_audit, gaussian_epsilon, one_run_lower_bound_grid
-    from dpemb.privacy.audit_report import fdp_k_grid, k_grid
+    from dpemb.privacy.audit import fdp_k_grid, k_grid
 
     delta = SETTING["delta"]
     target = gaussian_epsilon(0.5, delta)

@@ -2,7 +2,7 @@
 
 ``dpemb train ... --audit-canaries N`` (or ``dpemb audit``) trains ONCE with N canary
 users added (``dpemb.privacy.canaries``), clipped and noised with the real clients, and
-reports the estimate and the two lower bounds of ``dpemb.privacy.audit_report`` beside the
+reports the estimate and the two lower bounds of ``dpemb.privacy.audit`` beside the
 accounted epsilon, all at the run's delta. The canaries, the scores and the estimators:
 docs/AUDIT.md, "White-box canary users" and "The two lower bounds".
 
@@ -31,7 +31,7 @@ import torch
 from torch.nn.utils import parameters_to_vector
 
 from dpemb.atomic import atomic_write_json
-from dpemb.privacy.audit_report import (MIN_CANARIES, Reported, accounted_poisson_tradeoff,
+from dpemb.privacy.audit import (MIN_CANARIES, Reported, accounted_poisson_tradeoff,
                                         audit_record, fdp_k_grid, k_grid)
 from dpemb.privacy.canaries import CanaryClients, needs_host
 from dpemb.privacy.clipping import ClipAndSum, ClippedSum
@@ -84,7 +84,7 @@ def canary_record(kind: str, spec: PrivacySpec, privacy: dict[str, Any], rounds:
                   real_users: int, scores: np.ndarray, included: np.ndarray, seed: int,
                   release: bool, participation: str, **details: str) -> dict[str, Any]:
     """The RELEASED record of a canary-user audit (white- or black-box) at the run's
-    delta: the estimators of ``dpemb.privacy.audit_report`` against the accounted RDP
+    delta: the estimators of ``dpemb.privacy.audit`` against the accounted RDP
     epsilon (and PLD's) and the accounted Poisson trade-off curve of ``rounds`` rounds."""
     n = len(scores)
     claim = accounted_poisson_tradeoff(spec.noise_multiplier, spec.sampling_rate, max(rounds, 1),

@@ -3,7 +3,7 @@
 Unlike the white-box audit (``dpemb.training.audit_run``) it needs only the RELEASED model:
 ``make_canary_users`` (keyed block-pattern identities, each inserted by a fair coin) ->
 ``with_canary_users`` -> one normal ``train_federated`` run -> ``score_canaries`` -> the
-estimators of ``dpemb.privacy.audit_report``. The canaries, the score and why its bounds are
+estimators of ``dpemb.privacy.audit``. The canaries, the score and why its bounds are
 weak: docs/AUDIT.md, "Black-box canary users", "What an audit can and cannot show", table 4.
 
 A left-out canary is a user WITHOUT data (exactly "removed"): the population, the sampling
