@@ -660,20 +660,18 @@ def fdp_one_run_audit(
         raise ValueError("k_grid must not be empty")
     m = s.size
     alpha = (1 - c) / len(grid)
-    best = (-1.0, grid[0], 0)
+    found = []  # (mu lower bound, (k_pos, k_neg), correct guesses) per grid point
     rejected_at = None
     for kp, kn in grid:
         if kp < 0 or kn < 0 or not 1 <= kp + kn <= m:
             raise ValueError(f"need 1 <= k_pos + k_neg <= number of canaries ({m}), "
                              f"got {kp} + {kn}")
         v = _guesses(s, inc, kp, kn)
-        mu = _gdp_lower_one(m, kp + kn, v, alpha)
-        if mu > best[0]:
-            best = (mu, (kp, kn), v)
+        found.append((_gdp_lower_one(m, kp + kn, v, alpha), (kp, kn), v))
         if claimed is not None and rejected_at is None and \
                 bool(np.any(fdp_one_run_rejects(m, kp + kn, v, claimed, alpha))):
             rejected_at = (kp, kn)
-    mu, (kp, kn), v = best
+    mu, (kp, kn), v = max(found, key=lambda t: t[0])  # the first of the largest
     return FdpResult(
         mu_lower=mu, epsilon_lower=gaussian_epsilon(mu, d), delta=d, confidence=c, guesses=kp + kn,
         correct=v, m=m, k_pos=kp, k_neg=kn, grid_size=len(grid),

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 import secrets
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -173,8 +172,7 @@ def black_box_audit(
     }, private=True)
     report["privacy"]["audit"] = record
     run.write_report(report)
-    card_dir = Path(run_cfg.out)
-    card = read_card(card_dir)
+    card = read_card(run.path)
     card["privacy"]["audit"] = record  # the artifact says what it is
-    atomic_write_json(card_dir / MODEL_CARD, card)
+    atomic_write_json(run.path / MODEL_CARD, card)
     return report
