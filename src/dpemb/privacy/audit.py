@@ -396,8 +396,7 @@ def one_run_lower_bound_grid(
 
     Choosing k after seeing the scores is paid for by a union bound: every grid point
     is evaluated at confidence 1 - (1 - confidence) / len(k_grid), so the largest of
-    the bounds exceeds the true eps with probability at most 1 - confidence. The
-    returned record carries the overall ``confidence`` and ``grid_size``.
+    the bounds exceeds the true eps with probability at most 1 - confidence.
     """
     grid = [(int(a), int(b)) for a, b in k_grid]
     if not grid:
