@@ -53,11 +53,11 @@ def _f(x) -> str:
 
 
 def _cells(a: dict, mu: bool = True) -> str:
-    """A record's estimate [bootstrap], both lower bounds (f-DP with its mu) and the curve's verdict."""
+    """A record's estimate [bootstrap], both lower bounds (f-DP with its mu) and the verdict."""
     lo, hi = a["epsilon_estimate_ci"]
     fdp = _f(a["epsilon_lower_bound_fdp"]) + (f" ({a['mu_lower_bound']:.3f})" if mu else "")
-    return (f"{a['epsilon_estimate']:.2f} [{lo:.2f}, {hi:.2f}] | {_f(a['epsilon_lower_bound'])} | {fdp} | "
-            f"{'REJECTED' if a['accounted_curve_rejected'] else 'ok'} |")
+    return (f"{a['epsilon_estimate']:.2f} [{lo:.2f}, {hi:.2f}] | {_f(a['epsilon_lower_bound'])} | "
+            f"{fdp} | {'REJECTED' if a['accounted_curve_rejected'] else 'ok'} |")
 
 
 def section_white_box(plot: str | None) -> None:
@@ -151,7 +151,8 @@ def section_transfer() -> None:
                     mp.setattr(GaussianNoise, "add", lambda self, clipped: [v.clone() for v in clipped.value])
                 a = transfer_audit(fs, TransferConfig(method=method, epsilon=1.0, seed=1), CANARIES,
                                    canary_seed=2).record
-            print(f"| {method} | {bug or 'correct'} | {a['epsilon_reported']:.2f} | {_cells(a)}", flush=True)
+            print(f"| {method} | {bug or 'correct'} | {a['epsilon_reported']:.2f} | {_cells(a)}",
+                  flush=True)
 
 
 def section_black_box(seeds: int) -> None:
@@ -159,7 +160,7 @@ def section_black_box(seeds: int) -> None:
 
     from dpemb.algorithms.config import FederatedConfig
     from dpemb.privacy.accounting import PrivacySpec
-    from dpemb.training.blackbox_audit import black_box_audit
+    from dpemb.training.audit_run import black_box_audit
     from dpemb.training.config import ModelConfig, RunConfig
     from tests.conftest import make_tiny_dataset
 

@@ -13,7 +13,7 @@ be confused:
   the Gaussian-DP parameter mu, and the test of a claimed trade-off curve; much tighter for a
   Gaussian mechanism (docs/AUDIT.md, table 2). The proof is in ``fdp_one_run_mass``.
 
-Every audit of dpemb (``audit_run``, ``blackbox_audit``, ``transfer.audit``) ends in
+Every audit of dpemb (white- and black-box ``audit_run``, ``transfer.audit``) ends in
 ``audit_record``: one score per canary and its secret inclusion bit go in; a JSON-ready record
 comes out with the reported epsilon (naming accountant, delta, unit and relation), the three
 answers above and the test of the ACCOUNTED trade-off curve (``accounted_poisson_tradeoff``,
