@@ -52,6 +52,14 @@ def _f(x) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+def _cells(a: dict, mu: bool = True) -> str:
+    """A record's estimate [bootstrap], both lower bounds (f-DP with its mu) and the verdict."""
+    lo, hi = a["epsilon_estimate_ci"]
+    fdp = _f(a["epsilon_lower_bound_fdp"]) + (f" ({a['mu_lower_bound']:.3f})" if mu else "")
+    return (f"{a['epsilon_estimate']:.2f} [{lo:.2f}, {hi:.2f}] | {_f(a['epsilon_lower_bound'])} | "
+            f"{fdp} | {'REJECTED' if a['accounted_curve_rejected'] else 'ok'} |")
+
+
 def section_white_box(plot: str | None) -> None:
     print(f"## 1. White-box audits of DP-FedEmb (delta = {SETTING['delta']:g}, 95% confidence, reported: RDP)\n")
     head = ("| mechanism | K | z | q | T | canaries | score | reported eps | estimate [95% bootstrap] | "
@@ -67,12 +75,8 @@ def section_white_box(plot: str | None) -> None:
             a = audited_run(Path(tmp) / f"r{i}", bug=bug, users_per_client=k, noise_multiplier=z,
                             sampling_rate=q, rounds=rounds, canaries=n,
                             audit_options={"score": "rounds"} if score == "rounds" else None)
-            lo, hi = a["epsilon_estimate_ci"]
-            verdict = "REJECTED" if a["accounted_curve_rejected"] else "ok"
             print(f"| {BUG_NAMES[bug]} | {k} | {z:g} | {q:g} | {rounds} | {n} | {score} | "
-                  f"{a['epsilon_reported']:.2f} | {a['epsilon_estimate']:.2f} [{lo:.2f}, {hi:.2f}] | "
-                  f"{_f(a['epsilon_lower_bound'])} | "
-                  f"{_f(a['epsilon_lower_bound_fdp'])} ({a['mu_lower_bound']:.3f}) | {verdict} |"
+                  f"{a['epsilon_reported']:.2f} | {_cells(a)}"
                   f"  <!-- {time.perf_counter() - t0:.1f} s, {a['canary_kind']} -->", flush=True)
             if i in PLOTTED:
                 label = (f"{BUG_NAMES[bug]} (z={z:g})" if bug is None else BUG_NAMES[bug]) + f", {n} canaries"
@@ -85,7 +89,7 @@ def section_white_box(plot: str | None) -> None:
 def section_canaries_needed(reps: int) -> None:
     """Section 2: simulated scores of the section-1 mechanism with bug (d)."""
     from dpemb.privacy.audit import GaussianTradeOff, fdp_one_run_audit, gaussian_epsilon, one_run_lower_bound_grid
-    from dpemb.privacy.audit_report import fdp_k_grid, k_grid
+    from dpemb.privacy.audit import fdp_k_grid, k_grid
 
     delta = SETTING["delta"]
     target = gaussian_epsilon(0.5, delta)
@@ -147,10 +151,7 @@ def section_transfer() -> None:
                     mp.setattr(GaussianNoise, "add", lambda self, clipped: [v.clone() for v in clipped.value])
                 a = transfer_audit(fs, TransferConfig(method=method, epsilon=1.0, seed=1), CANARIES,
                                    canary_seed=2).record
-            lo, hi = a["epsilon_estimate_ci"]
-            print(f"| {method} | {bug or 'correct'} | {a['epsilon_reported']:.2f} | {a['epsilon_estimate']:.2f} "
-                  f"[{lo:.2f}, {hi:.2f}] | {_f(a['epsilon_lower_bound'])} | {_f(a['epsilon_lower_bound_fdp'])} "
-                  f"({a['mu_lower_bound']:.3f}) | {'REJECTED' if a['accounted_curve_rejected'] else 'ok'} |",
+            print(f"| {method} | {bug or 'correct'} | {a['epsilon_reported']:.2f} | {_cells(a)}",
                   flush=True)
 
 
@@ -159,7 +160,7 @@ def section_black_box(seeds: int) -> None:
 
     from dpemb.algorithms.config import FederatedConfig
     from dpemb.privacy.accounting import PrivacySpec
-    from dpemb.training.blackbox_audit import black_box_audit
+    from dpemb.training.audit_run import black_box_audit
     from dpemb.training.config import ModelConfig, RunConfig
     from tests.conftest import make_tiny_dataset
 
@@ -189,11 +190,8 @@ def section_black_box(seeds: int) -> None:
             a = report["privacy"]["audit"]
             s, inc = np.array(secret["scores"]), np.array(secret["included"], dtype=bool)
             effect = (s[inc].mean() - s[~inc].mean()) / s[~inc].std(ddof=1)
-            lo, hi = a["epsilon_estimate_ci"]
             print(f"| {BUG_NAMES[bug]} | {seed} | {a['epsilon_reported']:.2f} | {effect:+.2f} | "
-                  f"{a['epsilon_estimate']:.2f} [{lo:.2f}, {hi:.2f}] | {_f(a['epsilon_lower_bound'])} | "
-                  f"{_f(a['epsilon_lower_bound_fdp'])} | {'REJECTED' if a['accounted_curve_rejected'] else 'ok'} |",
-                  flush=True)
+                  f"{_cells(a, mu=False)}", flush=True)
 
 
 def main() -> None:

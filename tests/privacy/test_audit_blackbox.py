@@ -1,4 +1,4 @@
-"""Black-box user-level audit (dpemb.training.blackbox_audit): crafted canary users in the
+"""Black-box user-level audit (dpemb.training.audit_run): crafted canary users in the
 dataset, the score from the released model alone.
 
 What is tested: the canaries' data and inclusion (a left-out canary is a user without
@@ -25,7 +25,7 @@ import torch
 from dpemb.algorithms.config import FederatedConfig
 from dpemb.privacy.accounting import PrivacySpec
 from dpemb.training.audit_run import NOT_FOR_RELEASE, PRIVATE_FILE, AuditError
-from dpemb.training.blackbox_audit import (
+from dpemb.training.audit_run import (
     black_box_audit,
     make_canary_users,
     score_canaries,

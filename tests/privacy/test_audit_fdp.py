@@ -21,7 +21,7 @@ from dpemb.privacy.audit import (
     gaussian_epsilon,
     one_run_lower_bound_grid,
 )
-from dpemb.privacy.audit_report import accounted_poisson_tradeoff, fdp_k_grid, k_grid
+from dpemb.privacy.audit import accounted_poisson_tradeoff, fdp_k_grid, k_grid
 from dpemb.training.audit_run import round_scores
 
 

@@ -1,8 +1,7 @@
 """`dpemb audit`: an AUDIT run with canary users; the empirical epsilon beside the reported one.
 
 Every flag of `dpemb train` (``dpemb.cli.train.add_train_arguments``). White-box canaries
-by default (``dpemb.training.audit_run``); ``--black-box`` audits the released model only
-(``dpemb.training.blackbox_audit``).
+by default, ``--black-box`` audits the released model only (``dpemb.training.audit_run``).
 """
 
 from __future__ import annotations
@@ -102,8 +101,8 @@ def run_black_box(args: argparse.Namespace) -> None:
     """Train with crafted canary users and audit the released model (``black_box_audit``)."""
     from dpemb.cli.train import RESUME, config_from_args, print_summary
     from dpemb.training import runner
-    from dpemb.training.audit_run import AuditError, check_audit
-    from dpemb.training.blackbox_audit import DEFAULT_IMAGES_PER_USER, black_box_audit
+    from dpemb.training.audit_run import (DEFAULT_IMAGES_PER_USER, AuditError, black_box_audit,
+                                          check_audit)
     from dpemb.training.run_config import ConfigError
 
     config, perf = config_from_args(args)

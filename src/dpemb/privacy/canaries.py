@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -158,28 +158,21 @@ class CanaryClients:
             raise ValueError(f"the sampler picked user {ids.max() + self.first_user}, beyond the last canary")
         return real, np.sort(ids)
 
-    def round_updates(self, picked: np.ndarray, clip_norm: float) -> Iterator[torch.Tensor]:
-        """The canary clients' updates of one round (before clipping), norm ``norm_factor`` x C.
-
-        Without hosts: +u_i for every inserted canary the sampler picked. With hosts: one
-        client per canary, +u_i if inserted and picked, -u_i otherwise."""
-        a = self.norm_factor * positive_finite("clip norm", clip_norm)
+    def contribute(self, accumulator: ClipAndSum, picked: np.ndarray) -> ClippedSum:
+        """Add this round's canary clients to ``accumulator`` (the run's clip-and-sum, real
+        clients already in it) and return the clipped sum with them. Each canary client's
+        update has norm ``norm_factor`` x C before clipping. Without hosts: +u_i for every
+        inserted canary the sampler picked. With hosts: one client per canary, +u_i if
+        inserted and picked, -u_i otherwise."""
+        a = self.norm_factor * positive_finite("clip norm", accumulator.clip_norm)
         in_round = np.zeros(self.n, dtype=bool)
         in_round[np.asarray(picked, dtype=np.int64)] = True
         present = in_round & self.included
         self.participations += present
         self.rounds += 1
         for i in range(self.n):
-            if present[i]:
-                yield a * self.direction(i)
-            elif self.host:
-                yield -a * self.direction(i)
-
-    def contribute(self, accumulator: ClipAndSum, picked: np.ndarray) -> ClippedSum:
-        """Add this round's canary clients to ``accumulator`` (the run's clip-and-sum, real
-        clients already in it) and return the clipped sum with them."""
-        for update in self.round_updates(picked, accumulator.clip_norm):
-            accumulator.add([update])
+            if present[i] or self.host:
+                accumulator.add([(a if present[i] else -a) * self.direction(i)])
         return accumulator.result()
 
     # ------------------------------------------------------------------ scores

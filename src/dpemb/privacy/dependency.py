@@ -2,7 +2,7 @@
 
 Without it no epsilon can be stated, so its absence stops every command that computes one with
 one line naming the fix, never a traceback (docs/PRIVACY.md, "The guarantee"). ``events``,
-``relations.to_dp_accounting`` and ``audit_report`` raise ``AccountantMissingError`` from a
+``relations.to_dp_accounting`` and ``audit`` raise ``AccountantMissingError`` from a
 failed import; specs, clipping and noise import without it.
 """
 

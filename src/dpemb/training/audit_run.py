@@ -1,20 +1,27 @@
-"""An audit run: canary users inside federated training, and the audit it reports.
+"""Audit runs: canary users inside federated training, and the audit each reports.
 
-``dpemb train ... --audit-canaries N`` (or ``dpemb audit``) trains ONCE with N canary
-users added (``dpemb.privacy.canaries``), clipped and noised with the real clients, and
-reports the estimate and the two lower bounds of ``dpemb.privacy.audit_report`` beside the
-accounted epsilon, all at the run's delta. The canaries, the scores and the estimators:
-docs/AUDIT.md, "White-box canary users" and "The two lower bounds".
+White-box (``AuditRun``): ``dpemb train ... --audit-canaries N`` (or ``dpemb audit``) trains
+ONCE with N canary users added (``dpemb.privacy.canaries``), clipped and noised with the real
+clients. Black-box (``black_box_audit``, ``dpemb audit --black-box``): N canary users holding
+crafted images (keyed block-pattern identities, each inserted by a fair coin) join one normal
+``train_federated`` run, and only the RELEASED model is scored. Both report the estimate and
+the two lower bounds of ``dpemb.privacy.audit`` beside the accounted epsilon, all at the run's
+delta. The canaries, the scores and the estimators: docs/AUDIT.md, "White-box canary users",
+"Black-box canary users" (why its bounds are weak, table 4) and "The two lower bounds".
 
-Scores: the cosine between a canary's direction and the model's total move, or
-(``score="rounds"``, ``round_scores``) its cosines with every round's released update.
-Both are functions of the released models and the canaries' own directions only; no
-canary's participation (secret sampler randomness) and no inclusion bit is used.
+Scores: white-box, the cosine between a canary's direction and the model's total move, or
+(``score="rounds"``, ``round_scores``) its cosines with every round's released update;
+black-box, a function of the released model (``model.safetensors``) and the canaries' own
+images. All are functions of the released models and the canaries' own directions or images
+only; no canary's participation (secret sampler randomness) and no inclusion bit is used. A
+black-box bound near 0 for a correct run is expected, not evidence of strong privacy.
 
-Accounting: the canaries are users. The population is N + n, so q = M K / (N + n), the
-default delta and the reported epsilon cover every real user and every canary. The
-model moved along the canaries' directions: it is marked "not for release" unless
-``release=True`` (the epsilon covers it).
+Accounting: the canaries are users. The population is N + n whatever the coins say (a left-out
+black-box canary is a user WITHOUT data: exactly "removed"), so q = M K / (N + n), the default
+delta and the reported epsilon cover every real user and every canary. The model of an audit
+run carries the canaries: it is marked "not for release" unless ``release=True`` (the epsilon
+covers it). The canaries (key, directions or images, inclusion bits) and their scores are
+PRIVATE (``private/audit_canaries.json``).
 
 Supported: the Gaussian mechanism with Poisson sampling and a fixed clip (the
 estimators assume independent fair-coin inclusion and participation at the
@@ -24,6 +31,9 @@ refused. An audit run cannot be resumed (the canary state is not checkpointed).
 
 from __future__ import annotations
 
+import math
+import secrets
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -31,11 +41,17 @@ import torch
 from torch.nn.utils import parameters_to_vector
 
 from dpemb.atomic import atomic_write_json
-from dpemb.privacy.audit_report import (MIN_CANARIES, Reported, accounted_poisson_tradeoff,
-                                        audit_record, fdp_k_grid, k_grid)
+from dpemb.data.dataset import UserDataset
+from dpemb.data.tensors import to_float_tensor
+from dpemb.models import embed
+from dpemb.privacy.audit import (MIN_CANARIES, Reported, accounted_poisson_tradeoff, audit_record,
+                                 fdp_k_grid, k_grid)
 from dpemb.privacy.canaries import CanaryClients, needs_host
+from dpemb.privacy.client_keys import seed_from
 from dpemb.privacy.clipping import ClipAndSum, ClippedSum
 from dpemb.privacy.spec import PrivacySpec
+from dpemb.training.artifact import load_artifact, read_card
+from dpemb.training.rundir import MODEL_CARD, RunDir
 
 PRIVATE_FILE = "audit_canaries.json"
 SCORES = ("final", "rounds")
@@ -84,7 +100,7 @@ def canary_record(kind: str, spec: PrivacySpec, privacy: dict[str, Any], rounds:
                   real_users: int, scores: np.ndarray, included: np.ndarray, seed: int,
                   release: bool, participation: str, **details: str) -> dict[str, Any]:
     """The RELEASED record of a canary-user audit (white- or black-box) at the run's
-    delta: the estimators of ``dpemb.privacy.audit_report`` against the accounted RDP
+    delta: the estimators of ``dpemb.privacy.audit`` against the accounted RDP
     epsilon (and PLD's) and the accounted Poisson trade-off curve of ``rounds`` rounds."""
     n = len(scores)
     claim = accounted_poisson_tradeoff(spec.noise_multiplier, spec.sampling_rate, max(rounds, 1),
@@ -228,3 +244,146 @@ class AuditRun:
             private=True,
         )
         return record
+
+
+# ------------------------------------------------------------ black-box canary users
+
+DEFAULT_IMAGES_PER_USER = 4
+DEFAULT_CELL = 4
+PIXEL_NOISE = 24.0
+
+
+@dataclass(frozen=True)
+class CanaryUsers:
+    """n crafted canary users (PRIVATE: images, key and inclusion bits)."""
+
+    images: np.ndarray  # uint8 (n, k, H, W, C)
+    included: np.ndarray  # bool (n,)
+    key: int
+    seeded: bool
+
+    @property
+    def n(self) -> int:
+        return int(self.images.shape[0])
+
+    @property
+    def images_per_user(self) -> int:
+        return int(self.images.shape[1])
+
+    def bootstrap_seed(self) -> int:
+        return seed_from(np.random.SeedSequence(self.key, spawn_key=(2,)))
+
+
+def make_canary_users(n: int, image_shape: tuple[int, int, int], *, images_per_user: int = DEFAULT_IMAGES_PER_USER,
+                      cell: int = DEFAULT_CELL, seed: int | None = None) -> CanaryUsers:
+    """n canary identities with ``images_per_user`` images each (module docstring);
+    ``seed`` None keys them from the OS's secure source."""
+    check_canary_count(n)
+    if images_per_user < 2:
+        raise AuditError(f"the score compares a canary's images with each other: need >= 2 per canary, got "
+                         f"{images_per_user}")
+    h, w, c = (int(x) for x in image_shape)
+    key = int(seed) if seed is not None else secrets.randbits(128)
+    inc_rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(key, spawn_key=(0,))))
+    img_rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(key, spawn_key=(1,))))
+    included = inc_rng.random(n) < 0.5
+    gh, gw = math.ceil(h / cell), math.ceil(w / cell)
+    blocks = img_rng.random((n, gh, gw, c)) < 0.5
+    patterns = np.repeat(np.repeat(blocks, cell, axis=1), cell, axis=2)[:, :h, :w, :] * 255.0
+    noise = img_rng.normal(0.0, PIXEL_NOISE, size=(n, images_per_user, h, w, c))
+    images = np.clip(patterns[:, None] + noise, 0, 255).astype(np.uint8)
+    return CanaryUsers(images=images, included=included, key=key, seeded=seed is not None)
+
+
+def with_canary_users(train: UserDataset, canaries: CanaryUsers) -> UserDataset:
+    """``train`` with the canary users appended (users N..N+n-1, one new label each);
+    left-out canaries are users without examples (module docstring)."""
+    if tuple(train.image_shape) != tuple(canaries.images.shape[2:]):
+        raise AuditError(f"canary images {canaries.images.shape[2:]} differ from the data's {train.image_shape}")
+    k = canaries.images_per_user
+    inc = canaries.included
+    base = train.num_classes
+    kept = canaries.images[inc].reshape(-1, *canaries.images.shape[2:])
+    labels = np.repeat(base + np.flatnonzero(inc), k).astype(np.int64)
+    sizes = np.where(inc, k, 0)
+    offsets = np.concatenate([np.asarray(train.offsets, dtype=np.int64),
+                              train.num_examples + np.cumsum(sizes).astype(np.int64)])
+    return UserDataset(
+        images=np.concatenate([np.asarray(train.images[np.arange(train.num_examples)]), kept]),
+        labels=np.concatenate([np.asarray(train.labels, dtype=np.int64), labels]),
+        offsets=offsets,
+        user_names=list(train.user_names) + [f"canary-{i}" for i in range(canaries.n)],
+        label_names=list(train.label_names) + [f"canary-{i}" for i in range(canaries.n)],
+        source={**dict(train.source), "audit_canaries": canaries.n},
+    )
+
+
+@torch.no_grad()
+def score_canaries(model: Any, canaries: CanaryUsers, *, device: torch.device | str = "cpu",
+                   batch_size: int = 512) -> np.ndarray:
+    """Each canary's score from the model alone: its images' mean pairwise cosine minus
+    their mean cosine with the other canaries' images (module docstring)."""
+    n, k = canaries.n, canaries.images_per_user
+    flat = canaries.images.reshape(n * k, *canaries.images.shape[2:])
+    model.eval()
+    chunks = [embed(model, to_float_tensor(flat[i:i + batch_size], device=device)).double().cpu()
+              for i in range(0, len(flat), batch_size)]
+    e = torch.nn.functional.normalize(torch.cat(chunks), dim=1).reshape(n, k, -1)
+    centroid = e.mean(dim=1)  # (n, D)
+    intra = (k * k * (centroid * centroid).sum(1) - k) / (k * (k - 1))  # mean over pairs i != j
+    total = centroid.sum(0)
+    inter = (centroid * (total - centroid)).sum(1) / (n - 1)
+    return (intra - inter).numpy()
+
+
+def black_box_audit(
+    train: UserDataset,
+    eval_ds: UserDataset,
+    model_cfg: Any,
+    fed_cfg: Any,
+    spec: PrivacySpec,
+    run_cfg: Any,
+    *,
+    canaries: int,
+    images_per_user: int = DEFAULT_IMAGES_PER_USER,
+    canary_seed: int | None = None,
+    noise_seed: int | None = None,
+    provenance: Any = None,
+    release: bool = False,
+    device: torch.device | str = "cpu",
+) -> dict[str, Any]:
+    """Train once with ``canaries`` crafted canary users and audit the released model.
+
+    ``spec.population`` must be ``train.num_users + canaries`` (the accountant counts
+    the canaries as users). Returns the training report with ``privacy.audit`` (also
+    in ``<out>/report.json`` and the model card); the canaries go to
+    ``<out>/private/audit_canaries.json``.
+    """
+    from dpemb.training.federated import train_federated
+
+    check_audit(canaries, spec, real_users=train.num_users)
+    crafted = make_canary_users(canaries, train.image_shape, images_per_user=images_per_user, seed=canary_seed)
+    report = train_federated(with_canary_users(train, crafted), eval_ds, model_cfg, fed_cfg, spec, run_cfg,
+                             noise_seed=noise_seed, provenance=provenance)
+    model, _ = load_artifact(run_cfg.out, device)  # the RELEASED model, nothing else
+    scores = score_canaries(model, crafted, device=device)
+    record = canary_record(
+        "black-box canary users (user level, released model only)", spec, report["privacy"],
+        int(report["rounds"]), train.num_users, scores, crafted.included, crafted.bootstrap_seed(),
+        release, "; a left-out canary is a user without data",
+        canary_data=(f"a unique identity per canary: {crafted.images_per_user} images of a keyed "
+                     f"random {DEFAULT_CELL}x{DEFAULT_CELL}-pixel block pattern with pixel noise"),
+        score=("mean cosine between the canary's own images' embeddings minus their mean cosine "
+               "with the other canaries' images (released model only)"))
+    run = RunDir(run_cfg.out)
+    atomic_write_json(run.make_private_dir() / PRIVATE_FILE, {
+        "kind": "black-box", "key": str(crafted.key), "seeded": crafted.seeded,
+        "included": crafted.included.astype(int).tolist(), "scores": scores.tolist(),
+        "images_per_user": crafted.images_per_user,
+    }, private=True)
+    report["privacy"]["audit"] = record
+    run.write_report(report)
+    card = read_card(run.path)
+    card["privacy"]["audit"] = record  # the artifact says what it is
+    atomic_write_json(run.path / MODEL_CARD, card)
+    return report

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpemb.privacy.audit_report import MIN_CANARIES, Reported, accounted_gaussian_tradeoff, audit_record
+from dpemb.privacy.audit import MIN_CANARIES, Reported, accounted_gaussian_tradeoff, audit_record
 from dpemb.privacy.client_keys import seed_from
 from dpemb.transfer.config import TransferConfig
 from dpemb.transfer.features import FeatureSet
