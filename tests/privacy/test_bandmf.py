@@ -10,13 +10,28 @@ import pytest
 import torch
 from scipy import special, stats
 
-from dpemb.privacy.bandmf import BandMFNoise, banded_sqrt_coefficients, max_column_norm, strategy_matrix
+from dpemb.privacy.bandmf import BandMFNoise, banded_sqrt_coefficients
 from dpemb.privacy.clipping import ClippedSum
 from dpemb.privacy.cyclic_sampling import CyclicPoissonSampler
 from dpemb.privacy.noise import GaussianNoise
 from dpemb.privacy.relations import Relation
 
 P_FALSE = 1e-7  # per statistical check
+
+
+def strategy_matrix(coefficients, rounds):
+    """C (rounds x rounds, float64): lower-triangular Toeplitz, C[i, j] = c_{i-j} for
+    0 <= i - j < len(coefficients) (the mechanism never forms it)."""
+    c = torch.zeros(rounds, rounds, dtype=torch.float64)
+    for k, ck in enumerate(coefficients[:rounds]):
+        c += ck * torch.diag(torch.ones(rounds - k, dtype=torch.float64), -k)
+    return c
+
+
+def max_column_norm(coefficients, rounds=None):
+    """Column 0's norm, sqrt(sum of the first min(b, rounds) c_k^2): the largest (a test
+    checks it against the matrix), the sensitivity factor of one participation."""
+    return math.sqrt(sum(c * c for c in coefficients[:rounds]))
 
 
 def _sum(value, sensitivity=2.0):

@@ -44,25 +44,6 @@ def banded_sqrt_coefficients(bands: int, rounds: int | None = None, *, normalize
     return coeffs
 
 
-def strategy_matrix(coefficients: list[float], rounds: int) -> torch.Tensor:
-    """C (rounds x rounds, float64): lower-triangular Toeplitz, C[i, j] = c_{i-j} for
-    0 <= i - j < len(coefficients). For tests and reports; the noise never forms it."""
-    n = positive_int("rounds", rounds)
-    c = torch.zeros(n, n, dtype=torch.float64)
-    for k, ck in enumerate(coefficients[:n]):
-        c += ck * torch.diag(torch.ones(n - k, dtype=torch.float64), -k)
-    return c
-
-
-def max_column_norm(coefficients: list[float], rounds: int | None = None) -> float:
-    """The largest L2 column norm of the banded Toeplitz strategy over ``rounds`` rounds
-    (None: at least as many rounds as bands): that of column 0, sqrt(sum of the first
-    min(bands, rounds) c_k^2). The sensitivity factor of one participation under
-    b-min-separation."""
-    m = len(coefficients) if rounds is None else min(len(coefficients), positive_int("rounds", rounds))
-    return math.sqrt(sum(c * c for c in coefficients[:m]))
-
-
 def prefix_noise_rms(coefficients: list[float], rounds: int) -> float:
     """The noise the released sums accumulate, in units of sigma: the RMS over rounds
     t = 1..T of the std of the sum of rounds 1..t's noise, ||row t of A C^{-1}|| for the
