@@ -159,7 +159,7 @@ def section_black_box(seeds: int) -> None:
     import torch
 
     from dpemb.algorithms.config import FederatedConfig
-    from dpemb.privacy.accounting import PrivacySpec
+    from dpemb.privacy import PrivacySpec
     from dpemb.training.audit_run import black_box_audit
     from dpemb.training.config import ModelConfig, RunConfig
     from tests.conftest import make_tiny_dataset

@@ -45,7 +45,7 @@ import torch
 
 from dpemb.algorithms.config import FederatedConfig
 from dpemb.data.glyphs import GlyphConfig, make_glyphs
-from dpemb.privacy.accounting import PrivacySpec
+from dpemb.privacy import PrivacySpec
 from dpemb.training.centralized import train_centralized
 from dpemb.training.rundir import RunDir
 from dpemb.training.config import ModelConfig, OptimConfig, RunConfig

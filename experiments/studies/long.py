@@ -102,7 +102,7 @@ def _pop(n: int | None) -> str:
 
 def _noise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Seed 0's privacy numbers: z, the noise on the average, the run extrapolated to its N'."""
-    from dpemb.privacy.accounting import PrivacySpec
+    from dpemb.privacy import PrivacySpec
 
     row = min(rows, key=lambda r: setting(r, "seed"))
     p, n = row["privacy"], setting(row, "privacy.target_population")

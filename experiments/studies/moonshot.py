@@ -168,7 +168,7 @@ def plan(rows: list[dict[str, Any]]) -> list[Run]:
 # ------------------------------------------------------------------------------ the page
 def _z(row: dict[str, Any] | None) -> list[str]:
     """z (simulation) and the noise on the average of a row."""
-    from dpemb.privacy.accounting import PrivacySpec
+    from dpemb.privacy import PrivacySpec
 
     if row is None or not isinstance(row["privacy"], dict):
         return ["-", "-"]

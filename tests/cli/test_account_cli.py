@@ -9,7 +9,7 @@ import pytest
 
 from dpemb.cli import account
 from dpemb.cli.main import UsageError
-from dpemb.privacy.accounting import PrivacySpec, epsilon_for
+from dpemb.privacy import PrivacySpec, epsilon_for
 from dpemb.privacy.calibration import calibrate_noise_multiplier
 
 

@@ -154,7 +154,7 @@ def test_the_recipes_encode_the_experiments_and_their_calibrated_noise():
     refinement of 2026-11-25 (an upper bound within 1% of a finer PLD), which states
     epsilon 2.0098 for their noise."""
     from dpemb.cli.demo import demo_noise_multiplier
-    from dpemb.privacy.accounting import PrivacySpec, calibrate_noise_multiplier, extrapolate
+    from dpemb.privacy import PrivacySpec, calibrate_noise_multiplier, extrapolate
     from dpemb.training.run_config import TrainConfig
     from dpemb.training.runner import resolve_privacy
 

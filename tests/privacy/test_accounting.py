@@ -11,7 +11,7 @@ from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS
 
-from dpemb.privacy.accounting import (
+from dpemb.privacy import (
     EpsilonCurve,
     PrivacySpec,
     PrivacySpecError,

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from dpemb.algorithms.config import FederatedConfig
-from dpemb.privacy.accounting import PrivacySpec
+from dpemb.privacy import PrivacySpec
 from dpemb.training.audit_run import NOT_FOR_RELEASE, PRIVATE_FILE, AuditError
 from dpemb.training.audit_run import (
     black_box_audit,

@@ -34,7 +34,7 @@ import torch
 import dpemb.privacy.clipping as clipping
 import dpemb.training.federated as fed
 from dpemb.algorithms.config import FederatedConfig
-from dpemb.privacy.accounting import PrivacySpec
+from dpemb.privacy import PrivacySpec
 from dpemb.privacy.canaries import CanaryClients, needs_host
 from dpemb.privacy.clipping import ClipAndSum
 from dpemb.privacy.noise import GaussianNoise

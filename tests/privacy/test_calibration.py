@@ -7,7 +7,7 @@ import dp_accounting as dpa
 import pytest
 from dp_accounting.rdp import RdpAccountant
 
-from dpemb.privacy.accounting import (
+from dpemb.privacy import (
     PrivacySpec,
     calibrate_gaussian_releases,
     calibrate_noise_multiplier,
@@ -113,7 +113,7 @@ def test_the_cohort_warning_says_diverges_where_runs_diverged_and_names_a_traina
 
 
 def test_calibrated_spec_builds_the_spec_with_the_calibrated_z_and_refuses_a_given_one():
-    from dpemb.privacy.accounting import PrivacySpec, calibrate_noise_multiplier, calibrated_spec, epsilon_for
+    from dpemb.privacy import PrivacySpec, calibrate_noise_multiplier, calibrated_spec, epsilon_for
 
     fields = dict(population=100_000, clients_per_round=64, users_per_client=4, clip_norm=0.5, rounds=200)
     spec = calibrated_spec(2.0, "rdp", **fields)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import dpemb.privacy.clipping as clipping
-from dpemb.privacy.accounting import PrivacySpec, PrivacySpecError
+from dpemb.privacy import PrivacySpec, PrivacySpecError
 from dpemb.privacy.adaptive_clipping import AdaptiveClipping
 from dpemb.privacy.clipping import ClipAndSum
 from dpemb.privacy.plan import PrivacyPlan

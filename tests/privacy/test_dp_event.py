@@ -10,7 +10,7 @@ import pytest
 from dp_accounting import dp_event as dpe
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from dpemb.privacy.accounting import PrivacyLedger, PrivacySpec, compute_epsilon
+from dpemb.privacy import PrivacyLedger, PrivacySpec, compute_epsilon
 from dpemb.privacy.events import event_from_dict, event_to_dict, supported_accountants
 from dpemb.privacy.plan import PrivacyPlan
 from dpemb.privacy.relations import to_dp_accounting

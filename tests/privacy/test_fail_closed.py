@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from dpemb.privacy.spec import MAX_NOISE_MULTIPLIER, MIN_NOISE_MULTIPLIER
-from dpemb.privacy.accounting import (
+from dpemb.privacy import (
     CalibrationError,
     PrivacySpec,
     PrivacySpecError,
@@ -122,7 +122,7 @@ from dpemb.privacy import PrivacySpec, describe_epsilon
 PrivacySpec(population=100, clients_per_round=5)  # a spec needs no accountant
 from dpemb.privacy.dependency import AccountantMissingError
 try:
-    import dpemb.privacy.accounting
+    import dpemb.privacy.events
 except AccountantMissingError as e:
     print("ERR", e)
 """

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from dpemb.privacy.accounting import (
+from dpemb.privacy import (
     PrivacyLedger,
     PrivacySpec,
     PrivacyStateError,

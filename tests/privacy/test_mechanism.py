@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dpemb.privacy.accounting import PrivacySpec
+from dpemb.privacy import PrivacySpec
 from dpemb.privacy.clipping import ClippedSum
 from dpemb.privacy.noise import GaussianNoise, NoiseMechanism
 from dpemb.privacy.plan import PrivacyPlan, make_noise

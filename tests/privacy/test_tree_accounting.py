@@ -8,7 +8,7 @@ import pytest
 from dp_accounting import NeighboringRelation
 from dp_accounting.rdp import RdpAccountant
 
-from dpemb.privacy.accounting import PrivacySpec, compute_epsilon, epsilon_for, training_event
+from dpemb.privacy import PrivacySpec, compute_epsilon, epsilon_for, training_event
 from dpemb.privacy.tree_accounting import TreeParticipation, tree_depth
 
 

@@ -14,7 +14,7 @@ import torch
 import dpemb.training.centralized as central
 import dpemb.training.federated as fed
 from dpemb.algorithms.config import FederatedConfig
-from dpemb.privacy.accounting import PrivacySpec
+from dpemb.privacy import PrivacySpec
 from dpemb.training.checkpoint import backbone_from_checkpoint, load_checkpoint
 from dpemb.training.config import ModelConfig, OptimConfig, RunConfig
 from dpemb.training.evaluate import embed_images

@@ -13,7 +13,7 @@ import dpemb.training.server_state as server_state
 from dpemb.training.errors import TrainingDiverged
 from dpemb.algorithms.config import FederatedConfig
 from dpemb.algorithms.server import server_lr_at
-from dpemb.privacy.accounting import PrivacyLedger, PrivacySpec
+from dpemb.privacy import PrivacyLedger, PrivacySpec
 from dpemb.training.checkpoint import CheckpointError, load_checkpoint
 from dpemb.training.config import ModelConfig, RunConfig
 from tests.conftest import make_tiny_dataset

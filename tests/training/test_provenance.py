@@ -81,7 +81,7 @@ def test_an_ancestor_seen_through_a_public_run_is_still_refused(tmp_path):
 
 def test_nonprivate_run_may_start_anywhere(tmp_path):
     from dpemb.algorithms.config import FederatedConfig
-    from dpemb.privacy.accounting import PrivacySpec
+    from dpemb.privacy import PrivacySpec
     from dpemb.training.config import RunConfig
     import dpemb.training.federated as fed
     from tests.training.test_artifact import splits
@@ -109,7 +109,7 @@ def test_dp_init_epsilon_is_stated_as_composing_on_top(tmp_path):
     # mechanisms composed by dp_accounting's own RDP accountant, tighter than their sum
     import dp_accounting
 
-    from dpemb.privacy.accounting import PrivacySpec
+    from dpemb.privacy import PrivacySpec
     from dpemb.privacy.events import training_event
 
     first, second = (PrivacySpec(**r["privacy"]["spec"]) for r in (init_rep, rep))
@@ -131,7 +131,7 @@ def test_total_with_init_falls_back_to_basic_composition_when_the_mechanism_is_n
 
     init = {"model": "pre", "train_split": "private", "private_training": True,
             "privacy": {"epsilon_rdp": 1.5, "delta": 1e-5, "unit": "user", "relation": "add-remove"}}
-    from dpemb.privacy.accounting import PrivacySpec
+    from dpemb.privacy import PrivacySpec
     from dpemb.training.config import to_dict
 
     spec = PrivacySpec(population=100, clients_per_round=5, users_per_client=2, noise_multiplier=1.0, rounds=3,

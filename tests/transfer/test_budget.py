@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from dpemb.privacy.accounting import compute_epsilon, gaussian_releases_event
+from dpemb.privacy import compute_epsilon, gaussian_releases_event
 from dpemb.privacy.clipping import ClippedSum
 from dpemb.privacy.relations import Relation
 from dpemb.transfer.budget import NoisePlan, PrivacyConfigError, PrivacyRequest, ReleaseMechanism, plan_noise

@@ -29,7 +29,7 @@ _WHERE = {
     "ledger": ("PrivacyLedger", "PrivacyStateError"),
     "calibration": (
         "CalibrationError", "Extrapolation", "calibrate_gaussian_releases",
-        "calibrate_noise_multiplier", "check_epsilon_budget", "extrapolate", "max_rounds",
+        "calibrate_noise_multiplier", "calibrated_spec", "check_epsilon_budget", "extrapolate", "max_rounds",
     ),
     "advice": ("cohort_warnings",),
     "plan": ("PrivacyPlan", "make_accumulator", "make_noise", "make_sampler"),

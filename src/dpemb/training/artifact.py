@@ -24,7 +24,7 @@ import torch
 
 from dpemb.models import Backbone, build_backbone
 from dpemb.atomic import atomic_write, atomic_write_json
-from dpemb.privacy.accounting import PrivacySpec
+from dpemb.privacy import PrivacySpec
 from dpemb.privacy.events import event_from_dict
 from dpemb.training.checkpoint import CheckpointError, backbone_from_checkpoint, load_checkpoint
 from dpemb.training.composition import composed_total

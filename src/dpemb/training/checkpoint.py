@@ -43,7 +43,7 @@ from dpemb.training.errors import RETRAIN, pre_release
 from dpemb.training.rundir import RunDir, checkpoint_in
 
 if TYPE_CHECKING:
-    from dpemb.privacy.accounting import PrivacySpec
+    from dpemb.privacy import PrivacySpec
 
 FORMAT_VERSION = 1
 #: what every checkpoint holds (a pre-release dpemb wrote checkpoints without some)
@@ -168,7 +168,7 @@ def more_rounds_refusal(run: RunDir, saved_config: str | None, current_config: s
     dp_accounting (RDP). None for any other change (the caller states the differences)."""
     import dp_accounting
 
-    from dpemb.privacy.accounting import PrivacySpec, compute_epsilon, describe_epsilon
+    from dpemb.privacy import PrivacySpec, compute_epsilon, describe_epsilon
     from dpemb.privacy.statements import describe_schedule
     from dpemb.privacy.events import training_event
 

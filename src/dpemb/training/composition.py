@@ -17,7 +17,7 @@ from typing import Any
 
 import dp_accounting
 
-from dpemb.privacy.accounting import PrivacySpec, compute_epsilon, describe_epsilon
+from dpemb.privacy import PrivacySpec, compute_epsilon, describe_epsilon
 from dpemb.privacy.events import event_from_dict, supported_accountants
 from dpemb.privacy.relations import Relation
 from dpemb.privacy.statements import format_epsilon

@@ -28,7 +28,7 @@ from dpemb.algorithms.round import ClientData
 from dpemb.algorithms.server import check_server_schedule
 from dpemb.data.dataset import UserDataset
 from dpemb.data.tensors import resolve_device
-from dpemb.privacy.accounting import PrivacySpec, check_epsilon_budget
+from dpemb.privacy import PrivacySpec, check_epsilon_budget
 from dpemb.privacy.client_keys import ClientRandomness
 from dpemb.privacy.plan import PrivacyPlan
 from dpemb.training.artifact import Release, held_out_evaluation

@@ -23,7 +23,7 @@ from dpemb.algorithms.config import FederatedConfig
 from dpemb.algorithms.round import RoundStats, round_stats
 from dpemb.metrics import plot_roc
 from dpemb.privacy import advice
-from dpemb.privacy.accounting import (PrivacyLedger, PrivacySpec, PrivacySpecError,
+from dpemb.privacy import (PrivacyLedger, PrivacySpec, PrivacySpecError,
                                       describe_epsilon, epsilon_for, extrapolate,
                                       supported_accountants)
 from dpemb.privacy.adaptive_clipping import AdaptiveClipState

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterator
 
 from dpemb.data.dataset import UserDataset
-from dpemb.privacy.accounting import PrivacySpec
+from dpemb.privacy import PrivacySpec
 from dpemb.training.provenance import Provenance
 from dpemb.training.run_config import NOT_PRIVACY_KNOBS, ConfigError, PerformanceFlags, PrivacyRequest, TrainConfig
 
@@ -292,7 +292,7 @@ def resolve_privacy(config: TrainConfig, population: int) -> PrivacySpec:
     its target epsilon (printed), with adaptive clipping's split of it; checked against
     the server schedule and the epsilon budget."""
     from dpemb.algorithms.server import check_server_schedule
-    from dpemb.privacy.accounting import calibrated_spec, check_epsilon_budget, describe_epsilon
+    from dpemb.privacy import calibrated_spec, check_epsilon_budget, describe_epsilon
     from dpemb.privacy.statements import describe_schedule
 
     r = config.privacy
@@ -333,7 +333,7 @@ def calibrated_at_population(r: PrivacyRequest, fields: dict[str, Any], populati
     convention (noise multiplier and clients per round scaled by the same factor: the
     same noise on the average), has ``r.target_epsilon``; prints both epsilons, the
     extrapolation labelled as such."""
-    from dpemb.privacy.accounting import describe_epsilon, epsilon_for, extrapolate
+    from dpemb.privacy import describe_epsilon, epsilon_for, extrapolate
     from dpemb.privacy.advice import PLD_MAX_RDP_EPSILON
     from dpemb.privacy.calibration import calibrate_noise_multiplier
     from dpemb.privacy.statements import describe_schedule
@@ -380,7 +380,7 @@ def print_planned_total(spec: PrivacySpec, init: tuple[dict[str, Any], dict[str,
     total epsilon (RDP) of both trainings once this run has spent its planned rounds."""
     if spec.nonprivate or init is None:
         return
-    from dpemb.privacy.accounting import compute_epsilon
+    from dpemb.privacy import compute_epsilon
     from dpemb.privacy.events import event_to_dict, training_event
     from dpemb.training.artifact import init_total
     from dpemb.training.config import to_dict

@@ -24,7 +24,7 @@ from dpemb.algorithms.client import load_flat_
 from dpemb.algorithms.config import FederatedConfig
 from dpemb.algorithms.round import server_step
 from dpemb.algorithms.server import make_server_optimizer, server_lr_at, set_server_lr
-from dpemb.privacy.accounting import PrivacySpec
+from dpemb.privacy import PrivacySpec
 from dpemb.privacy.plan import PrivacyPlan
 from dpemb.training.artifact import Release
 from dpemb.training.config import ModelConfig, describe_differences, to_dict

@@ -5,7 +5,7 @@ unit weights) -> a method (``methods``: DP-LS, DP-SGD, DP-Newton, DP-FC): every
 statistic is built by ``statistics`` as a ``ClippedSum`` carrying its sensitivity and
 released through ``budget.ReleaseMechanism``, i.e. the privacy layer's Gaussian
 mechanism -> ``result.LinearModel``. ``runner.train_transfer`` runs it
-all; every epsilon comes from ``dpemb.privacy.accounting``. ``classifier`` writes the
+all; every epsilon comes from ``dpemb.privacy``. ``classifier`` writes the
 trained model for release (``dpemb transfer --out``) and applies it (``dpemb predict``).
 
 Privacy guarantee of a DP method's model: (epsilon, delta)-DP with respect to adding

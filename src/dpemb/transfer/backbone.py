@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dpemb.privacy.accounting import gaussian_releases_event
+from dpemb.privacy import gaussian_releases_event
 from dpemb.training.composition import composed_total
 from dpemb.training.errors import pre_release
 from dpemb.training.provenance import ancestors, check_init, included_ancestors

@@ -2,7 +2,7 @@
 
 A DP method is a fixed, public number R of Gaussian releases, all at one noise multiplier z
 (noise std = z x that release's own L2 sensitivity): exactly the R-fold composition of the
-Gaussian mechanism (full batch, no sampling), accounted by ``dpemb.privacy.accounting``.
+Gaussian mechanism (full batch, no sampling), accounted by ``dpemb.privacy``.
 Unit: one example or one user (``dpemb.transfer.prepare``), add/remove one unit; delta
 defaults to 1 / (10 N) for N units, N is treated as public, and a given delta >= 1/N is
 refused unless forced (``dpemb.privacy.delta``). R per method and the budget split:
@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from torch import Tensor
 
-from dpemb.privacy.accounting import (
+from dpemb.privacy import (
     calibrate_gaussian_releases,
     compute_epsilon,
     describe_epsilon,
