@@ -100,7 +100,7 @@ def _shared_users(model: str, ds) -> list[int | None] | None:
     this user can read (None otherwise: its recorded split then decides). Printed as a
     labelled private diagnostic."""
     from dpemb.data.fingerprint import user_fingerprints
-    from dpemb.training.lineage import read_lineage, shared_with
+    from dpemb.training.checkpoint import read_lineage, shared_with
 
     shared = shared_with(read_lineage(model), user_fingerprints(ds))
     if shared is not None:

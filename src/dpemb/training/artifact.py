@@ -229,12 +229,10 @@ class Release:
     ):
         prov = provenance or Provenance()
         self.directory = Path(directory)
-        self.algorithm = algorithm
-        self.trainable = trainable
-        self.ema_decay = float(ema_decay)
-        self.loss = None if loss is None else {k: getattr(loss, k) for k in ("kind", "scale", "margin")}
-        self.backbone_name = meta["backbone_name"]
-        self.backbone_kwargs = dict(meta["backbone_kwargs"])
+        loss = None if loss is None else dict(kind=loss.kind, scale=loss.scale, margin=loss.margin)
+        self.card_facts = dict(  # make_card's arguments that stay the same for the whole run
+            backbone_name=meta["backbone_name"], backbone_kwargs=dict(meta["backbone_kwargs"]),
+            trainable=trainable, algorithm=algorithm, ema_decay=float(ema_decay), loss=loss)
         self.caveats = list(meta.get("init_caveats", []))
         self.init_privacy = meta.get("init_privacy")  # the init's card privacy section (public), when an artifact
         self.provenance = {
@@ -256,12 +254,9 @@ class Release:
     def write(self, backbone: Backbone, privacy: Any, evaluation: dict[str, Any] | None = None,
               **progress: int) -> dict[str, Any]:
         """Write the artifact for the model as it is now; returns its card."""
-        card = make_card(
-            backbone_name=self.backbone_name, backbone_kwargs=self.backbone_kwargs,
-            embedding_dim=int(backbone.embedding_dim), trainable=self.trainable, algorithm=self.algorithm,
-            progress=progress, provenance=self.provenance, privacy=self.privacy(privacy), loss=self.loss,
-            ema_decay=self.ema_decay, evaluation=evaluation,
-        )
+        card = make_card(**self.card_facts, embedding_dim=int(backbone.embedding_dim),
+                         progress=progress, provenance=self.provenance,
+                         privacy=self.privacy(privacy), evaluation=evaluation)
         write_artifact(self.directory, backbone, card)
         return card
 

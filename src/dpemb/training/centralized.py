@@ -22,15 +22,14 @@ from dpemb.models.margin import head_loss
 from dpemb.data.tensors import numpy_to_tensor, resolve_device
 from dpemb.progress import progress
 from dpemb.training.interrupt import CheckpointSchedule, GracefulStop
-from dpemb.training.lineage import training_record
 from dpemb.training.checkpoint import (check_same_config, check_same_data, load_checkpoint,
-                                       resume_from_checkpoint, save_checkpoint)
+                                       resume_from_checkpoint, save_checkpoint, training_record)
 from dpemb.training.config import ModelConfig, OptimConfig, RunConfig, config_json, to_dict
 from dpemb.training.evaluate import evaluate_backbone
 from dpemb.training.modelinit import build_model
 from dpemb.training.artifact import Release, held_out_evaluation
 from dpemb.training.provenance import Provenance
-from dpemb.training.plots import plot_training
+from dpemb.training.round_log import METRIC_PREFIXES, plot_training
 from dpemb.training.rundir import RunDir
 from dpemb.metrics import plot_roc
 
@@ -136,11 +135,14 @@ def train_centralized(
     else:
         run.start_fresh(config_file)  # config.json: the run's TrainConfig (a valid --config), written once
 
-    def evaluate(step: int, loss: float | None) -> dict[str, Any]:
-        metrics, ver = evaluate_backbone(
-            model, eval_ds, batch_size=run_cfg.eval_batch_size, max_pairs=run_cfg.eval_max_pairs, device=device
-        )
+    def score() -> tuple[dict[str, Any], Any]:
+        metrics, ver = evaluate_backbone(model, eval_ds, batch_size=run_cfg.eval_batch_size,
+                                         max_pairs=run_cfg.eval_max_pairs, device=device)
         model.train()
+        return metrics, ver
+
+    def evaluate(step: int, loss: float | None) -> dict[str, Any]:
+        metrics, ver = score()
         rec = {"step": step, "train_loss": loss, "epsilon": CENTRALIZED_STATEMENT, **metrics}
         run.append_metrics(rec)
         return rec | {"_roc": ver}
@@ -170,6 +172,9 @@ def train_centralized(
             },
         )
 
+    about = {"algorithm": "centralized", "privacy": CENTRALIZED_STATEMENT,  # in every report
+             "provenance": release.provenance, "eval_split": run_cfg.eval_split,
+             "run_dir": str(run.path)}
     first = evaluate(0, None) if step == 0 else None  # step 0 = the initialisation's score
     last_eval = first
     model.train()
@@ -202,41 +207,33 @@ def train_centralized(
             if stop.requested:  # the release in the run directory is this step's: say it is incomplete
                 bar.close()
                 run.write_report({
-                    "algorithm": "centralized", "status": f"incomplete: stopped at step {step} of {total}",
+                    **about, "status": f"incomplete: stopped at step {step} of {total}",
                     "stopped_because": f"stopped by {stop.name}", "steps": step, "planned_steps": total,
-                    "privacy": CENTRALIZED_STATEMENT, "provenance": release.provenance, "eval_split": run_cfg.eval_split,
-                    "last_evaluated": {k: v for k, v in (last_eval or {}).items() if k != "_roc"},
-                    "run_dir": str(run.path)})
+                    "last_evaluated": {k: v for k, v in (last_eval or {}).items() if k != "_roc"}})
             schedule.raise_if_stopped("step", step, run.checkpoint)
     bar.close()
     elapsed = time.perf_counter() - t0
 
     records = run.read_metrics()
     if last_eval is None:  # resumed a run that had already finished: re-score, do not log
-        metrics, ver = evaluate_backbone(
-            model, eval_ds, batch_size=run_cfg.eval_batch_size, max_pairs=run_cfg.eval_max_pairs, device=device
-        )
+        metrics, ver = score()
         last_eval = {"step": step, **metrics, "_roc": ver}
     roc = last_eval.pop("_roc")
     plot_roc({"trained": roc}, run.path / "roc.png", title=f"ROC on the {run_cfg.eval_split} split (centralized, not private)")
     plot_training(records, run.path / "training.png", x="step")
     report = {
-        "algorithm": "centralized",
+        **about,
         "status": "complete",
         "loss": to_dict(optim_cfg.loss),
-        "privacy": CENTRALIZED_STATEMENT,
-        "provenance": release.provenance,
         "steps": step,
         "train_examples": train.num_examples,
         "train_identities": train.num_classes,
         "eval_examples": eval_ds.num_examples,
-        "eval_split": run_cfg.eval_split, "eval_identities": eval_ds.num_classes,
-        "initial": {k: v for k, v in records[0].items() if k.startswith(("recall", "roc", "prec", "map"))}
-        if records and records[0]["step"] == 0
-        else None,
+        "eval_identities": eval_ds.num_classes,
+        "initial": {k: v for k, v in records[0].items() if k.startswith(METRIC_PREFIXES)}
+        if records and records[0]["step"] == 0 else None,
         "final": {k: v for k, v in last_eval.items() if k != "_roc"},
         "images_per_second": seen / elapsed if elapsed > 0 and seen else None,
-        "run_dir": str(run.path),
     }
     run.write_report(report)
     release.write(model, CENTRALIZED_STATEMENT, held_out_evaluation(report), steps=step,

@@ -14,12 +14,21 @@ A checkpoint is a dict saved with ``torch.save``. Every checkpoint has::
     step / round    optimizer steps (centralized) or rounds (federated) completed
     provenance      training data, split, privacy and the initialisation's provenance
     model_card      the card of the release artifact written with this checkpoint
+    data_fingerprint
+                    dataset_fingerprint of the training split (``check_same_data``)
+    user_fingerprints
+                    [this run's training users, its init's, the init's init's, ...]: a
+                    uint64 array per model of the chain, None (or the list ending) where
+                    not known: an init given as a bare artifact. A random or ImageNet
+                    start ends the list (no model of ours)
 
-plus ``config``, ``model_config``, the training data's fingerprints
-(``dpemb.training.lineage``) and the optimizer, RNG, sampler, noise and privacy-ledger
+plus ``config``, ``model_config`` and the optimizer, RNG, sampler, noise and privacy-ledger
 states that the kind needs. A checkpoint without one of ``REQUIRED`` (a federated one:
 also ``REQUIRED_FEDERATED``) was written by a pre-release dpemb and is refused
-(``dpemb.training.errors.pre_release``).
+(``dpemb.training.errors.pre_release``). The fingerprints are deterministic functions of
+the private data (``dpemb.data.fingerprint``) and are never written to what is released:
+they stay here, and in a curator-side feature file only as counts of shared users
+(``shared_with``).
 
 Resuming (``resume_from_checkpoint``) loads a checkpoint only when its settings are the
 run's, apart from the performance-only ones (``check_same_config``), and its training
@@ -33,8 +42,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
+from dpemb.data.dataset import UserDataset
+from dpemb.data.fingerprint import dataset_fingerprint, shared_users, user_fingerprints
 from dpemb.models import Backbone, build_backbone
 from dpemb.atomic import atomic_write, make_private_dir
 from dpemb.training.config import (PERFORMANCE_ONLY, config_differences, describe_differences,
@@ -51,6 +63,9 @@ REQUIRED = ("kind", "backbone_name", "backbone_kwargs", "backbone", "config", "m
             "model_card", "data_fingerprint", "user_fingerprints")
 #: what every federated checkpoint holds besides (``PrivacyPlan.state_dict``, the spec)
 REQUIRED_FEDERATED = ("privacy_spec", "sampler", "mechanism", "ledger", "client_randomness")
+
+
+Lineage = list[np.ndarray | None]
 
 
 class CheckpointError(ValueError):
@@ -149,7 +164,7 @@ def check_same_config(run: RunDir, saved: str, current: str) -> None:
 
 def check_same_data(run: RunDir, saved: str, current: str) -> None:
     """Refuse to resume a checkpoint written on other training data
-    (``dpemb.training.lineage``): the epsilon and the model card would name the wrong
+    (``data_fingerprint``): the epsilon and the model card would name the wrong
     data."""
     if saved == current:
         return
@@ -196,3 +211,36 @@ def more_rounds_refusal(run: RunDir, saved_config: str | None, current_config: s
                                                                  relation=saved.relation,
                                                                  schedule=describe_schedule(saved))
             + f" for both runs together ({done} + {extra} rounds; the new run prints it too).")
+
+
+def training_record(train: UserDataset, init_lineage: Lineage | None) -> dict[str, Any]:
+    """The checkpoint entries of a run on ``train`` (see the module docstring: PRIVATE)."""
+    users = user_fingerprints(train)
+    return {"data_fingerprint": dataset_fingerprint(train, users),
+            "user_fingerprints": [users, *(init_lineage or [])]}
+
+
+def read_lineage(model: str | os.PathLike) -> Lineage | None:
+    """``user_fingerprints`` of the run at ``model`` (a run directory whose private
+    checkpoint this process can read), else None (a bare release artifact).
+    ``PreReleaseError`` for a checkpoint of a pre-release dpemb (none recorded)."""
+    path = checkpoint_in(model) if Path(model).is_dir() else None
+    if path is None:
+        return None
+    try:
+        _, state = read_state(path)
+    except (CheckpointError, OSError):  # not readable by this user: the split rule decides
+        return None
+    if not isinstance(state, dict):
+        return None
+    if not isinstance(state.get("user_fingerprints"), list):
+        raise pre_release(path, RETRAIN)
+    return list(state["user_fingerprints"])
+
+
+def shared_with(lineage: Lineage | None, users: np.ndarray) -> list[int | None] | None:
+    """Per model of the chain: how many of ``users`` (fingerprints) it trained on (None:
+    not known). PRIVATE counts."""
+    if lineage is None:
+        return None
+    return [None if fp is None else shared_users(users, fp) for fp in lineage]

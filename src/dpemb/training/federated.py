@@ -32,6 +32,7 @@ from dpemb.privacy import PrivacySpec, check_epsilon_budget
 from dpemb.privacy.client_keys import ClientRandomness
 from dpemb.privacy.plan import PrivacyPlan
 from dpemb.training.artifact import Release, held_out_evaluation
+from dpemb.training.checkpoint import training_record
 from dpemb.training.audit_run import AuditRun
 from dpemb.training.config import ModelConfig, RunConfig, config_json
 from dpemb.training.evaluate import evaluate_embeddings
@@ -39,7 +40,6 @@ from dpemb.training.executor import DistributedExecutor, LocalExecutor, RankFail
 from dpemb.training.errors import TrainingDiverged
 from dpemb.training.interrupt import CheckpointSchedule, GracefulStop, TrainingInterrupted
 from dpemb.training.modelinit import build_model
-from dpemb.training.lineage import training_record
 from dpemb.training.provenance import Provenance
 from dpemb.training.round_log import EXTRAPOLATE_TO, RoundLog
 from dpemb.training.rundir import RunDir
@@ -84,7 +84,10 @@ def train_federated(
     ranks ``{"rank": r, "rounds_served": n}`` (``dpemb.training.executor``).
     """
     epsilon_budget = check_epsilon_budget(epsilon_budget, spec)  # a NaN budget would never stop the run
-    check_population(spec, train, audit_canaries)
+    if spec.population != train.num_users + audit_canaries:  # the sampling rate (epsilon) is of it
+        raise ValueError(f"spec.population ({spec.population}) must equal the number of training "
+                         f"users ({train.num_users}) plus audit canaries ({audit_canaries}): the "
+                         "sampling rate depends on it")
     check_server_schedule(fed_cfg, spec.rounds)  # the warmup must end before the last round
     if run_cfg.threads:
         torch.set_num_threads(run_cfg.threads)
@@ -96,7 +99,12 @@ def train_federated(
     model, ckpt_meta = build_model(model_cfg, train.image_shape, device=device, per_user_training=True,
                                    private_run=not spec.nonprivate,
                                    allow_nonprivate_init=provenance.allow_nonprivate_init)
-    params, global_head = server_parameters(model, fed_cfg, train.num_classes, run_cfg.seed)
+    params, global_head = [p for p in model.parameters() if p.requires_grad], None  # server-updated
+    if fed_cfg.aggregates_head:  # DP-FedAvg: and a Glorot-initialised global head
+        global_head = torch.nn.Parameter(torch.empty(train.num_classes, model.embedding_dim,
+                                                     device=params[0].device))
+        glorot_(global_head, torch.Generator().manual_seed(run_cfg.seed))
+        params = params + [global_head]
     if fed_cfg.public_negatives != (public is not None):
         raise ValueError("--public-negatives needs a public dataset (give its folder)" if fed_cfg.public_negatives
                          else "a public dataset was given but public_negatives is off")
@@ -104,7 +112,10 @@ def train_federated(
         raise ValueError(f"the public negatives' images are {public.image_shape}, the training images "
                          f"{train.image_shape}: prepare both at the same size and channels")
     negatives = PublicNegatives.of(public, device) if public is not None else None
-    trainer = client_trainer(model, train.num_classes, fed_cfg, run_cfg, negatives)
+    # one client at a time, or client_batch at once (vmap): the same updates (to float rounding)
+    perf, batch = LocalPerformance(bf16=run_cfg.bf16), run_cfg.client_batch
+    trainer = (ClientTrainer(model, train.num_classes, fed_cfg, perf, negatives) if batch == 1
+               else BatchedClientTrainer(model, train.num_classes, fed_cfg, batch, perf, negatives))
     data = ClientData.of(train, device)
     template = [torch.zeros(sum(p.numel() for p in params), device=device)]
     if env is not None and env.rank != 0:  # a worker: serve rank 0's rounds, hold no state
@@ -160,9 +171,8 @@ def train_federated(
         log.record(server.round, evaluated=True, final=True)
         server.checkpoint()
     report = log.report(server.round, stopped_by_budget=stopped_by_budget, privacy=release.privacy(server.privacy()),
-                        provenance=release.provenance, train_users=train.num_users,
-                        train_examples=train.num_examples, train_identities=train.num_classes,
-                        eval_identities=eval_ds.num_classes, processes=executor.world_size)
+                        provenance=release.provenance, train=train, eval_ds=eval_ds,
+                        processes=executor.world_size)
     if public is not None:  # public input: where the heads' extra rows came from
         report["public_negatives"] = {"source": public.source, "identities": negatives.num_identities,
                                       "images": public.num_examples}
@@ -216,40 +226,6 @@ def run_rounds(server: ServerState, executor: LocalExecutor, template: list[torc
                 log.close()
             schedule.raise_if_stopped("round", server.round, server.run.checkpoint)
     return False
-
-
-def check_population(spec: PrivacySpec, train: UserDataset, audit_canaries: int) -> None:
-    """The sampling rate (and so epsilon) is computed from ``spec.population``: it must be
-    the training users plus the audit canaries. (PrivacySpec itself refuses M*K > N.)"""
-    if spec.population != train.num_users + audit_canaries:
-        raise ValueError(
-            f"spec.population ({spec.population}) must equal the number of training users "
-            f"({train.num_users}) plus audit canaries ({audit_canaries}): the sampling rate depends on it"
-        )
-
-
-def client_trainer(model: torch.nn.Module, num_classes: int, fed_cfg: FederatedConfig,
-                   run_cfg: RunConfig, negatives: PublicNegatives | None = None
-                   ) -> ClientTrainer | BatchedClientTrainer:
-    """One client at a time, or ``run_cfg.client_batch`` at once (vmap); bf16 autocast on
-    request. Performance only: the clients compute the same updates (to float rounding)."""
-    perf = LocalPerformance(bf16=run_cfg.bf16)
-    if run_cfg.client_batch == 1:
-        return ClientTrainer(model, num_classes, fed_cfg, perf, negatives)
-    return BatchedClientTrainer(model, num_classes, fed_cfg, run_cfg.client_batch, perf, negatives)
-
-
-def server_parameters(model: torch.nn.Module, fed_cfg: FederatedConfig, num_classes: int,
-                      seed: int) -> tuple[list[torch.nn.Parameter], torch.nn.Parameter | None]:
-    """The parameters the server updates: the trainable backbone, and for DP-FedAvg a
-    Glorot-initialised global head (returned separately too)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not fed_cfg.aggregates_head:
-        return params, None
-    device = params[0].device
-    head = torch.nn.Parameter(torch.empty(num_classes, model.embedding_dim, device=device))
-    glorot_(head, torch.Generator().manual_seed(seed))
-    return params + [head], head
 
 
 def run_round(executor: LocalExecutor, rnd: int, start: torch.Tensor, slots: list[np.ndarray],

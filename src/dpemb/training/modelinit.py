@@ -11,8 +11,7 @@ import torch
 
 from dpemb.models import Backbone, build_backbone, freeze_batchnorm_stats, load_imagenet_mobilenet_v2, set_trainable
 from dpemb.training.artifact import init_provenance, load_artifact, read_card, resolve_model
-from dpemb.training.checkpoint import CheckpointError
-from dpemb.training.lineage import read_lineage
+from dpemb.training.checkpoint import CheckpointError, read_lineage
 from dpemb.training.config import ModelConfig
 from dpemb.training.provenance import check_init
 

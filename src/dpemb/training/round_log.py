@@ -5,6 +5,7 @@ clip norm (adaptive clipping: a function of earlier noised counts only) and the
 evaluations on held-out users who were never trained on. Private
 (``private/diagnostics.jsonl``): the un-noised statistics of each round's clients
 (counts, pre-clip norms, losses) and the timings and throughput they imply.
+``plot_training`` draws the released records of a run, federated or centralized.
 
 The privacy section of the report and model card (``privacy_report``) holds only what
 the guarantee covers: the spec, the ledger's rounds and public knobs, the epsilons and
@@ -17,10 +18,13 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import replace
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 from dpemb.algorithms.config import FederatedConfig
 from dpemb.algorithms.round import RoundStats, round_stats
+from dpemb.atomic import atomic_write
+from dpemb.data.dataset import UserDataset
 from dpemb.metrics import plot_roc
 from dpemb.privacy import advice
 from dpemb.privacy import (PrivacyLedger, PrivacySpec, PrivacySpecError,
@@ -34,7 +38,6 @@ from dpemb.privacy.spec import ACCOUNTANTS
 from dpemb.privacy.statements import NONPRIVATE_STATEMENT, describe_adaptive_clipping, describe_schedule
 from dpemb.progress import progress
 from dpemb.training.config import RunConfig, to_dict
-from dpemb.training.plots import plot_training
 from dpemb.training.rundir import RunDir
 
 # PLD is tight but its cost grows with epsilon: beyond these RDP epsilons it is computed
@@ -49,10 +52,10 @@ METRIC_PREFIXES = ("recall", "roc", "prec", "map")
 def epsilons(ledger: PrivacyLedger, spec: PrivacySpec, *, with_pld: bool = True) -> dict[str, Any]:
     """Epsilon from every accountant that supports the mechanism; None where one does
     not (PLD for tree aggregation) or where PLD is skipped (see the limits above)."""
-    if spec.nonprivate:
-        return {f"epsilon_{a}": None for a in ACCOUNTANTS} | {"privacy": "not private"}
-    ok = supported_accountants(spec)
     out: dict[str, Any] = {f"epsilon_{a}": None for a in ACCOUNTANTS}
+    if spec.nonprivate:
+        return out | {"privacy": "not private"}
+    ok = supported_accountants(spec)
     if "rdp" in ok:
         out["epsilon_rdp"] = ledger.epsilon("rdp")
     if "pld" in ok and with_pld and (out["epsilon_rdp"] or 0.0) <= PLD_MAX_RDP_EPSILON:
@@ -175,6 +178,58 @@ def zero_delta_warning(cfg: FederatedConfig, rnd: int) -> str:
     return msg
 
 
+def plot_training(records: Sequence[dict[str, Any]], path: str | Path, *, x: str = "step") -> Path | None:
+    """Released quantities over the run: evaluation metrics (on users never trained on)
+    at every evaluation, and epsilon at every round (private runs) or the training loss
+    (non-private runs, which release no guarantee). ``records`` are metrics.jsonl's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recs = [r for r in records if "recall_at_far_0.001" in r]
+    if not records:
+        return None
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
+    xs = [r[x] for r in recs]
+    for key, label in [
+        ("recall_at_far_0.001", "Recall@FAR=1e-3 (exact, all pairs)"),
+        ("recall_at_far_0.001_in_batch_approx", "Recall@FAR=1e-3 (in-batch approx.)"),
+        ("recall_at_far_0.01", "Recall@FAR=1e-2"),
+    ]:
+        ax[0].plot(xs, [r.get(key) for r in recs], marker="o", ms=3, label=label)
+    ax[0].set_xlabel(x)
+    ax[0].set_ylabel("recall on held-out users and identities")
+    ax[0].legend(fontsize=8)
+    ax[0].grid(alpha=0.3)
+    curves = {  # a log axis: epsilon 0 (round 0) is left out
+        key: [(r[x], r[key]) for r in records if r.get(key) is not None and r[key] > 0]
+        for key in ("epsilon_rdp", "epsilon_pld")
+    }
+    if any(curves.values()):
+        every = max(len(pts) for pts in curves.values())
+        for key, pts in curves.items():
+            if pts:  # PLD may be computed at evaluations only: drawn as its points, not a spike
+                sparse = len(pts) < every
+                ax[1].plot(*zip(*pts), marker="o" if sparse else None, ms=4,
+                           linestyle=":" if sparse else "-",
+                           label=key.removeprefix("epsilon_").upper() + (" (at evaluations)" if sparse else ""))
+        ax[1].set_ylabel("epsilon spent (user level)")
+        ax[1].set_yscale("log")
+        ax[1].legend(fontsize=8)
+    else:
+        loss = [(r[x], r["train_loss"]) for r in records if r.get("train_loss") is not None]
+        if loss:
+            ax[1].plot(*zip(*loss), marker="o", ms=3)
+        ax[1].set_ylabel("train loss (not private)")
+    ax[1].set_xlabel(x)
+    ax[1].grid(alpha=0.3)
+    fig.tight_layout()
+    out = atomic_write(path, lambda p: fig.savefig(p, dpi=110, format="png"))
+    plt.close(fig)
+    return out
+
+
 class RoundLog:
     """The records of one federated run (module docstring): the progress bar, the
     released metrics with their epsilons, the private diagnostics, the report.
@@ -280,8 +335,7 @@ class RoundLog:
         }
 
     def report(self, rnd: int, *, stopped_by_budget: bool, privacy: dict[str, Any], provenance: Any,
-               train_users: int, train_examples: int, train_identities: int, eval_identities: int,
-               processes: int) -> dict[str, Any]:
+               train: UserDataset, eval_ds: UserDataset, processes: int) -> dict[str, Any]:
         """The run's report (released) and the plots; the throughput and the counts of the
         private data go to the private diagnostics."""
         elapsed = self.elapsed
@@ -291,8 +345,8 @@ class RoundLog:
                  title=f"ROC on the {self.run_cfg.eval_split} split (held-out users and identities)")
         plot_training(records, self.run.path / "training.png", x="round")
         self.run.append_diagnostics({
-            "summary": True, "round": rnd, "train_examples": train_examples,
-            "train_identities": train_identities, "processes": processes,
+            "summary": True, "round": rnd, "train_examples": train.num_examples,
+            "train_identities": train.num_classes, "processes": processes,
             "images_per_second": self.seen / elapsed if elapsed > 0 and self.seen else None,
             "rounds_per_second": (rnd - self.start_round) / elapsed if elapsed > 0 and rnd > self.start_round
             else None,
@@ -306,7 +360,8 @@ class RoundLog:
             "privacy": privacy,
             "provenance": provenance,
             # N is the population the accountant's sampling rate uses, treated as public
-            "train_users": train_users, "eval_split": self.run_cfg.eval_split, "eval_identities": eval_identities,
+            "train_users": train.num_users, "eval_split": self.run_cfg.eval_split,
+            "eval_identities": eval_ds.num_classes,
             "initial": {k: v for k, v in records[0].items() if k.startswith(METRIC_PREFIXES)},
             "final": {k: v for k, v in final.items() if k.startswith(METRIC_PREFIXES)},
             "run_dir": str(self.run.path),

@@ -89,7 +89,7 @@ class PrivacyRequest:
     sampling: str | None = None  # None: poisson (Gaussian), epoch (tree), cyclic-poisson (bandmf)
     tree_restarts: bool = False
     # the noise mechanism; None: the algorithm's (gaussian; tree for dp-ftrl-fedemb, which also
-    # takes "bandmf" with ``bands``: ``dpemb.training.runner.check_mechanism_request``)
+    # takes "bandmf" with ``bands``: ``dpemb.training.runner.check_privacy_request``)
     mechanism: str | None = None
     bands: int = 1  # bandmf only: b, the bands of the strategy and groups of cyclic Poisson sampling
     adaptive_clip_quantile: float | None = None

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 from dpemb.data.dataset import UserDataset
 from dpemb.privacy import PrivacySpec
-from dpemb.training.provenance import Provenance
+from dpemb.training.provenance import InitProvenanceError, Provenance, check_init
 from dpemb.training.run_config import NOT_PRIVACY_KNOBS, ConfigError, PerformanceFlags, PrivacyRequest, TrainConfig
 
 #: PrivacyRequest field -> its flag, for messages
@@ -38,12 +38,6 @@ def config_error(errors: type[Exception] = ValueError, prefix: str = "") -> Iter
         yield
     except errors as e:
         raise ConfigError(f"{prefix}{e}") from e
-
-
-def request_mechanism(config: TrainConfig) -> str:
-    """The noise mechanism a federated run uses: the request's, or its algorithm's."""
-    r = config.privacy
-    return r.mechanism if r.mechanism is not None else ALGORITHM_MECHANISMS[config.algorithm][0]
 
 
 def train(config: TrainConfig, out: str, *, data: UserDataset | None = None,
@@ -74,15 +68,29 @@ def train(config: TrainConfig, out: str, *, data: UserDataset | None = None,
     request = config.privacy
     canaries = request.audit_canaries or 0  # audit run: the canaries are users of the population
     spec = resolve_privacy(config, run.train.num_users + canaries)
-    if canaries:
-        print_audit_setup(request, spec, run.train.num_users, resume)
+    if canaries:  # refuse an audit the canaries do not support; say what the run is
+        from dpemb.training.audit_run import AuditError, check_audit
+
+        with config_error(AuditError):
+            check_audit(request.audit_canaries, spec, resume=resume)
+        print(f"audit run: {canaries} canary users join the {run.train.num_users} real users; "
+              f"the accountant counts {spec.population} users (sampling rate q = "
+              f"{spec.sampling_rate:.4g}). "
+              + ("Released by choice (--release-audit-run)." if request.release_audit_run else
+                 "Not for release: train the production model as a separate run without "
+                 "--audit-canaries."))
     if env is None or env.rank == 0:  # (advice goes to stderr, which worker ranks keep for errors)
         print_privacy_advice(request, spec)
     for c in run.caveats if request.target_epsilon is not None else []:
         print(f"  [the calibrated epsilon {c}]")
     print_planned_total(spec, run.init)
     if config.federated.public_negatives and public is None:
-        public = public_split(run.dataset, config)
+        public = run.dataset.split().public
+        if public.num_examples == 0:
+            where = config.data.path or "the dataset"
+            raise ConfigError(f"--public-negatives needs public identities, and {where} has no "
+                              "public split; make one with `dpemb data make ... "
+                              "--public-user-fraction F` (or `dpemb data split`) or drop the flag")
     return train_federated(run.train, run.held_out, config.model, config.federated, spec, run.run_cfg,
                            noise_seed=request.noise_seed, epsilon_budget=request.epsilon_budget, resume=resume,
                            provenance=run.provenance, audit_canaries=canaries,
@@ -110,31 +118,35 @@ def prepare(config: TrainConfig, out: str, *, data: UserDataset | None, perf: Pe
     """Every check before any work (privacy settings, --init, --out, the splits, the init's
     provenance: a non-private init of a DP run is refused unless allowed), with the data,
     the splits and the init's record read once."""
-    check_privacy_request(config)
-    init = read_init_record(config)
-    check_out(out, resume, overwrite)
-    dataset = data if data is not None else _load(config)
-    train_split, held_out = training_splits(dataset, config)
-    prov = Provenance(dataset=config.data.path, train_split=config.data.train_split,
-                      allow_nonprivate_init=config.privacy.allow_nonprivate_init)
-    caveats = init_caveats(config, init) if config.federated_run else []
-    return PreparedRun(dataset, train_split, held_out, run_config(config, out, perf, overwrite), prov, init, caveats)
-
-
-def run_config(config: TrainConfig, out: str, perf: PerformanceFlags, overwrite: bool):
-    """The training loops' ``RunConfig``: the config's evaluation settings and the performance flags."""
+    from dpemb.training.artifact import ArtifactError
     from dpemb.training.config import RunConfig
+    from dpemb.training.modelinit import read_init_card
+    from dpemb.training.rundir import OutDirError, check_out_dir
 
+    check_privacy_request(config)
+    init = None  # a trained --init (an artifact or run directory, never a private checkpoint):
+    if config.model.init not in ("random", "imagenet"):  # (provenance, card privacy) from its card
+        with config_error(ArtifactError, prefix="--init: "):
+            init = read_init_card(config.model.init)
+    with config_error(OutDirError):
+        check_out_dir(out, resume=resume, overwrite=overwrite)
+    if data is None and config.data.path is None:
+        raise ConfigError("no data: give --data DIR (a dataset made with `dpemb data make`), "
+                          "or pass a dataset")
+    dataset = data if data is not None else UserDataset.load(config.data.path)
+    train_split, held_out = training_splits(dataset, config)
+    provenance = Provenance(dataset=config.data.path, train_split=config.data.train_split,
+                            allow_nonprivate_init=config.privacy.allow_nonprivate_init)
+    caveats: list[str] = []
+    if config.federated_run and not config.privacy.nonprivate and init is not None:
+        with config_error(InitProvenanceError):
+            caveats = check_init(init[0], private_run=True, init_name=config.model.init,
+                                 allow_nonprivate_init=config.privacy.allow_nonprivate_init)
     with config_error():  # every PerformanceFlags field is a RunConfig field
-        return RunConfig(out=str(out), seed=config.seed, eval_every=config.eval_every,
-                         eval_max_pairs=config.eval_max_pairs, eval_split=config.data.eval_split,
-                         overwrite=overwrite, **asdict(perf))
-
-
-def _load(config: TrainConfig) -> UserDataset:
-    if config.data.path is None:
-        raise ConfigError("no data: give --data DIR (a dataset made with `dpemb data make`), or pass a dataset")
-    return UserDataset.load(config.data.path)
+        run_cfg = RunConfig(out=str(out), seed=config.seed, eval_every=config.eval_every,
+                            eval_max_pairs=config.eval_max_pairs, eval_split=config.data.eval_split,
+                            overwrite=overwrite, **asdict(perf))
+    return PreparedRun(dataset, train_split, held_out, run_cfg, provenance, init, caveats)
 
 
 # ------------------------------------------------------------------------------ checks
@@ -150,7 +162,19 @@ def check_privacy_request(config: TrainConfig) -> None:
         if given:
             raise centralized_refusal(given)
         return
-    check_mechanism_request(config)
+    # a mechanism the algorithm does not train with (BandMF is DP-FTRL-FedEmb's: --algorithm
+    # dp-ftrl-fedemb --mechanism bandmf --bands B), and --bands or cyclic-poisson without BandMF
+    own = ALGORITHM_MECHANISMS[config.algorithm]
+    if r.mechanism is not None and r.mechanism not in own:
+        algorithm = next(a for a, m in ALGORITHM_MECHANISMS.items() if r.mechanism in m)
+        raise ConfigError(f"--mechanism {r.mechanism} with --algorithm {config.algorithm}, "
+                          f"whose noise is {' or '.join(own)}: use --algorithm {algorithm} for "
+                          f"{r.mechanism} noise, or drop --mechanism")
+    if r.mechanism != "bandmf" and (r.sampling == "cyclic-poisson" or r.bands != 1):
+        cyclic = r.sampling == "cyclic-poisson"
+        flag = "--sampling cyclic-poisson" if cyclic else f"--bands {r.bands}"
+        raise ConfigError(f"{flag} applies to BandMF noise only: add --algorithm dp-ftrl-fedemb "
+                          f"--mechanism bandmf, or drop {flag.split()[0]}")
     given = [x is not None for x in (r.noise_multiplier, r.target_epsilon)] + [r.nonprivate]
     if sum(given) != 1:
         raise ConfigError("give exactly one of --noise-multiplier, --target-epsilon or --non-private")
@@ -171,63 +195,12 @@ def check_privacy_request(config: TrainConfig) -> None:
                           "--adaptive-clip-quantile GAMMA too (or drop them for a fixed --clip-norm)")
 
 
-def check_mechanism_request(config: TrainConfig) -> None:
-    """Refuse, before any work, a mechanism the algorithm does not train with (BandMF is
-    DP-FTRL-FedEmb's: ``--algorithm dp-ftrl-fedemb --mechanism bandmf --bands B``), and
-    --bands or cyclic-poisson sampling without BandMF."""
-    r = config.privacy
-    own = ALGORITHM_MECHANISMS[config.algorithm]
-    if r.mechanism is not None and r.mechanism not in own:
-        algorithm = next(a for a, m in ALGORITHM_MECHANISMS.items() if r.mechanism in m)
-        raise ConfigError(f"--mechanism {r.mechanism} with --algorithm {config.algorithm}, whose noise is "
-                          f"{' or '.join(own)}: use --algorithm {algorithm} for {r.mechanism} noise, or drop "
-                          "--mechanism")
-    if r.mechanism != "bandmf" and (r.sampling == "cyclic-poisson" or r.bands != 1):
-        given = "--sampling cyclic-poisson" if r.sampling == "cyclic-poisson" else f"--bands {r.bands}"
-        raise ConfigError(f"{given} applies to BandMF noise only: add --algorithm dp-ftrl-fedemb --mechanism "
-                          f"bandmf, or drop {given.split()[0]}")
-
-
 def centralized_refusal(flags: list[str]) -> ConfigError:
     """Privacy settings given to centralized training, which would ignore them."""
     return ConfigError(
         f"{', '.join(flags)} given with --algorithm centralized, which is not private: it neither "
         "clips nor adds noise and ignores every privacy flag. For user-level DP choose --algorithm "
         "dp-fedemb (or dp-fedavg, dp-ftrl-fedemb); for a non-private baseline drop the privacy flags")
-
-
-def read_init_record(config: TrainConfig) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
-    """The (provenance, card privacy) of a trained --init, read from its model card (None
-    for random or ImageNet weights); --init must name a release artifact or a run
-    directory, not a private checkpoint."""
-    init = config.model.init
-    if init in ("random", "imagenet"):
-        return None
-    from dpemb.training.artifact import ArtifactError
-    from dpemb.training.modelinit import read_init_card
-
-    with config_error(ArtifactError, prefix="--init: "):
-        return read_init_card(init)
-
-
-def check_out(out: str, resume: bool | str, overwrite: bool) -> None:
-    """Refuse a non-empty --out before any work (``training.rundir.check_out_dir``)."""
-    from dpemb.training.rundir import OutDirError, check_out_dir
-
-    with config_error(OutDirError):
-        check_out_dir(out, resume=resume, overwrite=overwrite)
-
-
-def init_caveats(config: TrainConfig, init: tuple[dict[str, Any], dict[str, Any] | None] | None) -> list[str]:
-    """A DP run from an init (``read_init_record``) that saw private users without DP:
-    refused unless --allow-nonprivate-init; returns what every epsilon must then say."""
-    if config.privacy.nonprivate or init is None:
-        return []
-    from dpemb.training.provenance import InitProvenanceError, check_init
-
-    with config_error(InitProvenanceError):
-        return check_init(init[0], private_run=True, init_name=config.model.init,
-                          allow_nonprivate_init=config.privacy.allow_nonprivate_init)
 
 
 def check_cohort(clients_per_round: int, users_per_client: int, num_users: int) -> None:
@@ -275,16 +248,6 @@ def training_users(config: TrainConfig) -> int | None:
     return UserDataset.load(config.data.path).split().get(config.data.train_part).num_users
 
 
-def public_split(dataset: UserDataset, config: TrainConfig) -> UserDataset:
-    """The PUBLIC split (--public-negatives); ConfigError when it is empty."""
-    public = dataset.split().public
-    if public.num_examples == 0:
-        raise ConfigError(f"--public-negatives needs public identities, and {config.data.path or 'the dataset'} "
-                          "has no public split; make one with `dpemb data make ... --public-user-fraction F` (or "
-                          "`dpemb data split`) or drop the flag")
-    return public
-
-
 # ------------------------------------------------------------------------------ privacy
 def resolve_privacy(config: TrainConfig, population: int) -> PrivacySpec:
     """The ``PrivacySpec`` of a federated run of ``population`` users (the training users
@@ -301,7 +264,8 @@ def resolve_privacy(config: TrainConfig, population: int) -> PrivacySpec:
     fields = dict(
         population=population, clients_per_round=r.clients_per_round, users_per_client=r.users_per_client,
         clip_norm=r.clip_norm, rounds=r.rounds, delta=r.delta, sampling=r.sampling,
-        mechanism=request_mechanism(config), bands=r.bands, nonprivate=r.nonprivate,
+        mechanism=ALGORITHM_MECHANISMS[config.algorithm][0] if r.mechanism is None else r.mechanism,
+        bands=r.bands, nonprivate=r.nonprivate,
         tree_restarts=r.tree_restarts, allow_large_delta=r.allow_large_delta, secure_noise=r.resolved_secure_noise,
     )
     with config_error():
@@ -376,7 +340,7 @@ def print_privacy_advice(request: PrivacyRequest, spec: PrivacySpec) -> None:
 
 
 def print_planned_total(spec: PrivacySpec, init: tuple[dict[str, Any], dict[str, Any] | None] | None) -> None:
-    """For a DP run from a DP init (``read_init_record``) that trained on these users: the
+    """For a DP run from a DP init (``train``) that trained on these users: the
     total epsilon (RDP) of both trainings once this run has spent its planned rounds."""
     if spec.nonprivate or init is None:
         return
@@ -391,15 +355,3 @@ def print_planned_total(spec: PrivacySpec, init: tuple[dict[str, Any], dict[str,
     total = init_total(planned, *init)
     if total is not None:
         print(f"after {spec.rounds} rounds, {total['statement']}")
-
-
-def print_audit_setup(request: PrivacyRequest, spec: PrivacySpec, real_users: int, resume: bool | str) -> None:
-    """Refuse an audit the canaries do not support; say what the run is."""
-    from dpemb.training.audit_run import AuditError, check_audit
-
-    with config_error(AuditError):
-        check_audit(request.audit_canaries, spec, resume=resume)
-    print(f"audit run: {request.audit_canaries} canary users join the {real_users} real users; the accountant "
-          f"counts {spec.population} users (sampling rate q = {spec.sampling_rate:.4g}). "
-          + ("Released by choice (--release-audit-run)." if request.release_audit_run else
-             "Not for release: train the production model as a separate run without --audit-canaries."))
