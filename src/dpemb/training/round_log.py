@@ -178,7 +178,8 @@ def zero_delta_warning(cfg: FederatedConfig, rnd: int) -> str:
     return msg
 
 
-def plot_training(records: Sequence[dict[str, Any]], path: str | Path, *, x: str = "step") -> Path | None:
+def plot_training(records: Sequence[dict[str, Any]], path: str | Path, *,
+                  x: str = "step") -> Path | None:
     """Released quantities over the run: evaluation metrics (on users never trained on)
     at every evaluation, and epsilon at every round (private runs) or the training loss
     (non-private runs, which release no guarantee). ``records`` are metrics.jsonl's."""
@@ -213,7 +214,8 @@ def plot_training(records: Sequence[dict[str, Any]], path: str | Path, *, x: str
                 sparse = len(pts) < every
                 ax[1].plot(*zip(*pts), marker="o" if sparse else None, ms=4,
                            linestyle=":" if sparse else "-",
-                           label=key.removeprefix("epsilon_").upper() + (" (at evaluations)" if sparse else ""))
+                           label=key.removeprefix("epsilon_").upper()
+                           + (" (at evaluations)" if sparse else ""))
         ax[1].set_ylabel("epsilon spent (user level)")
         ax[1].set_yscale("log")
         ax[1].legend(fontsize=8)

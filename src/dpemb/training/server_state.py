@@ -51,7 +51,7 @@ class ServerState:
     release: Release
     config: str  # the run's settings as JSON (config.json, and the checkpoint's check)
     ckpt_meta: dict[str, Any]
-    data_record: dict[str, Any]  # PRIVATE: the training data's fingerprints (dpemb.training.checkpoint)
+    data_record: dict[str, Any]  # PRIVATE: the training data's fingerprints (training.checkpoint)
     round: int = 0
     ema: torch.Tensor | None = None  # server_ema > 0: the moving average of the server models (flat)
     initial_norm: float = 0.0  # L2 norm of the model the run started from (public: the init)
