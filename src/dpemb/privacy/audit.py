@@ -11,7 +11,7 @@ be confused:
   LOWER bound on the (eps, delta) epsilon.
 - ``fdp_one_run_audit`` (Mahloujifar, Melis, Chaudhuri 2024): a high-confidence LOWER bound on
   the Gaussian-DP parameter mu, and the test of a claimed trade-off curve; much tighter for a
-  Gaussian mechanism (docs/AUDIT.md, table 2). The proof is in ``fdp_one_run_mass``.
+  Gaussian mechanism (docs/AUDIT.md, table 2; the proof: docs/AUDIT.md, "fdp_one_run_mass").
 
 Every audit of dpemb (white- and black-box ``audit_run``, ``transfer.audit``) ends in
 ``audit_record``: one score per canary and its secret inclusion bit go in; a JSON-ready record
@@ -413,7 +413,7 @@ def one_run_lower_bound_grid(
 
 # ------------------------------- f-DP one-run analysis (Mahloujifar, Melis, Chaudhuri)
 # arXiv 2410.22235 (docs/AUDIT.md, "The two lower bounds"): the recursion is theirs, the
-# proof written out in ``fdp_one_run_mass`` is ours.
+# proof written out in docs/AUDIT.md, "fdp_one_run_mass", is ours.
 
 
 class TradeOff:
@@ -500,54 +500,11 @@ def fdp_one_run_mass(m: int, r: int, v: int, tradeoff: TradeOff, alpha: float, *
                      exact: bool = False) -> np.ndarray:
     """The least total probability mass the one-run constraints need; > r/m rejects.
 
-    Setting (as for ``one_run_lower_bound``): m canaries with independent fair-coin
-    inclusion bits S_1..S_m; the mechanism's output Y; the auditor turns Y (and anything
-    independent of S) into exactly r guesses of bits, abstaining on the other m - r
-    canaries; W is the number of correct guesses. Hypothesis H: for every i and every
-    fixed value of the other bits, the law of Y with S_i = 0 and with S_i = 1 satisfy
-    f-DP in both directions (f symmetric; ``tradeoff``).
-
-    THEOREM. If H holds and P[W >= v] >= alpha, then the value this function returns,
-    r_0 + h_0 of the recursion below, is <= r / m. Hence a return value > r / m means
-    P[W >= v] < alpha: observing W >= v rejects H at level alpha.
-
-    The recursion (Mahloujifar, Melis, Chaudhuri 2024; inv = ``tradeoff.inverse_blow_up``):
-    r_v = alpha v / m, h_v = alpha (r - v) / m, and for i = v - 1, ..., 0
-
-        h_i = max(h_{i+1}, inv(r_{i+1})),   r_i = r_{i+1} + i / (r - i) (h_i - h_{i+1}).
-
-    PROOF. Write G_i+ (G_i-) for "canary i is guessed and the guess is right (wrong)".
-
-    (1) One canary. Fix i, j >= 1 and the other bits s. With A_b = {y : the guess on i is
-    b and the other canaries have >= j - 1 right guesses} (a set of outputs: W minus
-    canary i's term does not depend on S_i) and P_b the law of Y given S_i = b, s:
-    P[G_i+, W >= j | s] = (P_0(A_0) + P_1(A_1)) / 2 and P[G_i-, W >= j - 1 | s] =
-    (P_1(A_0) + P_0(A_1)) / 2. f-DP gives P_1(A_1) <= blow(P_0(A_1)) and P_0(A_0) <=
-    blow(P_1(A_0)); blow is concave, so P[G_i+, W >= j | s] <= blow(P[G_i-, W >= j - 1 | s]).
-    Averaging over s and then over i (Jensen, blow concave and increasing), with
-    sum_i 1[G_i+] = W and sum_i 1[G_i-] = r - W:
-
-        (*)  R_j <= blow(H_{j-1}),  where R_j = E[W; W >= j] / m, H_j = E[r - W; W >= j] / m.
-
-    (2) Masses. Let x_l = P[W = l] / m. Then R_j = sum_{l >= j} l x_l, H_j = sum_{l >= j}
-    (r - l) x_l and R_0 + H_0 = r sum_l x_l = r / m. Call x feasible if it satisfies (*)
-    for j = 1..v and has tail sum_{l >= v} x_l >= t = alpha / m.
-    (3) Moving mass down. Moving mass e from level l to a level l' < l keeps (*) for every
-    j <= l' + 1: R_j falls (by (l - l') e for j <= l', by l e for j = l' + 1) and H_{j-1}
-    rises by (l - l') e. Constraints j > l' + 1 may break; constraints with j - 1 > l
-    are untouched; the total mass is unchanged.
-    (4) The recursion is least. Take x feasible. Move all mass above v down to v, then
-    the excess of x_v over t down to v - 1: by (3) (*) still holds for j <= v, the total
-    is unchanged, and now R_v = alpha v / m = r_v, H_v = alpha (r - v) / m = h_v.
-    Inductively, for j = v, ..., 1, with levels >= j equal to the recursion's: (*) at j
-    gives H_{j-1} >= inv(R_j) = inv(r_j) and H_{j-1} >= H_j = h_j, so x_{j-1} =
-    (H_{j-1} - h_j) / (r - j + 1) >= (h_{j-1} - h_j) / (r - j + 1), the recursion's
-    mass at level j - 1. For j >= 2 move the excess down to j - 2: constraint j still
-    holds (H_{j-1} = h_{j-1} >= inv(r_j) and blow(inv(y)) >= y), those above j are
-    untouched, those below by (3); level j - 1 now equals the recursion's, and
-    R_{j-1} = r_j + (j - 1) x_{j-1} = r_{j-1}. At the end the total of x is at least
-    the recursion's, (r_0 + h_0) / r. The real distribution of W is feasible when
-    P[W >= v] >= alpha and its total is 1 / m; so r_0 + h_0 <= r / m.  QED
+    Setting: m canaries with fair-coin inclusion bits, exactly r guesses (the rest abstain),
+    v correct; ``tradeoff`` is the hypothesised symmetric f (f-DP for each bit, the others
+    fixed). Guarantee: under that f, P[W >= v] >= alpha implies a return value <= r / m, so
+    a value > r / m rejects f at level alpha (recursion, statement and proof: docs/AUDIT.md,
+    "fdp_one_run_mass").
 
     Only constraints j <= v were used, so the bound holds whatever W does above v. With a
     FAMILY of trade-off functions the recursion runs for all of them at once (arrays);
