@@ -156,26 +156,12 @@ def estimate_epsilon_gaussian(
 ) -> GaussianEstimate:
     """Estimate epsilon from inserted (in) vs held-out (out) canary scores.
 
-    This is an ESTIMATE, not a bound (Andrew et al. 2023, arXiv 2302.03098): the two
-    score samples are modelled as Gaussians with a common spread, the Gaussian-DP
-    parameter is estimated as
-
-        mu_hat = |mean(in) - mean(out)| / std,
-
-    and the estimate is ``gaussian_epsilon(mu_hat, delta)``. It can lie on either side
-    of the true (or the accounted) epsilon.
-
-    ``scale`` chooses ``std``:
-
-    - ``"null"`` (default, as in the paper): the sample std of the OUT scores. The out
-      canaries never touched training, so their scores are the null distribution; for
-      cosine scores of random canary directions it is ~ N(0, 1/d) whatever training
-      did, which makes it the stable reference. The in scores' spread is not used.
-    - ``"pooled"``: the pooled sample std of both samples (the equal-variance
-      two-sample estimate), for scores whose null spread is not a reliable reference.
-
-    ``n_bootstrap > 0`` adds percentile-bootstrap intervals for mu and epsilon
-    (in and out resampled independently, ``seed`` for the generator).
+    An ESTIMATE, not a bound (Andrew et al. 2023, arXiv 2302.03098): it can lie on either side
+    of the true (or the accounted) epsilon. mu_hat = |mean(in) - mean(out)| / std, reported as
+    ``gaussian_epsilon(mu_hat, delta)``. ``scale``: ``"null"`` (default), the sample std of the
+    OUT scores; ``"pooled"``, the pooled std of both (which to use: docs/AUDIT.md,
+    "estimate_epsilon_gaussian"). ``n_bootstrap > 0`` adds percentile-bootstrap intervals for
+    mu and epsilon (in and out resampled independently, ``seed`` for the generator).
     """
     x_in = _scores("in_scores", in_scores, min_len=2)
     x_out = _scores("out_scores", out_scores, min_len=2)
@@ -239,16 +225,9 @@ class OneRunBound:
 def one_run_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
     """Upper bound on P[W >= v] for W correct guesses out of r, under (eps, delta)-DP.
 
-    Steinke, Nasr, Jagielski 2023, Theorem 5.2: with m canaries each included
-    independently with probability 1/2, r guesses and f(v) = P[Binomial(r, q) >= v],
-    q = e^eps / (1 + e^eps),
-
-        P[W >= v] <= f(v) + 2 m delta max_{i = 1..m} (f(v - i) - f(v)) / i.
-
-    f(v - i) - f(v) = P[v - i <= Binomial(r, q) < v], a partial sum of pmf values; for
-    i >= v it is 1 - f(v), decreasing in i once divided by i, so the max is over
-    i = 1..max(v, 1). With delta = 0 this is the pure-DP binomial tail f(v)
-    (Theorem 5.1). Capped at 1.
+    Steinke, Nasr, Jagielski 2023, Theorem 5.2 (Theorem 5.1's binomial tail when delta = 0),
+    for m canaries each included independently with probability 1/2; capped at 1. The
+    formula and the range of its max: docs/AUDIT.md, "one_run_p_value".
     """
     m = positive_int("m", m)
     r = _nonneg_int("r", r)
@@ -280,15 +259,9 @@ def _p_values(m: int, r: int, v: int, eps: np.ndarray, delta: float) -> np.ndarr
 def _epsilon_lower(m: int, r: int, v: int, delta: float, alpha: float) -> float:
     """inf{eps >= 0 : p(eps) > alpha}: the lower end of the confidence set for eps.
 
-    If the mechanism is (eps_true, delta)-DP then p(eps_true) is a valid p-value, so
-    eps_true is outside {eps : p(eps) > alpha} with probability <= alpha, and the
-    infimum of that set exceeds eps_true with at most that probability. For delta = 0
-    p(eps) is a binomial tail, increasing in eps, and the crossing is found by
-    brentq. For delta > 0 the delta term need not be monotone in eps: p is evaluated
-    on a grid of step 0.05 from 0 upward, the first grid point with p > alpha is
-    taken, and the crossing is located by bisection inside the preceding step only
-    (so a non-monotone excursion narrower than 0.05 is the only thing that could be
-    missed).
+    If the mechanism is (eps_true, delta)-DP this exceeds eps_true with probability <= alpha.
+    delta = 0: brentq (p increases); delta > 0: a grid of step 0.05, then bisection, which can
+    miss only a non-monotone excursion narrower than 0.05 (docs/AUDIT.md, "_epsilon_lower").
     """
     if v == 0 or r == 0:
         return 0.0
@@ -419,17 +392,10 @@ def one_run_lower_bound_grid(
 class TradeOff:
     """A symmetric trade-off function f (Dong, Roth, Su 2019), by its inverse blow-up.
 
-    f(alpha) is the least type-II error of a test of level alpha between a pair of
-    neighbouring output distributions (P, Q); f-DP means T(P, Q) >= f and T(Q, P) >= f.
-    Equivalently, for every event A: Q(A) <= blow(P(A)) with blow(x) = 1 - f(x), a
-    concave, increasing map of [0, 1] onto [0, 1]. The one-run recursion needs its
-    (generalised) inverse
-
-        inverse_blow_up(y) = inf{x in [0, 1] : blow(x) >= y},
-
-    the least probability under P of an event that has probability y under Q. Subclasses
-    evaluate it for a FAMILY of trade-off functions at once (an array of parameters), so
-    that a lower bound can scan many hypotheses in one pass.
+    ``inverse_blow_up(y)`` = inf{x : 1 - f(x) >= y}, the least probability under P of an event
+    with probability y under Q (definitions: docs/AUDIT.md, "TradeOff"). Subclasses evaluate a
+    FAMILY of trade-off functions at once (an array of parameters), so that a lower bound can
+    scan many hypotheses in one pass.
     """
 
     description = "trade-off function"
@@ -457,16 +423,10 @@ class GaussianTradeOff(TradeOff):
 
 
 class ProfileTradeOff(TradeOff):
-    """The trade-off function implied by a privacy profile: the mechanism is
-    (eps_k, delta_k)-DP for every k, i.e. f-DP with (Dong, Roth, Su 2019, Prop. 2.12)
-
-        f(alpha) = max_k max(0, 1 - delta_k - e^{eps_k} alpha, e^{-eps_k} (1 - delta_k - alpha)).
-
-    A finite list of pairs gives a LOWER f than the mechanism's own (fewer constraints),
-    so a test against it rejects less: conservative. blow = min_k of increasing piecewise
-    linear maps, whose inverse is the max of the pieces' inverses:
-
-        inverse_blow_up(y) = max_k max((y - delta_k) e^{-eps_k}, 1 - delta_k - e^{eps_k} (1 - y)), clipped to [0, 1].
+    """The trade-off function implied by a privacy profile, (eps_k, delta_k)-DP for every k
+    (Dong, Roth, Su 2019, Prop. 2.12; formulas: docs/AUDIT.md, "ProfileTradeOff"). A finite
+    list of pairs gives a LOWER f than the mechanism's own, so a test against it rejects less:
+    conservative.
 
     ``epsilons`` / ``deltas``: 1-d arrays of the pairs; 2-d arrays (family, pairs) give a
     family with one profile per row (e.g. an (eps, delta) family of one pair each).
