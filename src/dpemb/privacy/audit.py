@@ -1,17 +1,17 @@
 """Empirical privacy auditing: estimators that turn canary scores into an epsilon.
 
-The estimator layer of issue #14 (docs/AUDIT.md, "The two lower bounds"). A run is audited ONCE:
-canaries inserted by fair coins (or a fixed "in" set and a held-out "out" set for the one-shot
-estimate) are scored, and this module turns the scores into one of three kinds of answer, not to
-be confused:
+The estimator layer of issue #14 (docs/AUDIT.md, "The two lower bounds"; derivations:
+"Estimator details"). A run is audited ONCE: canaries inserted by fair coins (or a fixed "in"
+set and a held-out "out" set for the one-shot estimate) are scored, and this module turns the
+scores into one of three kinds of answer, not to be confused:
 
 - ``estimate_epsilon_gaussian`` (Andrew et al. 2023): an ESTIMATE, neither an upper nor a lower
   bound; it can be above the accounted epsilon by chance.
-- ``one_run_lower_bound`` (Steinke, Nasr, Jagielski 2023, arXiv 2305.08846): a high-confidence
-  LOWER bound on the (eps, delta) epsilon.
+- ``one_run_lower_bound`` (Steinke, Nasr, Jagielski 2023): a high-confidence LOWER bound on the
+  (eps, delta) epsilon.
 - ``fdp_one_run_audit`` (Mahloujifar, Melis, Chaudhuri 2024): a high-confidence LOWER bound on
   the Gaussian-DP parameter mu, and the test of a claimed trade-off curve; much tighter for a
-  Gaussian mechanism (docs/AUDIT.md, table 2; the proof: docs/AUDIT.md, "fdp_one_run_mass").
+  Gaussian mechanism (docs/AUDIT.md, table 2).
 
 Every audit of dpemb (white- and black-box ``audit_run``, ``transfer.audit``) ends in
 ``audit_record``: one score per canary and its secret inclusion bit go in; a JSON-ready record
@@ -335,11 +335,9 @@ def one_run_lower_bound(
     guesses, v of them right, the result is the smallest eps at which ``one_run_p_value(m, r, v,
     eps, delta)`` exceeds ``1 - confidence`` (``_epsilon_lower``): if the mechanism is
     (eps, delta)-DP, ``epsilon_lower > eps`` has probability at most ``1 - confidence``.
-
-    delta = 0: Theorem 5.1, the one-sided Clopper-Pearson bound p_lo on v / r as
-    eps = log(p_lo / (1 - p_lo)) (0 when p_lo <= 1/2); delta > 0: Theorem 5.2's exact p-value
-    bound with its 2 m delta term (m = len(scores)). k_pos and k_neg must be fixed before looking
-    at the scores; to pick them from the data use ``one_run_lower_bound_grid`` (union bound).
+    k_pos and k_neg must be fixed before looking at the scores; to pick them from the data use
+    ``one_run_lower_bound_grid`` (union bound). Theorems 5.1 / 5.2: docs/AUDIT.md,
+    "one_run_p_value".
     """
     s, inc = _canaries(scores, included)
     kp, kn = _nonneg_int("k_pos", k_pos), _nonneg_int("k_neg", k_neg)
