@@ -1,13 +1,10 @@
 """Calibration: the noise for a target epsilon, the rounds a budget affords, extrapolation.
 
-- ``calibrate_noise_multiplier``: the smallest z (within a relative 1e-4, rounded UP) whose
-  epsilon is at most the target; the returned z always meets the target.
-- ``max_rounds``: the largest number of rounds whose epsilon stays within a budget.
-- ``extrapolate``: the paper's "noise z x k" convention (Xu et al. 2022; docs/PRIVACY.md,
-  "Calibration and extrapolation"): N' = k N users, M' = round(k M) clients and z' = z M'/M,
-  so the noise on the average and the sampling rate are unchanged; ``factor`` is M'/M. A
-  default delta becomes 1/N' (the paper's convention, which ``dpemb.privacy.delta`` would
-  refuse for a real run; ``delta_note`` says so); a given delta is kept.
+Definitions: docs/PRIVACY.md, "Calibration and extrapolation". Guarantees: the z
+``calibrate_noise_multiplier`` returns (rounded UP) always meets the target; ``extrapolate``
+keeps the noise on the average and the sampling rate, and its default delta is 1/N' (the
+paper's convention, which ``dpemb.privacy.delta`` would refuse for a real run; ``delta_note``
+says so); a given delta is kept.
 """
 
 from __future__ import annotations
