@@ -40,12 +40,9 @@ def _smallest_noise(eps_of_z: Callable[[float], float], target: float, what: str
                     step: float = 2.0) -> float:
     """Smallest z (relative tolerance REL_TOL, rounded up) with eps_of_z(z) <= target.
 
-    Bisection on a bracket [lo, hi] with eps(lo) > target >= eps(hi), found by stepping
-    up or down from ``start`` by ``step`` (a step below 2 squares after each try, up to
-    2: a start known to be close is bracketed without trying far-off z, whose epsilon
-    can be costly); epsilon falls as z grows, and the returned ``hi`` always satisfies
-    the target. The search stays within [``MIN_NOISE_MULTIPLIER``,
-    ``MAX_NOISE_MULTIPLIER``], where the accountant is exact.
+    Epsilon falls as z grows; the returned ``hi`` always satisfies the target, and the search
+    stays within [``MIN_NOISE_MULTIPLIER``, ``MAX_NOISE_MULTIPLIER``], where the accountant is
+    exact (bracketing and bisection: docs/PRIVACY.md, "Calibration and extrapolation").
     """
     hi, factor = min(max(start, MIN_NOISE_MULTIPLIER), MAX_NOISE_MULTIPLIER), step
     while eps_of_z(hi) > target:
