@@ -1,9 +1,7 @@
 """The noise mechanism interface, the Gaussian mechanism on a clipped SUM, and THE sampler.
 
-``NoiseMechanism`` is the one interface from a round's clipped sum to the noised sum the server
-may use; ``GaussianNoise``, ``dpemb.privacy.tree.TreeAggregationNoise`` and
-``dpemb.privacy.bandmf.BandMFNoise`` implement it, and ``dpemb.privacy.plan.make_noise`` builds
-the one a ``PrivacySpec`` is accounted for.
+``NoiseMechanism``: the one interface from a round's clipped sum to the noised sum the server
+may use (Gaussian, tree, BandMF); ``dpemb.privacy.plan.make_noise`` builds the accounted one.
 
 Guarantee: ``GaussianNoise(z).add(clipped)`` returns ``clipped.value`` plus fresh independent
 N(0, (z * clipped.sensitivity)^2) noise on every entry: the Gaussian mechanism with z relative
