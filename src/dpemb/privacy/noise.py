@@ -11,11 +11,9 @@ A zero, negative, NaN or infinite z is an error unless ``allow_nonprivate=True``
 (nothing added; every description says "not private").
 
 Randomness: without a seed, the OS's secure source; with one, ``seeded`` is True (an experiment,
-not a release). ``secure=True`` (never seeded): every draw from a fresh securely keyed generator,
-each entry the normalised sum of two draws; a hardening, not a discrete Gaussian
-(docs/PRIVACY.md, "Floating-point attacks and `--secure-noise`", with its cost).
-``standard_normal`` is the one sampler every Gaussian draw of dpemb goes through, so ``secure``
-means the same everywhere; ``describe_sampler`` is the sentence reports print.
+not a release). ``secure=True`` (never seeded): a hardening, not a discrete Gaussian (how and
+its cost: docs/PRIVACY.md, "Floating-point attacks and `--secure-noise`"). Every Gaussian draw
+of dpemb goes through ``standard_normal``, so ``secure`` means the same everywhere.
 """
 
 from __future__ import annotations
