@@ -5,9 +5,7 @@ Definitions: docs/EVALUATION.md, "The definition" (positive = same label, accept
 the float64 cosine rounded to a multiple of 2^-24, so equal similarities tie exactly
 whatever order the sum ran in. The all-pairs pass is exact with no ``N^2`` array (working
 memory ~``19 * block_size**2`` bytes; algorithm: docs/EVALUATION.md, "dpemb.metrics.verification").
-
-``max_pairs`` samples that many pairs uniformly without replacement (seeded) instead;
-the result then says ``exact=False`` and how many pairs it used.
+``max_pairs`` samples pairs instead (``exact=False``; see :func:`verification_metrics`).
 """
 
 from __future__ import annotations
