@@ -721,10 +721,9 @@ def listed_pair_metrics(
 ) -> VerificationResult:
     """Recall@FAR (TAR at FAR), thresholds, ROC AUC and ROC of given pairs: ``scores``
     (cosine similarities, one per listed pair) and ``same`` (True for a genuine pair,
-    False for an impostor pair). The definitions are those of
-    :func:`verification_metrics` (scores quantised to 2^-24, accept ``score >= t``,
-    largest TAR with FAR <= f); the result counts the listed pairs only and has
-    ``exact=True`` (every listed pair is used).
+    False for an impostor pair), with the definitions of :func:`verification_metrics`
+    (docs/EVALUATION.md, "The definition"); the result counts the listed pairs only and has
+    ``exact=True``.
 
     Raises :class:`~dpemb.data.dataset.DataError` when the lengths differ, a score is
     not finite, or there is no genuine (or no impostor) pair.
@@ -765,10 +764,8 @@ def verification_metrics(
         embeddings: ``(N, D)`` torch tensor or numpy array.
         labels: ``(N,)`` integer identity labels.
         fars: false accept rates in (0, 1].
-        normalize: L2-normalise rows first (cosine similarity). With False the score
-            is the plain dot product.
-        block_size: tile edge of the all-pairs pass; working memory is about
-            ``19 * block_size**2`` bytes.
+        normalize: L2-normalise rows first (cosine); with False, plain dot products.
+        block_size: tile edge of the all-pairs pass (memory ~``19 * block_size**2`` bytes).
         max_pairs: when set and smaller than ``N(N-1)/2``, use that many pairs drawn
             uniformly without replacement (seeded by ``seed``) instead of all pairs;
             the result has ``exact=False``. Memory is then O(max_pairs).
