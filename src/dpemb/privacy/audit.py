@@ -554,9 +554,8 @@ def fdp_one_run_audit(
 ) -> FdpResult:
     """f-DP one-run audit (``fdp_one_run_mass``) of canary scores, with a lower bound on mu.
 
-    For every (k_pos, k_neg) of ``k_grid`` (fixed before the scores are seen) the auditor
-    guesses "in" for the k_pos highest scores and "out" for the k_neg lowest, and each
-    grid point is tested at level (1 - confidence) / len(k_grid) (union bound):
+    Every (k_pos, k_neg) of ``k_grid`` (fixed before the scores are seen; the guessing game:
+    docs/AUDIT.md, "The two lower bounds") is tested at level (1 - confidence) / len(k_grid):
 
     - ``mu_lower`` is the largest, over the grid, of ``_gdp_lower_one`` (a mu that is
       rejected with every smaller mu tested): if the mechanism is mu*-GDP,
