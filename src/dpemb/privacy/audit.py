@@ -329,14 +329,12 @@ def one_run_lower_bound(
 
     ``scores[i]`` is canary i's score (higher = more likely included), ``included[i]`` whether it
     was inserted; valid only if each canary was included independently with probability 1/2 and
-    the scores come from the trained model alone. The guessing game (``k_pos`` highest "in",
-    ``k_neg`` lowest "out"): docs/AUDIT.md, "The two lower bounds". With r = k_pos + k_neg
-    guesses, v of them right, the result is the smallest eps at which ``one_run_p_value(m, r, v,
-    eps, delta)`` exceeds ``1 - confidence`` (``_epsilon_lower``): if the mechanism is
-    (eps, delta)-DP, ``epsilon_lower > eps`` has probability at most ``1 - confidence``.
+    the scores come from the trained model alone. With r = k_pos + k_neg guesses (the game:
+    docs/AUDIT.md, "The two lower bounds"), v right, the result is the smallest eps at which
+    ``one_run_p_value`` exceeds ``1 - confidence`` (docs/AUDIT.md, "one_run_p_value"): if the
+    mechanism is (eps, delta)-DP, ``epsilon_lower > eps`` has probability <= ``1 - confidence``.
     k_pos and k_neg must be fixed before looking at the scores; to pick them from the data use
-    ``one_run_lower_bound_grid`` (union bound). Theorems 5.1 / 5.2: docs/AUDIT.md,
-    "one_run_p_value".
+    ``one_run_lower_bound_grid`` (union bound).
     """
     s, inc = _canaries(scores, included)
     kp, kn = _nonneg_int("k_pos", k_pos), _nonneg_int("k_neg", k_neg)
