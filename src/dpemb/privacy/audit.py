@@ -1,8 +1,8 @@
 """Empirical privacy auditing: estimators that turn canary scores into an epsilon.
 
-A run is audited ONCE (docs/AUDIT.md, "The two lower bounds"; derivations: "Estimator
-details"): canaries inserted by fair coins (or fixed "in" and held-out "out" sets for the
-one-shot estimate) are scored, and the scores become one of three answers, not to be confused:
+A run is audited ONCE (docs/AUDIT.md, "The two lower bounds"; derivations: "Estimator details"):
+canaries inserted by fair coins (or fixed "in" and held-out "out" sets for the one-shot estimate)
+are scored, and the scores become one of three answers, not to be confused:
 
 - ``estimate_epsilon_gaussian`` (Andrew et al. 2023): an ESTIMATE, neither an upper nor a lower
   bound; it can be above the accounted epsilon by chance.
