@@ -1,12 +1,10 @@
 """Several virtual clients' local training at once: one vectorised call per local step.
 
 ``BatchedClientTrainer`` stacks up to ``max_batch_clients`` clients' trainable parameters
-(and fresh heads) along a leading client dimension and computes all their gradients in ONE
-``torch.func.vmap`` over ``torch.func.grad(functional_call(model, params_i, x_i) -> loss_i)``;
-the SGD (with momentum) update is ``torch.optim.SGD``'s rule applied by hand (dampening 0,
-no Nesterov, no weight decay; the momentum buffer starts as the first gradient). Padding,
-grouping, supported models and cost: docs/SCALE.md, "Several clients at once on an
-accelerator".
+(and fresh heads) along a leading client dimension, computes all their gradients in ONE
+``torch.func.vmap`` and applies ``torch.optim.SGD``'s rule by hand (the vmap, the SGD rule,
+padding, grouping, supported models and cost: docs/SCALE.md, "Several clients at once on an
+accelerator").
 
 Every client's result equals ``ClientTrainer.update`` on its own, to float rounding: the
 same batches, fresh head, loss and step schedule (``stepped_at``), drawn with the client's

@@ -1,14 +1,8 @@
 """The client update: what one virtual client computes from the current model.
 
-DP-FedEmb (Xu et al. 2022): starting from the server backbone, build a FRESH head (no
-bias) over all training identities or only those present in the client's data, train
-backbone and head jointly with two SGD optimizers (head lr = client lr x head_lr_scale),
-optionally head-only for the first R steps and backbone-only after; return the BACKBONE
-delta only. The head is discarded. DP-FedAvg: the model is backbone + global head; both
-are trained with the client lr and the delta covers both. The head's initialisation and
-loss (``cfg.loss``; imprinted under a margin loss): docs/MODELS.md, "Head" and "Loss on
-the head". With public negatives (``dpemb.algorithms.public_negatives``) one row per
-public identity follows the client's own rows.
+DP-FedEmb (Xu et al. 2022) trains a FRESH head with the server backbone and returns the
+BACKBONE delta only (the head is discarded); DP-FedAvg trains backbone + global head and the
+delta covers both. The steps, optimizers and schedules: docs/MODELS.md, "dpemb.algorithms.client".
 
 Nothing here clips or adds noise: the delta goes to ``dpemb.privacy`` unchanged.
 Expensive objects (the working copy of the model) are built once and reused for every

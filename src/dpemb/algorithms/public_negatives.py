@@ -1,8 +1,6 @@
 """Public negatives: fixed extra rows of DP-FedEmb's fresh local head, one per identity of
-a PUBLIC dataset, so that a small virtual client still has identities to contrast with
-(why small clients need them: docs/MODELS.md, "Head"). Each row is the normalised mean
-embedding of its public images under the round's start model (``margin.imprint_``); the
-rows train locally with the rest of the head and are discarded with it.
+a PUBLIC dataset, imprinted under the round's start model (``margin.imprint_``), trained and
+discarded with the rest of the head (why: docs/MODELS.md, "Head").
 
 Privacy: the rows are a function of the start model (the released, noised server model)
 and of the public dataset alone. Each client's update stays a function of (start, public

@@ -1,15 +1,11 @@
 """One round of federated training as map (client updates) then reduce (private sum).
 
-    slots (from privacy.sampling) --map: client_update--> deltas
-    deltas --reduce: privacy.clipping.ClipAndSum--> clipped sum + its sensitivity
-    clipped sum --privacy.noise (Gaussian or tree)--> noised sum
-    noised sum / expected clients (PUBLIC constant) --server optimizer--> new model
-      (dpemb.algorithms.server: post-processing, no change to the privacy guarantee)
-
-``map_clients`` (training, reading each client's rows through ``ClientData``) and
-``accumulate_clients`` (clipping into a ``ClipAndSum``) are separate from
-``round_stats`` so that a distributed executor (``dpemb.training.executor``) can run
-them on many processes and merge the partial accumulators and tallies before the
+Client updates -> ``ClipAndSum`` (clipped sum + its sensitivity) -> noise -> divided by the
+PUBLIC expected number of clients -> server optimizer (post-processing; diagram:
+docs/SCALE.md, "dpemb.algorithms.round"). ``map_clients`` (training, reading each client's
+rows through ``ClientData``) and ``accumulate_clients`` (clipping into a ``ClipAndSum``) are
+separate from ``round_stats`` so that a distributed executor (``dpemb.training.executor``)
+can run them on many processes and merge the partial accumulators and tallies before the
 statistics are taken.
 """
 

@@ -1,12 +1,9 @@
 """The server optimizer and its learning-rate schedule.
 
-The server treats ``noised sum / expected clients`` as a pseudo-gradient (each client's
-delta is ``start - end``, so the average delta points downhill like a gradient) and hands
-it to ``sgd`` (SGD with momentum ``server_momentum``, the default) or ``adam`` (FedAdam:
-``torch.optim.Adam``, bias correction included). Round ``r``'s learning rate (0-based) is
-``server_lr_at(cfg, r, R)`` for the PLANNED number of rounds R (a public constant). The
-formulas, and how FedAdam here compares with the paper: docs/DEFAULTS.md, "Server
-optimizer and schedule".
+``noised sum / expected clients`` is a pseudo-gradient (a client's delta is ``start - end``)
+for ``sgd`` (with momentum, the default) or ``adam`` (FedAdam, bias correction included);
+round ``r``'s lr is ``server_lr_at(cfg, r, R)`` for the PLANNED rounds R (public). Formulas
+and FedAdam against the paper: docs/DEFAULTS.md, "Server optimizer and schedule".
 
 PRIVACY: all of this is post-processing of the privatised (clipped and noised) sum.
 The optimizer state is a function of released quantities only, and the schedule depends

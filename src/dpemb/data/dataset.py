@@ -175,10 +175,8 @@ class UserDataset:
     def select(self, example_mask: np.ndarray, *, relabel: bool = False) -> "UserDataset":
         """Keep the examples where ``example_mask`` is true; drop users left empty.
 
-        Images held in memory are copied; memory-mapped ones (a memmap, or a RowView
-        of one) are not read: the subset's images are a lazy
-        :class:`~dpemb.data.rows.RowView` of the same memmap, read row by row on
-        demand (``images[idx]``).
+        Images held in memory are copied; memory-mapped ones are not read: the subset's
+        images are a lazy :class:`~dpemb.data.rows.RowView` of the same memmap.
 
         With ``relabel`` the remaining identities are renumbered 0..k-1 (a model's
         head needs contiguous classes); the role annotations (held-out identities and

@@ -1,28 +1,12 @@
 """Lazy, read-only row views of a (memory-mapped) image array.
 
 A dataset loaded with ``UserDataset.load(path, mmap=True)`` keeps its images in a
-read-only ``np.memmap``; its splits (``UserDataset.select``) are :class:`RowView`\\ s
-of that memmap: the sorted rows a split keeps, not a copy of them. Nothing is read
-until rows are asked for, and then only those rows:
-
-    view = RowView(base, rows)     # rows: sorted, distinct positions in base
-    view[i]                        # one row (an ndarray)
-    view[a:b], view[::-1]          # those rows, as an ndarray
-    view[mask], view[idx]          # boolean mask / integer array (any order, repeats)
-    np.asarray(view)               # materialise every row (one copy of the split)
-    view.view(idx)                 # a view of a view: still one view over ``base``
-
-Every read returns a fresh, writeable ``ndarray`` holding just the rows asked for,
-gathered from the base with as few reads as possible: consecutive base rows (a user's
-examples are consecutive) are copied as one slice each.
-
-Pages. Reading a memmap maps the file's pages into the process: they count in its
-resident set (RssFile) while mapped, although they are clean page cache the kernel can
-reclaim. With ``release_pages`` (the default, for a read-only memmap of a whole
-``.npy`` file as ``np.load(mmap_mode="r")`` returns it) every read ends by
-``madvise(MADV_DONTNEED)`` on the byte range it touched: the rows have been copied out,
-so the mapping drops those pages (they stay in the page cache; a later read maps them
-again without disk I/O): a process holds the rows it works on (docs/DATA.md, "Library").
+read-only ``np.memmap``; its splits (``UserDataset.select``) are :class:`RowView`\\ s of
+that memmap (its sorted rows, not a copy). Nothing is read until rows are asked for; every
+read (int, slice, mask, index array, ``np.asarray``) returns a fresh, writeable ``ndarray``
+of just those rows, a user's consecutive rows copied as one slice. With ``release_pages``
+every read ends by ``madvise(MADV_DONTNEED)`` on the bytes it touched, so a process holds
+only the rows it works on (usage and page accounting: docs/DATA.md, "dpemb.data.rows").
 """
 
 from __future__ import annotations

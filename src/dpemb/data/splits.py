@@ -117,16 +117,13 @@ def assign_splits(
 ) -> UserDataset:
     """Return ``ds`` with its identity and user roles set (arrays are shared).
 
-    How test, validation and public identities and users are chosen, with the defaults
-    (``DEFAULT_EVAL_IDENTITY_FRACTION`` = 0.1, validation 0.1, public 0): docs/DATA.md,
-    "How the roles are chosen". A fraction > 0 selects at least two identities
-    (verification needs pairs of different identities) and at least one user; 0 holds out
-    none. Examples whose user and identity roles differ are in no split. Previous roles
-    are replaced. Deterministic given ``seed``; each choice has its own random stream
-    (changing the public share moves nothing else). Raises ``ValueError`` for a bad
-    fraction, :class:`DataError` when a label index does not exist, when test and
-    validation identities overlap, or when no training identity, private training user
-    or held-out example would remain.
+    How test, validation and public identities and users are chosen, with the defaults, the
+    two-identity minimum and the per-choice random streams: docs/DATA.md, "How the roles are
+    chosen". Examples whose user and identity roles differ are in no split; previous roles are
+    replaced; deterministic given ``seed``. Raises ``ValueError`` for a bad fraction,
+    :class:`DataError` when a label index does not exist, when test and validation identities
+    overlap, or when no training identity, private training user or held-out example would
+    remain.
     """
     for name, value in (
         ("eval_identity_fraction", eval_identity_fraction),

@@ -1,15 +1,7 @@
 """dpemb.metrics: pure functions of embeddings (or logits) and integer labels.
 
-* verification: exact all-pairs Recall@FAR (TAR@FAR), ROC AUC, compact ROC curve.
-* far_table: the face-verification report: Recall@FAR at FAR 1e-6 ... 1e-1, which
-  FARs the pairs support, bootstrap confidence intervals over identities (bootstrap).
-* pairs: the LFW-style k-fold accuracy of listed pairs (threshold chosen on the other
-  folds); verification.listed_pair_metrics gives their TAR at FAR and AUC.
-* templates: IJB-style template features (mean of normalised embeddings, optionally
-  per medium first).
-* in_batch: the reference code's in-batch Recall@FAR approximation (for comparison).
-* retrieval: precision@1 and MAP@R, leave-one-out by cosine similarity.
-* plots: ROC curves to PNG.
+Modules (each docstring says what it computes; definitions: docs/EVALUATION.md):
+verification, far_table, bootstrap, pairs, templates, in_batch, retrieval, plots.
 
 Imports nothing from dpemb.privacy or dpemb.algorithms.
 """

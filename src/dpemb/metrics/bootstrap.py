@@ -1,14 +1,11 @@
 """Bootstrap confidence intervals for exact Recall@FAR, resampling identities.
 
-The scheme (identities, not pairs, resampled; which pairs of a replicate count) and how it
+The scheme (identities, not pairs, resampled; a replicate's weighted pair counts) and how it
 stays fast: docs/EVALUATION.md, "Confidence intervals: bootstrap over identities". A
-replicate drawing identity ``a`` ``w_a`` times has ``sum_a w_a n_a (n_a - 1) / 2`` positive
-and ``((sum_a w_a n_a)^2 - sum_a (w_a n_a)^2) / 2`` negative pairs, and its Recall@FAR is
-computed exactly as the point estimate is, on those weighted counts (with all weights 1 it
-reproduces the exact value bit for bit). It reads only the tail a
-:class:`~dpemb.metrics.verification.PassObserver` kept during the one exact pass: every
-negative scoring at least a cutoff (``_TAIL_MARGIN`` times the largest budget, at least
-``_MIN_TAIL``) and every positive, each with its identities.
+replicate's Recall@FAR is computed exactly as the point estimate is, on weighted counts (with
+all weights 1 it reproduces the exact value bit for bit), from only the tail a
+:class:`~dpemb.metrics.verification.PassObserver` kept during the one exact pass (negatives
+above a cutoff, ``_TAIL_MARGIN`` times the largest budget, at least ``_MIN_TAIL``; every positive).
 """
 
 from __future__ import annotations

@@ -2,11 +2,8 @@
 which FARs the number of negative pairs supports, and bootstrap confidence intervals
 over identities (:mod:`dpemb.metrics.bootstrap`), all from one exact all-pairs pass.
 
-TAR at FAR f is the largest TAR over thresholds with FAR <= f (stricter than insightface);
-a row is *supported* when there are at least ``1 / f`` negative pairs; intervals are given
-for supported FARs whose budget accepts at most ``ci_max_accepts`` negatives (the
-bootstrap's cost grows with it): docs/EVALUATION.md, from "The definition" to "Confidence
-intervals".
+Definitions (TAR at FAR, *supported* rows: at least ``1 / f`` negative pairs, which FARs get
+intervals: ``ci_max_accepts``): docs/EVALUATION.md, "The definition" to "Confidence intervals".
 """
 
 from __future__ import annotations

@@ -1,27 +1,10 @@
 """The reference code's in-batch Recall@FAR: a rough APPROXIMATION, for comparison only.
 
-The public DP-FedEmb code (``dp_visual_embeddings/metrics.py``, ``PairwiseRecallAtFAR``,
-built on Keras ``SensitivityAtSpecificity``) estimates Recall@FAR like this, and its own
-docstring warns that the estimate is imprecise and can be biased:
-
-1. split the evaluation set into consecutive batches of 256 in the given order and
-   form pairs only WITHIN each batch (a set of N examples gives about ``N * 255 / 2``
-   of the ``N^2 / 2`` pairs; pairs across batches are never compared);
-2. score a pair by ``(1 + cos) / 2`` of the L2-normalised embeddings (the reference
-   writes it as ``1 - ||x - y||^2 / 4``), a value in [0, 1];
-3. count TP/FP/TN/FN at 200 FIXED thresholds: ``0, 1/199, 2/199, ..., 198/199, 1``,
-   a pair being predicted positive when its score is strictly above the threshold
-   (on the cosine scale these are 200 evenly spaced thresholds in [-1, 1]);
-4. return the largest recall among thresholds whose specificity ``TN / (TN + FP)`` is
-   at least ``1 - far``, or 0 when none is.
-
-With 256-example batches a batch of distinct identities contributes ~32,600 negative
-pairs, so FAR=1e-3 rests on a few dozen false accepts per batch, and the fixed grid
-(steps of 0.01 in cosine) moves the operating point away from the requested FAR. Use
-:func:`dpemb.metrics.verification.verification_metrics` for the exact value; this
-function exists to compare with the paper's "approx" numbers. Computed in float64
-(the reference used float32; results can differ when a score lies within float32
-rounding of a grid threshold).
+The public DP-FedEmb code's ``PairwiseRecallAtFAR``: pairs only within consecutive batches
+of 256, score ``(1 + cos) / 2``, 200 fixed thresholds, largest recall with specificity >=
+``1 - far`` (steps and bias: docs/EVALUATION.md, "dpemb.metrics.in_batch"). Use
+:func:`dpemb.metrics.verification.verification_metrics` for the exact value; this exists
+to compare with the paper's "approx" numbers. Computed in float64 (the reference: float32).
 """
 
 from __future__ import annotations

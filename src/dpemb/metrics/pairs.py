@@ -1,13 +1,9 @@
 """The LFW-style k-fold verification accuracy of a list of scored pairs.
 
-The protocol and what is reported: docs/EVALUATION.md, "What is reported". A pair is
-predicted *same* when ``score >= threshold``. Of the training folds' cut points (their
-distinct scores ``u_0 < ... < u_{m-1}`` and ``+inf``) the lowest with the maximal training
-accuracy, ``u_i``, gives the threshold ``(u_{i-1} + u_i) / 2`` (``u_0`` when ``i = 0``;
-``+inf`` when no pair is accepted), which accepts exactly the same training pairs. The
-standard deviation over folds is ``numpy.std``'s (ddof 0). Without given folds,
-:func:`assign_folds` deals genuine and impostor pairs separately, round robin (pair r of
-its kind to fold ``r mod k``). Pure numpy; no torch.
+The protocol, the threshold rule and what is reported: docs/EVALUATION.md, "What is
+reported". A pair is predicted *same* when ``score >= threshold``; the threshold accepts
+exactly the training pairs its cut point does (``+inf`` when none is accepted). The standard
+deviation over folds is ``numpy.std``'s (ddof 0). Pure numpy; no torch.
 """
 
 from __future__ import annotations

@@ -24,14 +24,12 @@ def plot_roc(
 ) -> Path:
     """Plot one ROC curve per named result (TAR against FAR on a log axis) to ``path``.
 
-    Each requested FAR gets a dotted vertical line and each curve a marker at its
-    Recall@FAR (hollow where the FAR is unsupported). FARs below ``1 / #negative pairs`` (which the pairs cannot resolve:
-    Recall@FAR is measured there at zero false accepts) are shaded grey; ROC points
-    with no false accept sit at the left edge of that band. The legend gives the AUC
-    and the Recall@FAR at every FAR when there are at most three, else at those of
-    ``DEFAULT_FARS`` present; a sampled result is marked
-    "(sampled)". The PNG is written to a temporary file in the target folder and
-    moved into place, so readers never see a partial file. Returns the path.
+    Each requested FAR gets a dotted vertical line and each curve a marker at its Recall@FAR;
+    FARs below ``1 / #negative pairs`` are shaded grey with hollow markers (docs/EVALUATION.md,
+    "Which FARs the data supports"). The legend gives the AUC and the Recall@FAR at every FAR
+    when there are at most three, else at those of ``DEFAULT_FARS`` present; a sampled result
+    is marked "(sampled)". The PNG is written to a temporary file and moved into place, so
+    readers never see a partial file. Returns the path.
     """
     if not results:
         raise ValueError("results is empty: give at least one named VerificationResult")

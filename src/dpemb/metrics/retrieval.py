@@ -4,15 +4,10 @@ Every example is a query against all OTHER examples of the set. Neighbours are r
 by cosine similarity (float64, rounded to float32 like the verification scores), ties
 broken by the smaller example index, so results are deterministic. Queries whose
 identity has no other example cannot be answered and are left out of both averages.
-
-* precision@1: fraction of queries whose nearest neighbour shares their label.
-* MAP@R (Musgrave, Belongie & Lim 2020, "A Metric Learning Reality Check"): for a
-  query with R other examples of its label, take its R nearest neighbours;
-  ``AP@R = (1/R) * sum_{i<=R} P(i) * [neighbour i is relevant]`` with ``P(i)`` the
-  precision among the first i; MAP@R is the mean over queries.
-
-Computed in tiles (queries x ``block_size`` columns) with a running top-k, so memory is
-about ``block_size**2`` 8-byte keys plus ``queries x R`` for the largest identities.
+precision@1: fraction of queries whose nearest neighbour shares their label. MAP@R
+(Musgrave, Belongie & Lim 2020): the mean over queries of AP@R over the R nearest
+neighbours, R = the query's other examples of its label (formula and memory:
+docs/EVALUATION.md, "dpemb.metrics.retrieval").
 """
 
 from __future__ import annotations

@@ -1,31 +1,11 @@
 """Verification metrics: exact all-pairs Recall@FAR (TAR@FAR), ROC AUC and ROC curve.
 
-Definitions (docs/EVALUATION.md, "The definition"): the pairs are all ``(i, j)``, ``i < j``,
-of the evaluation set, *positive* when both share a label. A pair's score is the cosine
-similarity computed in float64 and rounded to the nearest multiple of 2^-24 (~6e-8), so
-equal similarities tie exactly whatever order the sum ran in; it is accepted at ``t`` when
-``score >= t``. ``Recall@FAR=f`` is the largest ``TAR(t)`` with ``FAR(t) <= f`` over the
-distinct scores and ``+inf``: ``max(tpr[fpr <= f])`` of ``sklearn.metrics.roc_curve(...,
-drop_intermediate=False)``. The AUC counts ties as 1/2.
-
-How it stays exact in bounded memory. The best threshold for any FAR is always one of
-the distinct *positive* scores (or ``+inf``): lowering the threshold to the next
-positive score gains recall, anything in between only adds false accepts. Positive
-pairs are few (they live inside identities), so the distinct positive scores ``U``
-are collected and sorted first, from a cheap pass over same-label tiles only. Then one
-pass over all ``N^2/2`` pairs, in ``block_size x block_size`` tiles of a float64
-matmul, counts for every negative score ``s`` how many positive values are ``<= s``
-(a bucketing of the negatives by the sorted positive values, plus a tie count). From
-those integer counts follow, exactly, ``#negatives >= U[j]`` for every ``j`` (hence the
-ROC at every positive threshold, hence Recall@FAR for every FAR) and the AUC
-numerator. Nothing of size ``N^2`` is ever held: working memory is about
-``19 * block_size**2`` bytes (~320 MB at 4096) plus ~40 bytes per distinct positive
-score. If the distinct positive scores exceed ``_MAX_DISTINCT_POSITIVES`` (few
-identities with many examples each), they are split into score ranges and the pass
-over the negatives is repeated once per range; results are identical.
-
-``max_pairs`` samples that many pairs uniformly without replacement (seeded) instead;
-the result then says ``exact=False`` and how many pairs it used.
+Definitions: docs/EVALUATION.md, "The definition" (positive = same label, accepted when
+``score >= t``, Recall@FAR = ``max(tpr[fpr <= f])``, AUC ties 1/2). Invariant: a score is
+the float64 cosine rounded to a multiple of 2^-24, so equal similarities tie exactly
+whatever order the sum ran in. The all-pairs pass is exact with no ``N^2`` array (working
+memory ~``19 * block_size**2`` bytes; algorithm: docs/EVALUATION.md, "dpemb.metrics.verification").
+``max_pairs`` samples pairs instead (``exact=False``; see :func:`verification_metrics`).
 """
 
 from __future__ import annotations
@@ -741,10 +721,9 @@ def listed_pair_metrics(
 ) -> VerificationResult:
     """Recall@FAR (TAR at FAR), thresholds, ROC AUC and ROC of given pairs: ``scores``
     (cosine similarities, one per listed pair) and ``same`` (True for a genuine pair,
-    False for an impostor pair). The definitions are those of
-    :func:`verification_metrics` (scores quantised to 2^-24, accept ``score >= t``,
-    largest TAR with FAR <= f); the result counts the listed pairs only and has
-    ``exact=True`` (every listed pair is used).
+    False for an impostor pair), with the definitions of :func:`verification_metrics`
+    (docs/EVALUATION.md, "The definition"); the result counts the listed pairs only and has
+    ``exact=True``.
 
     Raises :class:`~dpemb.data.dataset.DataError` when the lengths differ, a score is
     not finite, or there is no genuine (or no impostor) pair.
@@ -785,10 +764,8 @@ def verification_metrics(
         embeddings: ``(N, D)`` torch tensor or numpy array.
         labels: ``(N,)`` integer identity labels.
         fars: false accept rates in (0, 1].
-        normalize: L2-normalise rows first (cosine similarity). With False the score
-            is the plain dot product.
-        block_size: tile edge of the all-pairs pass; working memory is about
-            ``19 * block_size**2`` bytes.
+        normalize: L2-normalise rows first (cosine); with False, plain dot products.
+        block_size: tile edge of the all-pairs pass (memory ~``19 * block_size**2`` bytes).
         max_pairs: when set and smaller than ``N(N-1)/2``, use that many pairs drawn
             uniformly without replacement (seeded by ``seed``) instead of all pairs;
             the result has ``exact=False``. Memory is then O(max_pairs).
@@ -799,11 +776,8 @@ def verification_metrics(
         DataError: bad embeddings/labels, or no positive (or no negative) pairs.
         ValueError: bad parameters.
 
-    A FAR below ``1 / #negative pairs`` can only be met with zero false accepts; that
-    value is still returned (as scikit-learn would) with a RuntimeWarning, unless
-    ``warn=False`` (for callers that mark such FARs themselves, like
-    :func:`dpemb.metrics.far_table.far_table`; :meth:`VerificationResult.supported`
-    tells which FARs the pairs resolve).
+    A FAR below ``1 / #negative pairs`` is met only at zero false accepts: returned with a
+    RuntimeWarning unless ``warn=False`` (docs/EVALUATION.md, "Which FARs the data supports").
     """
     far_list = _validate_fars(fars)
     if int(block_size) < 1:

@@ -1,13 +1,12 @@
 """``mobilenetv2-gn`` and ``mobilenetv2-bn``: MobileNetV2 (Sandler et al. 2018).
 
-The module tree and parameter names follow torchvision's ``mobilenet_v2``
-(``features.0.0.weight``, ``features.1.conv.0.1.weight``, ..., ``features.18.1.bias``)
-so that its ImageNet state dict loads by name (``dpemb.models.pretrained``); torchvision
-itself is never imported. The ImageNet classifier is replaced by the embedding layer
-``Linear(1280, embedding_dim)`` applied to the globally average-pooled features.
-Normalisation, input and the stem stride: docs/MODELS.md, "Input and output" and
-"Backbones". Private training needs ``mobilenetv2-gn`` or ``mobilenetv2-bn`` with frozen
-statistics (``dpemb.models.freeze_batchnorm_stats``; the ImageNet loader's default).
+The module tree and parameter names follow torchvision's ``mobilenet_v2`` (``features.0.0.weight``
+to ``features.18.1.bias``) so that its ImageNet state dict loads by name
+(``dpemb.models.pretrained``); torchvision itself is never imported. The ImageNet classifier
+is replaced by the embedding layer ``Linear(1280, embedding_dim)`` on the globally
+average-pooled features. Normalisation, input and the stem stride: docs/MODELS.md, "Input and
+output" and "Backbones". Private training needs ``mobilenetv2-gn`` or ``mobilenetv2-bn`` with
+frozen statistics (``dpemb.models.freeze_batchnorm_stats``; the ImageNet loader's default).
 """
 
 from __future__ import annotations

@@ -51,11 +51,10 @@ def freeze_batchnorm_stats(model: nn.Module) -> None:
     """Put every BatchNorm layer in eval mode for good: running statistics are used and
     never updated, even after a later ``model.train()``.
 
-    A forward pre-hook resets the layer to eval before each call, so the freeze survives
-    ``train()``, ``copy.deepcopy`` and per-client model copies. The affine parameters
-    (weight, bias) can still train. With frozen statistics a BatchNorm layer is a fixed
-    per-channel affine map, so each example's output depends on that example alone and
-    no user data flows into the buffers. Idempotent.
+    The freeze survives ``train()``, ``copy.deepcopy`` and per-client model copies (a forward
+    pre-hook; docs/MODELS.md, "Which parameters train"); the affine parameters can still
+    train. Guarantee: each example's output depends on that example alone and no user data
+    flows into the buffers. Idempotent.
     """
     for m in model.modules():
         if isinstance(m, nn.modules.batchnorm._BatchNorm):

@@ -1,11 +1,9 @@
 """Adaptive clipping (Andrew et al. 2021): the clip norm tracks a quantile of the update norms.
 
-Rule, sensitivity of the count and the split of z: docs/PRIVACY.md, "Adaptive clipping". Each
-client reports the centred bit [pre-clip norm <= C_t] - 1/2 (non-finite counts as above); the
-server releases their SUM plus N(0, sigma_b^2) (``GaussianNoise.add_to_count``, one draw per round
-from the update noise's sampler), divides by the PUBLIC expected number of reporting clients
-(``expected_reporting_clients``, never the realised count) and sets
-C_{t+1} = C_t exp(-eta_C (b_hat - gamma)), a function of released values only.
+Rule, sensitivity of the count and the split of z: docs/PRIVACY.md, "Adaptive clipping". The
+noised SUM of the clients' centred bits (``GaussianNoise.add_to_count``) is divided by the
+PUBLIC ``expected_reporting_clients``, never the realised count, so C_{t+1} is a function of
+released values only.
 
 Guarantee: Delta_b = 1/2 only for K = 1 under add/remove, else 1. The z given is the TOTAL:
 1/z^2 = 1/z_value^2 + (Delta_b / sigma_b)^2, so the pair (noised sum, noised count) released on

@@ -1,17 +1,16 @@
 """Empirical privacy auditing: estimators that turn canary scores into an epsilon.
 
-The estimator layer of issue #14 (docs/AUDIT.md, "The two lower bounds"). A run is audited ONCE:
-canaries inserted by fair coins (or a fixed "in" set and a held-out "out" set for the one-shot
-estimate) are scored, and this module turns the scores into one of three kinds of answer, not to
-be confused:
+A run is audited ONCE (docs/AUDIT.md, "The two lower bounds"; derivations: "Estimator details"):
+canaries inserted by fair coins (or fixed "in" and held-out "out" sets for the one-shot estimate)
+are scored, and the scores become one of three answers, not to be confused:
 
 - ``estimate_epsilon_gaussian`` (Andrew et al. 2023): an ESTIMATE, neither an upper nor a lower
   bound; it can be above the accounted epsilon by chance.
-- ``one_run_lower_bound`` (Steinke, Nasr, Jagielski 2023, arXiv 2305.08846): a high-confidence
-  LOWER bound on the (eps, delta) epsilon.
+- ``one_run_lower_bound`` (Steinke, Nasr, Jagielski 2023): a high-confidence LOWER bound on the
+  (eps, delta) epsilon.
 - ``fdp_one_run_audit`` (Mahloujifar, Melis, Chaudhuri 2024): a high-confidence LOWER bound on
   the Gaussian-DP parameter mu, and the test of a claimed trade-off curve; much tighter for a
-  Gaussian mechanism (docs/AUDIT.md, table 2). The proof is in ``fdp_one_run_mass``.
+  Gaussian mechanism (docs/AUDIT.md, table 2).
 
 Every audit of dpemb (white- and black-box ``audit_run``, ``transfer.audit``) ends in
 ``audit_record``: one score per canary and its secret inclusion bit go in; a JSON-ready record
@@ -156,26 +155,12 @@ def estimate_epsilon_gaussian(
 ) -> GaussianEstimate:
     """Estimate epsilon from inserted (in) vs held-out (out) canary scores.
 
-    This is an ESTIMATE, not a bound (Andrew et al. 2023, arXiv 2302.03098): the two
-    score samples are modelled as Gaussians with a common spread, the Gaussian-DP
-    parameter is estimated as
-
-        mu_hat = |mean(in) - mean(out)| / std,
-
-    and the estimate is ``gaussian_epsilon(mu_hat, delta)``. It can lie on either side
-    of the true (or the accounted) epsilon.
-
-    ``scale`` chooses ``std``:
-
-    - ``"null"`` (default, as in the paper): the sample std of the OUT scores. The out
-      canaries never touched training, so their scores are the null distribution; for
-      cosine scores of random canary directions it is ~ N(0, 1/d) whatever training
-      did, which makes it the stable reference. The in scores' spread is not used.
-    - ``"pooled"``: the pooled sample std of both samples (the equal-variance
-      two-sample estimate), for scores whose null spread is not a reliable reference.
-
-    ``n_bootstrap > 0`` adds percentile-bootstrap intervals for mu and epsilon
-    (in and out resampled independently, ``seed`` for the generator).
+    An ESTIMATE, not a bound (Andrew et al. 2023, arXiv 2302.03098): it can lie on either side
+    of the true (or the accounted) epsilon. mu_hat = |mean(in) - mean(out)| / std, reported as
+    ``gaussian_epsilon(mu_hat, delta)``. ``scale``: ``"null"`` (default), the sample std of the
+    OUT scores; ``"pooled"``, the pooled std of both (which to use: docs/AUDIT.md,
+    "estimate_epsilon_gaussian"). ``n_bootstrap > 0`` adds percentile-bootstrap intervals for
+    mu and epsilon (in and out resampled independently, ``seed`` for the generator).
     """
     x_in = _scores("in_scores", in_scores, min_len=2)
     x_out = _scores("out_scores", out_scores, min_len=2)
@@ -239,16 +224,9 @@ class OneRunBound:
 def one_run_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
     """Upper bound on P[W >= v] for W correct guesses out of r, under (eps, delta)-DP.
 
-    Steinke, Nasr, Jagielski 2023, Theorem 5.2: with m canaries each included
-    independently with probability 1/2, r guesses and f(v) = P[Binomial(r, q) >= v],
-    q = e^eps / (1 + e^eps),
-
-        P[W >= v] <= f(v) + 2 m delta max_{i = 1..m} (f(v - i) - f(v)) / i.
-
-    f(v - i) - f(v) = P[v - i <= Binomial(r, q) < v], a partial sum of pmf values; for
-    i >= v it is 1 - f(v), decreasing in i once divided by i, so the max is over
-    i = 1..max(v, 1). With delta = 0 this is the pure-DP binomial tail f(v)
-    (Theorem 5.1). Capped at 1.
+    Steinke, Nasr, Jagielski 2023, Theorem 5.2 (Theorem 5.1's binomial tail when delta = 0),
+    for m canaries each included independently with probability 1/2; capped at 1. The
+    formula and the range of its max: docs/AUDIT.md, "one_run_p_value".
     """
     m = positive_int("m", m)
     r = _nonneg_int("r", r)
@@ -280,15 +258,9 @@ def _p_values(m: int, r: int, v: int, eps: np.ndarray, delta: float) -> np.ndarr
 def _epsilon_lower(m: int, r: int, v: int, delta: float, alpha: float) -> float:
     """inf{eps >= 0 : p(eps) > alpha}: the lower end of the confidence set for eps.
 
-    If the mechanism is (eps_true, delta)-DP then p(eps_true) is a valid p-value, so
-    eps_true is outside {eps : p(eps) > alpha} with probability <= alpha, and the
-    infimum of that set exceeds eps_true with at most that probability. For delta = 0
-    p(eps) is a binomial tail, increasing in eps, and the crossing is found by
-    brentq. For delta > 0 the delta term need not be monotone in eps: p is evaluated
-    on a grid of step 0.05 from 0 upward, the first grid point with p > alpha is
-    taken, and the crossing is located by bisection inside the preceding step only
-    (so a non-monotone excursion narrower than 0.05 is the only thing that could be
-    missed).
+    If the mechanism is (eps_true, delta)-DP this exceeds eps_true with probability <= alpha.
+    delta = 0: brentq (p increases); delta > 0: a grid of step 0.05, then bisection, which can
+    miss only a non-monotone excursion narrower than 0.05 (docs/AUDIT.md, "_epsilon_lower").
     """
     if v == 0 or r == 0:
         return 0.0
@@ -357,16 +329,12 @@ def one_run_lower_bound(
 
     ``scores[i]`` is canary i's score (higher = more likely included), ``included[i]`` whether it
     was inserted; valid only if each canary was included independently with probability 1/2 and
-    the scores come from the trained model alone. The guessing game (``k_pos`` highest "in",
-    ``k_neg`` lowest "out"): docs/AUDIT.md, "The two lower bounds". With r = k_pos + k_neg
-    guesses, v of them right, the result is the smallest eps at which ``one_run_p_value(m, r, v,
-    eps, delta)`` exceeds ``1 - confidence`` (``_epsilon_lower``): if the mechanism is
-    (eps, delta)-DP, ``epsilon_lower > eps`` has probability at most ``1 - confidence``.
-
-    delta = 0: Theorem 5.1, the one-sided Clopper-Pearson bound p_lo on v / r as
-    eps = log(p_lo / (1 - p_lo)) (0 when p_lo <= 1/2); delta > 0: Theorem 5.2's exact p-value
-    bound with its 2 m delta term (m = len(scores)). k_pos and k_neg must be fixed before looking
-    at the scores; to pick them from the data use ``one_run_lower_bound_grid`` (union bound).
+    the scores come from the trained model alone. With r = k_pos + k_neg guesses (the game:
+    docs/AUDIT.md, "The two lower bounds"), v right, the result is the smallest eps at which
+    ``one_run_p_value`` exceeds ``1 - confidence`` (docs/AUDIT.md, "one_run_p_value"): if the
+    mechanism is (eps, delta)-DP, ``epsilon_lower > eps`` has probability <= ``1 - confidence``.
+    k_pos and k_neg must be fixed before looking at the scores; to pick them from the data use
+    ``one_run_lower_bound_grid`` (union bound).
     """
     s, inc = _canaries(scores, included)
     kp, kn = _nonneg_int("k_pos", k_pos), _nonneg_int("k_neg", k_neg)
@@ -413,23 +381,16 @@ def one_run_lower_bound_grid(
 
 # ------------------------------- f-DP one-run analysis (Mahloujifar, Melis, Chaudhuri)
 # arXiv 2410.22235 (docs/AUDIT.md, "The two lower bounds"): the recursion is theirs, the
-# proof written out in ``fdp_one_run_mass`` is ours.
+# proof written out in docs/AUDIT.md, "fdp_one_run_mass", is ours.
 
 
 class TradeOff:
     """A symmetric trade-off function f (Dong, Roth, Su 2019), by its inverse blow-up.
 
-    f(alpha) is the least type-II error of a test of level alpha between a pair of
-    neighbouring output distributions (P, Q); f-DP means T(P, Q) >= f and T(Q, P) >= f.
-    Equivalently, for every event A: Q(A) <= blow(P(A)) with blow(x) = 1 - f(x), a
-    concave, increasing map of [0, 1] onto [0, 1]. The one-run recursion needs its
-    (generalised) inverse
-
-        inverse_blow_up(y) = inf{x in [0, 1] : blow(x) >= y},
-
-    the least probability under P of an event that has probability y under Q. Subclasses
-    evaluate it for a FAMILY of trade-off functions at once (an array of parameters), so
-    that a lower bound can scan many hypotheses in one pass.
+    ``inverse_blow_up(y)`` = inf{x : 1 - f(x) >= y}, the least probability under P of an event
+    with probability y under Q (definitions: docs/AUDIT.md, "TradeOff"). Subclasses evaluate a
+    FAMILY of trade-off functions at once (an array of parameters), so that a lower bound can
+    scan many hypotheses in one pass.
     """
 
     description = "trade-off function"
@@ -457,16 +418,10 @@ class GaussianTradeOff(TradeOff):
 
 
 class ProfileTradeOff(TradeOff):
-    """The trade-off function implied by a privacy profile: the mechanism is
-    (eps_k, delta_k)-DP for every k, i.e. f-DP with (Dong, Roth, Su 2019, Prop. 2.12)
-
-        f(alpha) = max_k max(0, 1 - delta_k - e^{eps_k} alpha, e^{-eps_k} (1 - delta_k - alpha)).
-
-    A finite list of pairs gives a LOWER f than the mechanism's own (fewer constraints),
-    so a test against it rejects less: conservative. blow = min_k of increasing piecewise
-    linear maps, whose inverse is the max of the pieces' inverses:
-
-        inverse_blow_up(y) = max_k max((y - delta_k) e^{-eps_k}, 1 - delta_k - e^{eps_k} (1 - y)), clipped to [0, 1].
+    """The trade-off function implied by a privacy profile, (eps_k, delta_k)-DP for every k
+    (Dong, Roth, Su 2019, Prop. 2.12; formulas: docs/AUDIT.md, "ProfileTradeOff"). A finite
+    list of pairs gives a LOWER f than the mechanism's own, so a test against it rejects less:
+    conservative.
 
     ``epsilons`` / ``deltas``: 1-d arrays of the pairs; 2-d arrays (family, pairs) give a
     family with one profile per row (e.g. an (eps, delta) family of one pair each).
@@ -500,54 +455,11 @@ def fdp_one_run_mass(m: int, r: int, v: int, tradeoff: TradeOff, alpha: float, *
                      exact: bool = False) -> np.ndarray:
     """The least total probability mass the one-run constraints need; > r/m rejects.
 
-    Setting (as for ``one_run_lower_bound``): m canaries with independent fair-coin
-    inclusion bits S_1..S_m; the mechanism's output Y; the auditor turns Y (and anything
-    independent of S) into exactly r guesses of bits, abstaining on the other m - r
-    canaries; W is the number of correct guesses. Hypothesis H: for every i and every
-    fixed value of the other bits, the law of Y with S_i = 0 and with S_i = 1 satisfy
-    f-DP in both directions (f symmetric; ``tradeoff``).
-
-    THEOREM. If H holds and P[W >= v] >= alpha, then the value this function returns,
-    r_0 + h_0 of the recursion below, is <= r / m. Hence a return value > r / m means
-    P[W >= v] < alpha: observing W >= v rejects H at level alpha.
-
-    The recursion (Mahloujifar, Melis, Chaudhuri 2024; inv = ``tradeoff.inverse_blow_up``):
-    r_v = alpha v / m, h_v = alpha (r - v) / m, and for i = v - 1, ..., 0
-
-        h_i = max(h_{i+1}, inv(r_{i+1})),   r_i = r_{i+1} + i / (r - i) (h_i - h_{i+1}).
-
-    PROOF. Write G_i+ (G_i-) for "canary i is guessed and the guess is right (wrong)".
-
-    (1) One canary. Fix i, j >= 1 and the other bits s. With A_b = {y : the guess on i is
-    b and the other canaries have >= j - 1 right guesses} (a set of outputs: W minus
-    canary i's term does not depend on S_i) and P_b the law of Y given S_i = b, s:
-    P[G_i+, W >= j | s] = (P_0(A_0) + P_1(A_1)) / 2 and P[G_i-, W >= j - 1 | s] =
-    (P_1(A_0) + P_0(A_1)) / 2. f-DP gives P_1(A_1) <= blow(P_0(A_1)) and P_0(A_0) <=
-    blow(P_1(A_0)); blow is concave, so P[G_i+, W >= j | s] <= blow(P[G_i-, W >= j - 1 | s]).
-    Averaging over s and then over i (Jensen, blow concave and increasing), with
-    sum_i 1[G_i+] = W and sum_i 1[G_i-] = r - W:
-
-        (*)  R_j <= blow(H_{j-1}),  where R_j = E[W; W >= j] / m, H_j = E[r - W; W >= j] / m.
-
-    (2) Masses. Let x_l = P[W = l] / m. Then R_j = sum_{l >= j} l x_l, H_j = sum_{l >= j}
-    (r - l) x_l and R_0 + H_0 = r sum_l x_l = r / m. Call x feasible if it satisfies (*)
-    for j = 1..v and has tail sum_{l >= v} x_l >= t = alpha / m.
-    (3) Moving mass down. Moving mass e from level l to a level l' < l keeps (*) for every
-    j <= l' + 1: R_j falls (by (l - l') e for j <= l', by l e for j = l' + 1) and H_{j-1}
-    rises by (l - l') e. Constraints j > l' + 1 may break; constraints with j - 1 > l
-    are untouched; the total mass is unchanged.
-    (4) The recursion is least. Take x feasible. Move all mass above v down to v, then
-    the excess of x_v over t down to v - 1: by (3) (*) still holds for j <= v, the total
-    is unchanged, and now R_v = alpha v / m = r_v, H_v = alpha (r - v) / m = h_v.
-    Inductively, for j = v, ..., 1, with levels >= j equal to the recursion's: (*) at j
-    gives H_{j-1} >= inv(R_j) = inv(r_j) and H_{j-1} >= H_j = h_j, so x_{j-1} =
-    (H_{j-1} - h_j) / (r - j + 1) >= (h_{j-1} - h_j) / (r - j + 1), the recursion's
-    mass at level j - 1. For j >= 2 move the excess down to j - 2: constraint j still
-    holds (H_{j-1} = h_{j-1} >= inv(r_j) and blow(inv(y)) >= y), those above j are
-    untouched, those below by (3); level j - 1 now equals the recursion's, and
-    R_{j-1} = r_j + (j - 1) x_{j-1} = r_{j-1}. At the end the total of x is at least
-    the recursion's, (r_0 + h_0) / r. The real distribution of W is feasible when
-    P[W >= v] >= alpha and its total is 1 / m; so r_0 + h_0 <= r / m.  QED
+    Setting: m canaries with fair-coin inclusion bits, exactly r guesses (the rest abstain),
+    v correct; ``tradeoff`` is the hypothesised symmetric f (f-DP for each bit, the others
+    fixed). Guarantee: under that f, P[W >= v] >= alpha implies a return value <= r / m, so
+    a value > r / m rejects f at level alpha (recursion, statement and proof: docs/AUDIT.md,
+    "fdp_one_run_mass").
 
     Only constraints j <= v were used, so the bound holds whatever W does above v. With a
     FAMILY of trade-off functions the recursion runs for all of them at once (arrays);
@@ -640,9 +552,8 @@ def fdp_one_run_audit(
 ) -> FdpResult:
     """f-DP one-run audit (``fdp_one_run_mass``) of canary scores, with a lower bound on mu.
 
-    For every (k_pos, k_neg) of ``k_grid`` (fixed before the scores are seen) the auditor
-    guesses "in" for the k_pos highest scores and "out" for the k_neg lowest, and each
-    grid point is tested at level (1 - confidence) / len(k_grid) (union bound):
+    Every (k_pos, k_neg) of ``k_grid`` (fixed before the scores are seen; the guessing game:
+    docs/AUDIT.md, "The two lower bounds") is tested at level (1 - confidence) / len(k_grid):
 
     - ``mu_lower`` is the largest, over the grid, of ``_gdp_lower_one`` (a mu that is
       rejected with every smaller mu tested): if the mechanism is mu*-GDP,

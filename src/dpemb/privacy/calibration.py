@@ -1,13 +1,10 @@
 """Calibration: the noise for a target epsilon, the rounds a budget affords, extrapolation.
 
-- ``calibrate_noise_multiplier``: the smallest z (within a relative 1e-4, rounded UP) whose
-  epsilon is at most the target; the returned z always meets the target.
-- ``max_rounds``: the largest number of rounds whose epsilon stays within a budget.
-- ``extrapolate``: the paper's "noise z x k" convention (Xu et al. 2022; docs/PRIVACY.md,
-  "Calibration and extrapolation"): N' = k N users, M' = round(k M) clients and z' = z M'/M,
-  so the noise on the average and the sampling rate are unchanged; ``factor`` is M'/M. A
-  default delta becomes 1/N' (the paper's convention, which ``dpemb.privacy.delta`` would
-  refuse for a real run; ``delta_note`` says so); a given delta is kept.
+Definitions: docs/PRIVACY.md, "Calibration and extrapolation". Guarantees: the z
+``calibrate_noise_multiplier`` returns (rounded UP) always meets the target; ``extrapolate``
+keeps the noise on the average and the sampling rate, and its default delta is 1/N' (the
+paper's convention, which ``dpemb.privacy.delta`` would refuse for a real run; ``delta_note``
+says so); a given delta is kept.
 """
 
 from __future__ import annotations
@@ -43,12 +40,9 @@ def _smallest_noise(eps_of_z: Callable[[float], float], target: float, what: str
                     step: float = 2.0) -> float:
     """Smallest z (relative tolerance REL_TOL, rounded up) with eps_of_z(z) <= target.
 
-    Bisection on a bracket [lo, hi] with eps(lo) > target >= eps(hi), found by stepping
-    up or down from ``start`` by ``step`` (a step below 2 squares after each try, up to
-    2: a start known to be close is bracketed without trying far-off z, whose epsilon
-    can be costly); epsilon falls as z grows, and the returned ``hi`` always satisfies
-    the target. The search stays within [``MIN_NOISE_MULTIPLIER``,
-    ``MAX_NOISE_MULTIPLIER``], where the accountant is exact.
+    Epsilon falls as z grows; the returned ``hi`` always satisfies the target, and the search
+    stays within [``MIN_NOISE_MULTIPLIER``, ``MAX_NOISE_MULTIPLIER``], where the accountant is
+    exact (bracketing and bisection: docs/PRIVACY.md, "Calibration and extrapolation").
     """
     hi, factor = min(max(start, MIN_NOISE_MULTIPLIER), MAX_NOISE_MULTIPLIER), step
     while eps_of_z(hi) > target:

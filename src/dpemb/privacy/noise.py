@@ -1,9 +1,7 @@
 """The noise mechanism interface, the Gaussian mechanism on a clipped SUM, and THE sampler.
 
-``NoiseMechanism`` is the one interface from a round's clipped sum to the noised sum the server
-may use; ``GaussianNoise``, ``dpemb.privacy.tree.TreeAggregationNoise`` and
-``dpemb.privacy.bandmf.BandMFNoise`` implement it, and ``dpemb.privacy.plan.make_noise`` builds
-the one a ``PrivacySpec`` is accounted for.
+``NoiseMechanism``: the one interface from a round's clipped sum to the noised sum the server
+may use (Gaussian, tree, BandMF); ``dpemb.privacy.plan.make_noise`` builds the accounted one.
 
 Guarantee: ``GaussianNoise(z).add(clipped)`` returns ``clipped.value`` plus fresh independent
 N(0, (z * clipped.sensitivity)^2) noise on every entry: the Gaussian mechanism with z relative
@@ -13,11 +11,9 @@ A zero, negative, NaN or infinite z is an error unless ``allow_nonprivate=True``
 (nothing added; every description says "not private").
 
 Randomness: without a seed, the OS's secure source; with one, ``seeded`` is True (an experiment,
-not a release). ``secure=True`` (never seeded): every draw from a fresh securely keyed generator,
-each entry the normalised sum of two draws; a hardening, not a discrete Gaussian
-(docs/PRIVACY.md, "Floating-point attacks and `--secure-noise`", with its cost).
-``standard_normal`` is the one sampler every Gaussian draw of dpemb goes through, so ``secure``
-means the same everywhere; ``describe_sampler`` is the sentence reports print.
+not a release). ``secure=True`` (never seeded): a hardening, not a discrete Gaussian (how and
+its cost: docs/PRIVACY.md, "Floating-point attacks and `--secure-noise`"). Every Gaussian draw
+of dpemb goes through ``standard_normal``, so ``secure`` means the same everywhere.
 """
 
 from __future__ import annotations

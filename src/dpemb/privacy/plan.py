@@ -1,12 +1,6 @@
 """``PrivacyPlan``: every privacy object of one federated run, built from one spec.
 
-    plan = PrivacyPlan.build(spec, seed=None)
-    slots, keys = plan.sample_round()          # users -> virtual clients, and their keys
-    acc = plan.accumulator(template)           # clip-and-sum, sensitivity derived from the spec
-    ... clients add their deltas to acc (in this process or any other: the executor) ...
-    noised = plan.release(acc.result())        # noise ONCE on the sum (+ adaptive clip's count)
-    plan.ledger.step()                         # account the round
-    plan.ledger.dp_event()                     # the dp_accounting event of the rounds so far
+One round, call by call: docs/SCALE.md, "dpemb.privacy.plan".
 
 The sampler, client randomness, the ONE noise mechanism, the adaptive clip state and the ledger
 are all built here from the same ``PrivacySpec`` (``make_noise``, ``make_sampler``,

@@ -1,10 +1,8 @@
 """Online binary-tree noise for prefix sums (DP-FTRL; Kairouz et al. 2021).
 
 Every complete node (a dyadic block of rounds) gets independent noise of std z x sensitivity
-when its block completes; the noisy prefix sum of rounds 1..t is assembled from the O(log t)
-complete nodes tiling [1, t], plainly or with Honaker's efficient estimator (lower variance,
-same privacy: post-processing). Estimators, restarts and accounting: docs/PRIVACY.md,
-"Tree aggregation".
+when its block completes; prefix sums are assembled from complete nodes, plainly or with
+Honaker's estimator (post-processing: same privacy; docs/PRIVACY.md, "Tree aggregation").
 
 As a ``NoiseMechanism`` (``dpemb.privacy.noise``), ``release`` returns round t's noised SUM,
 the difference of consecutive noisy prefix sums. Privacy: only complete nodes' noisy sums are

@@ -1,12 +1,10 @@
 """dpemb.transfer: DP classification from frozen-backbone features (Mehta et al. 2022).
 
-Pipeline: ``features`` (extract and store features) -> ``prepare`` (clip rows to C,
-unit weights) -> a method (``methods``: DP-LS, DP-SGD, DP-Newton, DP-FC): every
-statistic is built by ``statistics`` as a ``ClippedSum`` carrying its sensitivity and
-released through ``budget.ReleaseMechanism``, i.e. the privacy layer's Gaussian
-mechanism -> ``result.LinearModel``. ``runner.train_transfer`` runs it
-all; every epsilon comes from ``dpemb.privacy``. ``classifier`` writes the
-trained model for release (``dpemb transfer --out``) and applies it (``dpemb predict``).
+Pipeline (docs/TRANSFER.md): ``features`` -> ``prepare`` (clip rows to C) -> a method of
+``methods``, whose every statistic is a ``statistics`` ``ClippedSum`` carrying its sensitivity,
+released only through ``budget.ReleaseMechanism`` -> ``result.LinearModel``; ``runner``
+runs it all, ``classifier`` writes and applies the released model. Every epsilon comes from
+``dpemb.privacy``.
 
 Privacy guarantee of a DP method's model: (epsilon, delta)-DP with respect to adding
 or removing one unit (an example, or with ``unit="user"`` all of one user's

@@ -1,8 +1,7 @@
 """Features of a frozen backbone: extraction from a UserDataset, and the .npz file format.
 
-The feature file (``features``, ``labels``, ``users``, ``label_names``, ``meta``) and the
-plainer format of your own features (``read_feature_rows``: ``X``, ``y``, no ``meta``, so its
-rows are taken as the data itself): docs/TRANSFER.md, "Quick start" and "Your own features".
+The feature file and the plainer format of your own features (``read_feature_rows``: no
+``meta``, so its rows are the data itself): docs/TRANSFER.md, "Quick start", "Your own features".
 
 Features are private data (computed from the images): the file is for the curator, and
 ``meta["backbone_shared_users"]`` holds PRIVATE counts. Extraction releases nothing; a DP

@@ -44,14 +44,10 @@ def fit_dp_ls(prep: PreparedFeatures, params: DpLsParams, mech: ReleaseMechanism
               progress: bool = False) -> LinearModel:
     """DP-LS: differentially private least squares on clipped features.
 
-    Three Gaussian releases at equal budget (``dpemb.transfer.budget``), sensitivities from
-    ``dpemb.transfer.statistics``: the Gramian ``G = sum_i w_i x_i x_i^T`` (``C^2``), the
-    per-class Gramians ``A_l`` as one (K, d, d) stack (``C^2``) and the per-class sums
-    ``b_l`` (K, d) (``C``); noise on every entry of every class and of both triangles
-    (docs/TRANSFER.md, "Noise"). Post-processing: symmetrise and project the Gramians to the
-    PSD cone, then solve ``(A_l + alpha G + lambda I) theta_l = b_l`` (the normal equations of
-    target 1 on class l and 0 with weight ``alpha`` on every example); predict
-    ``argmax_l theta_l . x``.
+    Three Gaussian releases at equal budget: the Gramian G (sensitivity ``C^2``), the per-class
+    Gramians ``A_l`` as one stack (``C^2``), the per-class sums ``b_l`` (``C``); then solve
+    ``(A_l + alpha G + lambda I) theta_l = b_l`` on the PSD-projected Gramians and predict
+    ``argmax_l theta_l . x`` (docs/TRANSFER.md, "The methods and their sensitivities").
 
     Privacy: (epsilon, delta)-DP for add/remove of one unit (example or user) with
     rows clipped to C, from the 3-fold composition of the Gaussian mechanism.
@@ -166,14 +162,11 @@ def fit_dp_newton(prep: PreparedFeatures, params: DpNewtonParams, mech: ReleaseM
                   progress: bool = False) -> LinearModel:
     """DP-Newton: Newton steps on the one-vs-all sigmoid loss with noisy per-class statistics.
 
-    Per step, two Gaussian releases (equal budget with every other release): the K per-class
-    Hessians ``H_l = sum_i w_i c_il p_il (1 - p_il) x_i x_i^T`` as one stack and the K
-    per-class gradients ``g_l = sum_i w_i c_il (p_il - y_il) x_i``, with ``c_il`` 1 for the
-    own class and ``neg_weight`` otherwise; sensitivities from
-    ``statistics.newton_sensitivities`` (tight at the public start ``W = 0``). Post-processing:
-    each noisy Hessian is symmetrised and PSD-projected; ``W_l <- W_l - lr (H_l + lambda
-    I)^{-1} (g_l + lambda W_l)`` (the Newton step of the loss plus ``lambda/2 ||W||^2``).
-    By default a single step from zero with bias 0.
+    Per step, two Gaussian releases (equal budget): the K per-class Hessians as one stack and
+    the K per-class gradients (sensitivities: ``statistics.newton_sensitivities``, tight at
+    the public start ``W = 0``); then ``W_l <- W_l - lr (H_l + lambda I)^{-1} (g_l + lambda
+    W_l)`` on PSD-projected Hessians. By default a single step from zero with bias 0
+    (docs/TRANSFER.md, "The methods and their sensitivities").
 
     Privacy: (epsilon, delta)-DP for add/remove of one unit, from the 2T-fold
     composition of the Gaussian mechanism.
@@ -212,12 +205,11 @@ def fit_dp_fc(prep: PreparedFeatures, params: DpFcParams, mech: ReleaseMechanism
               progress: bool = False) -> LinearModel:
     """DP-FC: DP-SGD preconditioned by a privatised feature covariance.
 
-    Releases (equal budget): ``S = sum_i w_i x_i x_i^T`` ONCE (sensitivity ``C^2``; free of
-    labels and parameters, so it serves every class and step), then T clipped gradient sums
-    as in ``fit_dp_sgd`` (``grad_clip`` each). Post-processing: the noisy ``S`` is
-    symmetrised, PSD-projected and factorised once; each step is ``W <- W - lr (S + lambda
-    I)^{-1} G_t``. ``S`` and ``G_t`` are both sums, so no count divides: the step is
-    scale-free, like a Newton step. Zero initialisation, fixed logit bias (default -10).
+    Releases (equal budget): ``S = sum_i w_i x_i x_i^T`` ONCE (sensitivity ``C^2``), then T
+    clipped gradient sums as in ``fit_dp_sgd``; each step is ``W <- W - lr (S + lambda I)^{-1}
+    G_t`` with the noisy ``S`` PSD-projected and factorised once. No count divides (both are
+    sums). Zero initialisation, fixed logit bias (default -10) (docs/TRANSFER.md, "The
+    methods and their sensitivities").
 
     Privacy: (epsilon, delta)-DP for add/remove of one unit, from the (1 + T)-fold
     composition of the Gaussian mechanism.

@@ -46,10 +46,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 def default_reg(method: str, plan: NoisePlan, clip_norm: float, dim: int) -> float:
     """The default ridge ``lambda`` of the Gramian-based methods, from PUBLIC quantities only.
 
-    ``reg_noise * z * C^2 * sqrt(d) + reg_floor * C^2`` (the method's ``DEFAULTS``): the
-    first term is of the order of the spectral norm of the noise added to a Gramian (std
-    ``z C^2`` per entry, d x d), which the ridge must dominate; the floor keeps a
-    non-private fit well posed.
+    ``reg_noise * z * C^2 * sqrt(d) + reg_floor * C^2`` (the method's ``DEFAULTS``; why:
+    docs/TRANSFER.md, "Hyperparameters"); the floor keeps a non-private fit well posed.
     """
     d = DEFAULTS[method]
     noise_term = d["reg_noise"] * plan.noise_multiplier * clip_norm**2 * math.sqrt(dim)

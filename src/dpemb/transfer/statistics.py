@@ -7,13 +7,8 @@ guarantees (a sum with ``||f|| <= s`` per row moves by at most ``s``; checked, t
 included, in ``tests/transfer/test_sensitivity.py``). ``ReleaseMechanism.release`` noises
 it at std ``z x`` this sensitivity, never re-derived by a method. Nothing here adds noise.
 
-The one-vs-all sigmoid loss: scores ``s = x W^T + b`` with weights ``W`` (K, d) and a
-FIXED public logit bias ``b``; loss of one example, summed over the K classes,
-``sum_l c_l(y) BCE(sigmoid(s_l), y_l)`` with one-hot ``y`` and class weights ``c_l = 1``
-for the own class and ``neg_weight`` for the others. Per-example gradient: ``r x^T``
-with ``r_l = c_l (sigmoid(s_l) - y_l)``, a rank-one matrix of Frobenius norm
-``||r|| ||x||`` (so per-example clipping is exact and cheap). Per-class Hessian:
-``sum_i c_il p_il (1 - p_il) x_i x_i^T``.
+The one-vs-all sigmoid loss, its per-example gradient (rank one, so per-example clipping is
+exact) and Hessians: docs/TRANSFER.md, "dpemb.transfer.statistics".
 """
 
 from __future__ import annotations
@@ -80,15 +75,9 @@ def newton_sensitivities(
 ) -> tuple[float, float]:
     """L2 sensitivities of (all K per-class Hessians, all K per-class gradients).
 
-    One row with ``||x|| <= C`` adds ``c_l p_l (1 - p_l) x x^T`` to class l's Hessian
-    and ``c_l (p_l - y_l) x`` to class l's gradient. Over the K classes::
-
-        Hessians:  ||x||^2 sqrt(sum_l c_l^2 q_l^2)   q_l = p_l (1 - p_l)
-        gradients: ||x||   sqrt(sum_l c_l^2 (p_l - y_l)^2)
-
-    with c = 1 for the own class and ``neg_weight`` for the K-1 others. In general
-    ``q <= 1/4`` and ``|p - y| <= 1``; at ``W = 0`` (public) ``p = sigmoid(bias)``
-    exactly for every example, which gives the tighter values.
+    Bounds for one row with ``||x|| <= C``, summed over the K classes (c = 1 for the own class,
+    ``neg_weight`` for the others); tight at the public start ``W = 0``, where ``p =
+    sigmoid(bias)`` for every example (derivation: docs/TRANSFER.md, "dpemb.transfer.statistics").
     """
     a2 = neg_weight**2 * (num_classes - 1)
     if at_zero:

@@ -37,9 +37,7 @@ class GlyphConfig:
     The two regimes (``shared``: many writers per character; ``owned``: groups of
     ``users_per_identity`` own their identities), what is held out and every field's
     meaning and range: docs/GLYPHS.md, "Two regimes" and "Config". Test and validation
-    identities come with their own users, who are never trained on; in the owned regime
-    whole owner groups are held out, in the shared regime dedicated writers who write
-    only held-out characters.
+    identities come with their own users, who are never trained on.
     """
 
     regime: str = "shared"

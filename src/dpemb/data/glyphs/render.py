@@ -1,11 +1,9 @@
 """Rasterising glyphs and drawing them in a writer's style, with per-image jitter.
 
-Two stages (docs/GLYPHS.md, "Rendering", for the frame, the style ranges and the jitter):
-:class:`StrokeCache` rasterises each (font, code point) once per run with FreeType in an
-em-based frame that keeps relative size and height; :func:`render_images` draws every
-example in batches (torch ``grid_sample``): thickened, mapped through the writer's style
-and the image's jitter, elastically displaced, sampled at twice the output resolution and
-averaged down, in a window enlarged so that no glyph is ever clipped.
+:class:`StrokeCache` rasterises each (font, code point) once per run; :func:`render_images`
+draws every example in batches (torch ``grid_sample``) through the writer's style and the
+image's jitter, in a window enlarged so that no glyph is ever clipped (the frame, the stages,
+the style ranges and the jitter: docs/GLYPHS.md, "Rendering").
 
 Every random number is drawn up front from seeded generators (noise per fixed-size
 chunk), so a configuration always gives byte-identical images.

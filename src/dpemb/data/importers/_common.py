@@ -229,12 +229,11 @@ def pack_rows(
     ``bad.report``; the dataset's ``source`` is ``source`` followed by ``image_size`` and
     ``channels``.
 
-    Bad images raise (or are skipped through ``bad``), and so do duplicates: a row naming
-    the same file, or decoding to the same pixels, as an earlier row of the same user and
-    identity (docs/DATA.md, "Bad input"). Upscaled and centre-cropped images are counted in
-    the report (refused with ``bad.strict_geometry``). Users and labels left empty are
-    dropped (dropped users named in the report); both are numbered in natural order of
-    their names (numeric when all names are integers).
+    Bad images and duplicates (same file or pixels, same user and identity) raise or are
+    skipped through ``bad`` (docs/DATA.md, "Bad input"). Upscaled and centre-cropped images
+    are counted in the report (refused with ``bad.strict_geometry``). Users and labels left
+    empty are dropped (dropped users named in the report); both are numbered in natural
+    order of their names (numeric when all names are integers).
     """
     check_geometry(image_size, channels)
     report = bad.report

@@ -1,11 +1,7 @@
 """Importer for Fashion-MNIST IDX files (as shipped by Debian's ``dataset-fashion-mnist``).
 
-Where the files are looked for when no folder is given, in order: docs/TRANSFER.md, after
-"Quick start".
-
-IDX: a big-endian header ``0x00 0x00 <type> <ndim>`` (type 0x08 = unsigned byte),
-then ``ndim`` big-endian uint32 sizes, then the data. Image files have magic
-0x00000803 (3 dims), label files 0x00000801 (1 dim). Files may be gzipped.
+Where the files are looked for when no folder is given: docs/TRANSFER.md, after "Quick
+start". The IDX format and the magic numbers checked: docs/DATA.md, "fashion-mnist".
 """
 
 from __future__ import annotations
