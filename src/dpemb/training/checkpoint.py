@@ -5,25 +5,8 @@ It is as sensitive as the training data (what it holds: docs/PRIVACY.md, the
 ``private/checkpoint.pt`` row) and never needed downstream: the release is the artifact
 (``dpemb.training.artifact``), which ``dpemb export`` writes from a checkpoint.
 
-A checkpoint is a dict saved with ``torch.save``. Every checkpoint has::
-
-    format          1
-    kind            "centralized" | "dp-fedavg" | "dp-fedemb" | "dp-ftrl-fedemb"
-    backbone_name   registry name, and backbone_kwargs to rebuild it
-    backbone        the backbone's state dict
-    step / round    optimizer steps (centralized) or rounds (federated) completed
-    provenance      training data, split, privacy and the initialisation's provenance
-    model_card      the card of the release artifact written with this checkpoint
-    data_fingerprint
-                    dataset_fingerprint of the training split (``check_same_data``)
-    user_fingerprints
-                    [this run's training users, its init's, the init's init's, ...]: a
-                    uint64 array per model of the chain, None (or the list ending) where
-                    not known: an init given as a bare artifact. A random or ImageNet
-                    start ends the list (no model of ours)
-
-plus ``config``, ``model_config`` and the optimizer, RNG, sampler, noise and privacy-ledger
-states that the kind needs. A checkpoint without one of ``REQUIRED`` (a federated one:
+A checkpoint is a dict saved with ``torch.save``; its keys: docs/PRIVACY.md, "The
+checkpoint file". A checkpoint without one of ``REQUIRED`` (a federated one:
 also ``REQUIRED_FEDERATED``) was written by a pre-release dpemb and is refused
 (``dpemb.training.errors.pre_release``). The fingerprints are deterministic functions of
 the private data (``dpemb.data.fingerprint``) and are never written to what is released:
