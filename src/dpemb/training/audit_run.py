@@ -1,34 +1,22 @@
 """Audit runs: canary users inside federated training, and the audit each reports.
 
-White-box (``AuditRun``): ``dpemb train ... --audit-canaries N`` (or ``dpemb audit``) trains
-ONCE with N canary users added (``dpemb.privacy.canaries``), clipped and noised with the real
-clients. Black-box (``black_box_audit``, ``dpemb audit --black-box``): N canary users holding
-crafted images (keyed block-pattern identities, each inserted by a fair coin) join one normal
-``train_federated`` run, and only the RELEASED model is scored. Both report the estimate and
-the two lower bounds of ``dpemb.privacy.audit`` beside the accounted epsilon, all at the run's
-delta. The canaries, the scores and the estimators: docs/AUDIT.md, "White-box canary users",
-"Black-box canary users" (why its bounds are weak, table 4) and "The two lower bounds".
+White-box ``AuditRun`` (``--audit-canaries N``, ``dpemb audit``) and black-box
+``black_box_audit`` (``dpemb audit --black-box``) train once with N canary users and report
+the estimate and two lower bounds of ``dpemb.privacy.audit`` beside the accounted epsilon, at
+the run's delta (how the canaries enter and are scored: docs/AUDIT.md, "How the canaries
+enter the run").
 
-Scores: white-box, the cosine between a canary's direction and the model's total move, or
-(``score="rounds"``, ``round_scores``) its cosines with every round's released update;
-black-box, a function of the released model (``model.safetensors``) and the canaries' own
-images. All are functions of the released models and the canaries' own directions or images
-only; no canary's participation (secret sampler randomness) and no inclusion bit is used. A
-black-box bound near 0 for a correct run is expected, not evidence of strong privacy.
+Every score is a function of the released models and the canaries' own directions or images
+only; no participation and no inclusion bit is used. The population is N + n whatever the
+coins say, so q = M K / (N + n) and the reported epsilon covers every real user and every
+canary. An audit run's model carries the canaries: "not for release" unless ``release=True``.
+The canaries and their scores are PRIVATE (``private/audit_canaries.json``).
 
-Accounting: the canaries are users. The population is N + n whatever the coins say (a left-out
-black-box canary is a user WITHOUT data: exactly "removed"), so q = M K / (N + n), the default
-delta and the reported epsilon cover every real user and every canary. The model of an audit
-run carries the canaries: it is marked "not for release" unless ``release=True`` (the epsilon
-covers it). The canaries (key, directions or images, inclusion bits) and their scores are
-PRIVATE (``private/audit_canaries.json``).
-
-Supported: the Gaussian mechanism with Poisson sampling and a fixed clip (the
-estimators assume independent fair-coin inclusion and participation at the
-accountant's rate); tree aggregation, fixed/epoch sampling and adaptive clipping are
-refused. An audit run cannot be resumed (the canary state is not checkpointed).
+Supported: Gaussian noise, Poisson sampling, fixed clip (the estimators assume independent
+fair-coin inclusion and participation at the accountant's rate); tree aggregation,
+fixed/epoch sampling and adaptive clipping are refused. An audit run cannot be resumed (the
+canary state is not checkpointed).
 """
-
 from __future__ import annotations
 
 import math
@@ -122,20 +110,9 @@ def canary_record(kind: str, spec: PrivacySpec, privacy: dict[str, Any], rounds:
 def round_scores(cosines: np.ndarray, noise_multiplier: float, sampling_rate: float) -> np.ndarray:
     """Per-round cosines (rounds x canaries) -> one score per canary.
 
-    Each round's cosines are standardised across the canaries (mean 0, std 1: the
-    released update is mostly noise, so a canary absent from the round scores about
-    N(0, 1)); an inserted canary sampled in a round is shifted by about mu_r = 1/z, the
-    per-round signal the accountant assumes (sensitivity over noise std). The score is
-    the log-likelihood ratio of "in" against "out" if the rounds were independent such
-    observations, participation unknown (Poisson at rate q):
-
-        sum_t log(1 - q + q exp(mu_r x_t - mu_r^2 / 2)),
-
-    the Neyman-Pearson statistic against the accounted mechanism. Any score is valid for
-    the bounds (they hold for every function of the released models); this one only
-    spends the signal well when q < 1: a canary speaks in few rounds, and a total move
-    mixes them with the noise of all the others. With q = 1 it is the sum of the
-    standardised cosines.
+    The log-likelihood ratio of "in" against "out" under the accounted per-round signal
+    1/z and participation rate q; any score is valid for the bounds (derivation:
+    docs/AUDIT.md, "round_scores").
     """
     c = np.asarray(cosines, dtype=float)
     if c.ndim != 2 or c.shape[0] < 1:
