@@ -1,14 +1,8 @@
 """The audit plot: empirical against reported epsilon (matplotlib, Agg backend, PNG).
 
-One point per audit (``AuditPoint.from_record`` reads any dpemb audit record: white-box,
-black-box or example level): at x = the reported epsilon, the one-shot ESTIMATE with its
-bootstrap interval (a circle with an error bar), the (eps, delta) LOWER bound (a
-downward triangle) and the f-DP LOWER bound (an upward triangle), beside the line
-y = x (how to read a bound against it: docs/AUDIT.md, "What an audit can and cannot
-show"). Points at the same reported epsilon are spread slightly sideways, so each
-carries a black tick at its own reported epsilon: compare its triangles with the tick.
-The y axis is linear up to 1 and logarithmic beyond (symlog), so a bound of 0 and an
-estimate of 40 both show.
+One point per audit record (``AuditPoint.from_record``: white-box, black-box or example
+level) at x = the reported epsilon: the estimate and the two lower bounds, beside y = x
+(what each marker shows and how to read it: docs/AUDIT.md, "audit_plot").
 """
 
 from __future__ import annotations

@@ -2,12 +2,10 @@
 
 When an init (``dpemb train --init RUN``) or a feature backbone (``dpemb transfer``) was
 trained with user-level DP on the same users, the guarantee for the pair is their
-COMPOSITION (docs/PRIVACY.md, "Initialisation provenance"). ``composed_total`` states it
-by one ledger (dp_accounting, at this run's delta) when the only DP model of the chain
-is the direct init/backbone and its card's ``dp_event`` reproduces the card's own
-epsilon; else by basic composition (the recorded epsilons and deltas summed: always
-valid, looser). Only for user-level add/remove-one-user statements on both sides;
-otherwise the total is not stated, and the statement says why.
+COMPOSITION (docs/PRIVACY.md, "Initialisation provenance"; which composition
+``composed_total`` uses: docs/PRIVACY.md, "composed_total"). Only for user-level
+add/remove-one-user statements on both sides; otherwise the total is not stated, and the
+statement says why.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Who runs a round's virtual clients: this process, or every process of a torch.distributed job.
 
-The training loop (``dpemb.training.federated``) is the same either way:
-``tally = executor.run_round(rnd, start, slots, keys, acc)`` (``acc``: the round's
-clip-and-sum),
-and ``acc`` then holds the clipped SUM of every client of the round, whatever ran them.
-
-``DistributedExecutor`` (torchrun; gloo on CPU, NCCL on GPU), in the style of
-pfl-research and Opacus: rank 0 runs the loop, every other rank serves rounds
-(``serve``); the collectives, faults and restarts: docs/SCALE.md, "What one round does
-on P processes".
+The training loop is the same either way: after ``tally = executor.run_round(rnd, start,
+slots, keys, acc)``, ``acc`` (the round's clip-and-sum) holds the clipped SUM of every
+client of the round, whatever ran them. ``DistributedExecutor`` (torchrun; gloo on CPU,
+NCCL on GPU), in the style of pfl-research and Opacus: rank 0 runs the loop, every other
+rank serves rounds (``serve``); the collectives, faults and restarts: docs/SCALE.md, "What
+one round does on P processes".
 
 Invariants: rank 0 holds ALL private training state (sampler, noise, ledger, server
 optimizer) and draws the noise ONCE, after the SUM reduce, so its std is z x sensitivity

@@ -5,8 +5,7 @@ A recipe is a TOML file in ``dpemb/recipes/``: a ``TrainConfig`` (itself a valid
 ``--config``) plus a ``[recipe]`` table that says what it is (the fields: docs/RECIPES.md).
 Every number in a recipe comes from a page of docs/; what was not measured says
 "not measured". The rules ``dpemb train --recipe`` applies (``check_recipe_run``):
-docs/RECIPES.md, "The rules of `--recipe`" (an extrapolating recipe off its own population
-needs ``--target-population``; a recipe with ``init_recipe`` needs ``--init``).
+docs/RECIPES.md, "The rules of `--recipe`".
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """From a ``TrainConfig`` to a trained run: the one path ``dpemb train``, ``dpemb audit``
 and the Python API (``dpemb.train``) share.
 
-``train`` checks the configuration against the data (privacy knobs with non-private
-training, the cohort against the population, the init's provenance, the output
-directory) before any work, resolves the privacy request into a ``PrivacySpec``
-(``resolve_privacy``: a noise multiplier, a calibrated target epsilon, or an explicit
-non-private run), says on the console what the run will be (the calibrated noise, the
-cohort advice, an init's composed epsilon), and runs centralized or federated training.
-Every refusal is a ``ConfigError`` naming the setting by its flag and the fix.
+``train`` checks the configuration against the data before any work, then runs
+centralized or federated training (its steps: docs/API.md, "runner"). Every refusal is
+a ``ConfigError`` naming the setting by its flag and the fix.
 """
 
 from __future__ import annotations
