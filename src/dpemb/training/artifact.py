@@ -2,12 +2,11 @@
 
 An artifact is a directory (a run directory is one) holding ``model.safetensors`` (the
 backbone's state dict, nothing else) and ``model_card.json`` (its fields: docs/PRIVACY.md,
-"What is released, what is private", and docs/MODELS.md, "The model card").
-
-It holds nothing the guarantee does not cover: no optimizer, noise generator,
-sampler, tree or ledger state, no seeds, no data fingerprints. ``dpemb embed``, ``eval``,
-``features`` and ``--init`` read artifacts; the checkpoint (``private/checkpoint.pt``) is private
-training state and is refused downstream (``dpemb export`` writes an artifact from it).
+"What is released, what is private", and docs/MODELS.md, "The model card"). It holds
+nothing the guarantee does not cover: no optimizer, noise generator, sampler, tree or
+ledger state, no seeds, no data fingerprints. ``dpemb embed``, ``eval``, ``features`` and
+``--init`` read artifacts; the checkpoint (``private/checkpoint.pt``) is private training
+state and is refused downstream (``dpemb export`` writes an artifact from it).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Centralized (non-private) training: the paper's centralized baseline.
-
-Read top to bottom: build the model, then loop over SGD steps on shuffled batches of
-all training examples with a head over the training identities (Glorot-initialised;
-softmax cross-entropy, or CosFace / ArcFace with ``optim_cfg.loss``); evaluate on
-held-out identities every ``eval_every`` steps; checkpoint atomically; write a report.
+"""Centralized (non-private) training: the paper's centralized baseline (the loop, step by
+step: docs/MODELS.md, "centralized").
 
 This run is not private. Its report says so wherever epsilon would be.
 """

@@ -1,17 +1,14 @@
 """Checkpoints: PRIVATE training state, one file written atomically (mode 0600, in the
 run's 0700 ``private/`` directory), that carries everything a resume needs.
 
-It is as sensitive as the training data (what it holds: docs/PRIVACY.md, the
-``private/checkpoint.pt`` row) and never needed downstream: the release is the artifact
-(``dpemb.training.artifact``), which ``dpemb export`` writes from a checkpoint.
-
+It is as sensitive as the training data and never needed downstream: the release is the
+artifact (``dpemb.training.artifact``), which ``dpemb export`` writes from a checkpoint.
 A checkpoint is a dict saved with ``torch.save``; its keys: docs/PRIVACY.md, "The
-checkpoint file". A checkpoint without one of ``REQUIRED`` (a federated one:
-also ``REQUIRED_FEDERATED``) was written by a pre-release dpemb and is refused
-(``dpemb.training.errors.pre_release``). The fingerprints are deterministic functions of
-the private data (``dpemb.data.fingerprint``) and are never written to what is released:
-they stay here, and in a curator-side feature file only as counts of shared users
-(``shared_with``).
+checkpoint file". One without a key of ``REQUIRED`` (a federated one: also
+``REQUIRED_FEDERATED``) was written by a pre-release dpemb and is refused
+(``dpemb.training.errors.pre_release``). The data fingerprints (``dpemb.data.fingerprint``)
+are functions of the private data, never released: they stay here, and in a curator-side
+feature file only as counts of shared users (``shared_with``).
 
 Resuming (``resume_from_checkpoint``) loads a checkpoint only when its settings are the
 run's, apart from the performance-only ones (``check_same_config``), and its training

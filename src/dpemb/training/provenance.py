@@ -1,11 +1,10 @@
 """Training provenance: which users a model saw, whether privately, and from what init.
 
-A run records a ``provenance`` dict (dataset, source, train_split, private_training,
-privacy, init: recursive) in its checkpoint and its model card. A DP run's epsilon covers
-ITS training only: ``check_init`` refuses an init trained without DP on private users
-unless allowed, and ``qualify_privacy`` puts the caveat into every privacy statement. The
-fields and the rule, also for a feature file's frozen backbone (role "backbone"):
-docs/PRIVACY.md, "Initialisation provenance".
+A run records a ``provenance`` dict in its checkpoint and its model card (its fields, and
+the rule also for a feature file's frozen backbone: docs/PRIVACY.md, "Initialisation
+provenance"). A DP run's epsilon covers ITS training only: ``check_init`` refuses an init
+trained without DP on private users unless allowed, and ``qualify_privacy`` puts the caveat
+into every privacy statement.
 """
 
 from __future__ import annotations

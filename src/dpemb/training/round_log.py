@@ -1,16 +1,14 @@
 """What a federated run records after each round, and its final report.
 
 Released (``metrics.jsonl``, ``report.json``, the plots): the round, its epsilon, the
-clip norm (adaptive clipping: a function of earlier noised counts only) and the
-evaluations on held-out users who were never trained on. Private
-(``private/diagnostics.jsonl``): the un-noised statistics of each round's clients
-(counts, pre-clip norms, losses) and the timings and throughput they imply.
-``plot_training`` draws the released records of a run, federated or centralized.
+clip norm (adaptive clipping: a function of earlier noised counts only) and evaluations on
+held-out users never trained on. Private (``private/diagnostics.jsonl``): the un-noised
+statistics of each round's clients and the timings they imply (each field: docs/PRIVACY.md,
+"What is released, what is private"). ``plot_training`` draws the released records.
 
-The privacy section of the report and model card (``privacy_report``) holds only what
-the guarantee covers: the spec, the ledger's rounds and public knobs, the epsilons and
-the dp_accounting event they are of (``dp_event``; for tree aggregation the PLD
-accountant's equivalent Gaussian form too, ``dp_event_pld``), never a private statistic.
+The privacy section of the report and model card (``privacy_report``) holds only what the
+guarantee covers (the spec, the ledger's rounds and public knobs, the epsilons and their
+``dp_event``, for tree aggregation also ``dp_event_pld``), never a private statistic.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """The configuration of a training run: ONE type, ONE set of defaults.
 
 ``TrainConfig`` says what a run computes, ``PerformanceFlags`` how it runs (the settings
-that may change on resume); the sections and the file format: docs/API.md. ``dpemb train``
-(flags and ``--config FILE``), ``dpemb audit``, ``dpemb account`` and the Python API
-(``dpemb.train``) all build a ``TrainConfig``; their defaults are the field defaults below
-and nowhere else. A run's ``<out>/config.json`` (``to_dict``, plus what the run derived
-under ``resolved``) is itself a valid ``--config``: ``from_dict`` ignores ``resolved``
-(recomputed) and refuses unknown keys.
+that may change on resume); the sections and the file format: docs/API.md. Every entry
+point (``dpemb train`` flags and ``--config FILE``, ``dpemb audit``, ``dpemb account``,
+``dpemb.train``) builds a ``TrainConfig``; their defaults are the field defaults below and
+nowhere else. A run's ``<out>/config.json`` (``to_dict``, plus what the run derived under
+``resolved``) is a valid ``--config``: ``from_dict`` ignores ``resolved`` (recomputed)
+and refuses unknown keys.
 """
 
 from __future__ import annotations

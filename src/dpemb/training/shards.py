@@ -2,10 +2,9 @@
 
 Every rank embeds one contiguous share of the rows; rank 0 gathers them in row order and
 does the rest as one process would (docs/SCALE.md, "Embedding, evaluation and features
-across ranks"). Outside torchrun nothing changes.
-
-Privacy: these commands run a released model over data the user passes in. No
-private training state takes part, so how the rows are split changes no guarantee.
+across ranks"). Outside torchrun nothing changes. Privacy: these commands run a released
+model over data the user passes in; no private training state takes part, so how the rows
+are split changes no guarantee.
 """
 
 from __future__ import annotations
