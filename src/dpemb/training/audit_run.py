@@ -2,9 +2,8 @@
 
 White-box ``AuditRun`` (``--audit-canaries N``, ``dpemb audit``) and black-box
 ``black_box_audit`` (``dpemb audit --black-box``) train once with N canary users and report
-the estimate and two lower bounds of ``dpemb.privacy.audit`` beside the accounted epsilon, at
-the run's delta (how the canaries enter and are scored: docs/AUDIT.md, "How the canaries
-enter the run").
+the estimate and two lower bounds of ``dpemb.privacy.audit`` beside the accounted epsilon,
+at the run's delta (the canaries and scores: docs/AUDIT.md, "How the canaries enter the run").
 
 Every score is a function of the released models and the canaries' own directions or images
 only; no participation and no inclusion bit is used. The population is N + n whatever the

@@ -1,10 +1,10 @@
 """User-level DP federated training: DP-FedEmb, DP-FedAvg, DP-FTRL-FedEmb.
 
-Read top to bottom: ``train_federated`` builds the run (model, clients, privacy plan,
-server state) and ``run_rounds`` is the loop, its seven steps numbered in its comments
-(the module of each: docs/SCALE.md, "Where each step lives in the code"). An atomic
-checkpoint holds everything needed to resume exactly (model, server optimizer, sampler,
-noise, tree, ledger, data RNGs) plus the fingerprint of the privacy spec.
+``train_federated`` builds the run (model, clients, privacy plan, server state) and
+``run_rounds`` is the loop, its seven steps numbered in its comments (the module of each:
+docs/SCALE.md, "Where each step lives in the code"). An atomic checkpoint holds everything
+needed to resume exactly, with the privacy spec's fingerprint (docs/PRIVACY.md, "The
+checkpoint file").
 
 Privacy guarantee: (epsilon, delta)-DP at the USER level for the released sequence
 of models, under the neighbouring relation of ``spec.relation``, as computed by the
@@ -73,15 +73,13 @@ def train_federated(
     ``public``: a PUBLIC dataset (no private user in it) whose identities become extra
     rows of every fresh head; required exactly when ``fed_cfg.public_negatives``
     (``dpemb.algorithms.public_negatives``: the guarantee is unchanged).
-    ``provenance``: the data trained on, recorded in the checkpoint and the release
-    artifact; its ``allow_nonprivate_init`` lets a DP run start from a model that saw
-    private users without DP (``build_model`` refuses it otherwise).
-    ``noise_seed`` None draws the noise and sampling seeds from the OS's secure source.
-    ``audit_canaries`` n > 0: an AUDIT run with n canary users N..N+n-1 of
-    ``spec.population`` = N + n (``dpemb.training.audit_run``), its audit in the report's
-    privacy section, not for release unless ``audit_release``; ``audit_score``: "final"
-    or "rounds". Under torchrun (``WORLD_SIZE`` > 1) rank 0 returns the report, the other
-    ranks ``{"rank": r, "rounds_served": n}`` (``dpemb.training.executor``).
+    ``provenance``: the data trained on (``Provenance``), recorded in the checkpoint and
+    the release artifact. ``noise_seed`` None draws the noise and sampling seeds from the
+    OS's secure source. ``audit_canaries`` n > 0: an AUDIT run with n canary users of
+    ``spec.population`` = N + n (``AuditRun``), its audit in the report's privacy section,
+    not for release unless ``audit_release``; ``audit_score``: "final" or "rounds". Under
+    torchrun (``WORLD_SIZE`` > 1) rank 0 returns the report, the other ranks
+    ``{"rank": r, "rounds_served": n}`` (``dpemb.training.executor``).
     """
     epsilon_budget = check_epsilon_budget(epsilon_budget, spec)  # a NaN budget would never stop the run
     if spec.population != train.num_users + audit_canaries:  # the sampling rate (epsilon) is of it
