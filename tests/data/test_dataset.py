@@ -207,6 +207,27 @@ def test_load_errors(tmp_path):
         UserDataset.load(path)
 
 
+@pytest.mark.parametrize("key, value", [("public_users", None), ("eval_labels", ["x"]), ("user_names", ...),
+                                        ("label_names", None), ("validation_users", 3)])
+def test_a_malformed_meta_entry_is_one_error_naming_it(tmp_path, key, value):
+    path = example_ds().save(tmp_path / "d")
+    meta = json.loads((path / "meta.json").read_text())
+    if value is ...:
+        del meta[key]
+    else:
+        meta[key] = value
+    (path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match=f"meta.json: entry '{key}' is missing or malformed .*re-create"):
+        UserDataset.load(path)
+
+
+def test_eval_users_null_means_not_recorded(tmp_path):
+    path = example_ds().save(tmp_path / "d")
+    meta = json.loads((path / "meta.json").read_text())
+    (path / "meta.json").write_text(json.dumps({**meta, "eval_users": None}))
+    assert UserDataset.load(path).eval_users is None
+
+
 def test_summary_against_direct_count():
     rng = np.random.default_rng(0)
     n = 200

@@ -192,14 +192,10 @@ class UserDataset:
             label_names = [self.label_names[i] for i in kept]
         else:
             remap = {int(u): i for i, u in enumerate(keep_users)}
-            for k in ROLE_FIELDS:
+            for k in ROLE_FIELDS:  # identities keep their indices; users are renumbered
                 values = getattr(self, k)
-                if k.endswith("_labels"):
-                    roles[k] = list(values)
-                elif values is not None:
-                    roles[k] = [remap[int(u)] for u in values if int(u) in remap]
-                else:
-                    roles[k] = None
+                roles[k] = (list(values) if k.endswith("_labels") else None if values is None
+                            else [remap[int(u)] for u in values if int(u) in remap])
         if is_lazy(self.images):  # a view of the memmap's rows, nothing read
             images = RowView(self.images, idx)
         elif len(idx) != self.num_examples:
@@ -283,17 +279,19 @@ class UserDataset:
             offsets = np.load(path / "offsets.npy")
         except (OSError, ValueError) as e:
             raise DataError(f"{path}: cannot read dataset arrays ({e}); re-create it") from e
-        return cls(
-            images=images,
-            labels=labels,
-            offsets=offsets,
-            user_names=list(meta["user_names"]),
-            label_names=list(meta["label_names"]),
-            source=dict(meta.get("source", {})),
-            origin=str(path),
-            # absent (format 1): the default; eval_users None: not recorded
-            **{k: _ints(meta[k]) for k in ROLE_FIELDS if k in meta},
-        )
+        fields: dict[str, Any] = {}
+        for key in ("user_names", "label_names", *ROLE_FIELDS):
+            value = meta.get(key, ...)
+            try:  # a role list absent (format 1): the default; eval_users None: not recorded
+                if value is not ... and not (key == "eval_users" and value is None):
+                    fields[key] = list(value) if key.endswith("_names") else [int(x) for x in value]
+                elif key.endswith("_names"):
+                    raise KeyError(key)
+            except (KeyError, TypeError, ValueError) as e:
+                raise DataError(f"{meta_path}: entry {key!r} is missing or malformed ({e!r}); "
+                                "re-create the dataset") from e
+        return cls(images=images, labels=labels, offsets=offsets, source=dict(meta.get("source", {})),
+                   origin=str(path), **fields)
 
     def summary(self) -> dict[str, Any]:
         sizes = self.user_sizes()
