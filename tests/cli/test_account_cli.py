@@ -223,7 +223,7 @@ def test_bandmf_sweep_states_the_noise_on_the_model_and_the_lowest(capsys):
     """At equal epsilon, more bands need a larger z (amplification is spent over fewer,
     denser participations); the sweep states each b's accumulated noise and the lowest. At
     100,000 users, M 349, K 8, 1,200 rounds and epsilon 1 that is b = 1 (DP-FedEmb)."""
-    from dpemb.privacy.bandmf import banded_sqrt_coefficients, prefix_noise_rms
+    from dpemb.privacy.strategy import banded_sqrt_coefficients, prefix_noise_rms
 
     argv = ["--population", "100000", "--clients-per-round", "349", "--users-per-client", "8", "--rounds",
             "1200", "--delta", "1e-6", "--target-epsilon", "1", "--accountant", "rdp", "--mechanism", "bandmf",

@@ -10,11 +10,12 @@ import pytest
 import torch
 from scipy import special, stats
 
-from dpemb.privacy.bandmf import BandMFNoise, banded_sqrt_coefficients
+from dpemb.privacy.bandmf import BandMFNoise
 from dpemb.privacy.clipping import ClippedSum
 from dpemb.privacy.cyclic_sampling import CyclicPoissonSampler
 from dpemb.privacy.noise import GaussianNoise
 from dpemb.privacy.relations import Relation
+from dpemb.privacy.strategy import banded_sqrt_coefficients, prefix_noise_rms
 
 P_FALSE = 1e-7  # per statistical check
 
@@ -302,8 +303,6 @@ def test_sensitivity_with_real_local_training_and_the_cyclic_sampler():
 def test_prefix_noise_is_the_workload_times_the_inverse_strategy(bands):
     """prefix_noise_rms = RMS over t of ||row t of A C^{-1}|| (A: prefix sums), from the
     streamed recurrence's impulse response; one band: sqrt((T + 1) / 2), the Gaussian's."""
-    from dpemb.privacy.bandmf import prefix_noise_rms
-
     rounds = 60
     coeffs = banded_sqrt_coefficients(bands)
     a = torch.tril(torch.ones(rounds, rounds, dtype=torch.float64))

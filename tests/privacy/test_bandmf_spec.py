@@ -186,6 +186,14 @@ def test_accounting_does_not_import_torch():
             "bands=4), 3.0); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+    # nor does `dpemb account`'s BandMF sweep, with its model noise and warnings
+    code = ("import sys; from dpemb.cli.main import main; main(['account', '--population', '1000', "
+            "'--clients-per-round', '5', '--rounds', '20', '--noise-multiplier', '5', '--mechanism', 'bandmf', "
+            "'--bands', '1,4'])")
+    out = subprocess.run([sys.executable, "-c", code + "\nprint('torch' in sys.modules)"], capture_output=True,
+                         text=True)
+    assert out.returncode == 0 and "model noise" in out.stdout, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False"
 
 
 # ---------------------------------------------------------------------- the plan
@@ -220,7 +228,7 @@ def test_the_small_cohort_warning_reads_bandmf_as_its_noise_on_the_model():
     warning's thresholds (measured with independent noise) are applied to the independent
     noise that adds as much to the model (prefix_noise_rms of b bands over that of one)."""
     from dpemb.privacy.advice import cohort_warnings, relative_noise
-    from dpemb.privacy.bandmf import banded_sqrt_coefficients, prefix_noise_rms
+    from dpemb.privacy.strategy import banded_sqrt_coefficients, prefix_noise_rms
 
     s = bandmf(8, noise_multiplier=30.0)
     ratio = prefix_noise_rms(banded_sqrt_coefficients(8), T) / prefix_noise_rms([1.0], T)

@@ -175,16 +175,8 @@ def _combinations(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 PREFIX_NOISE = ("the std the noise of rounds 1..t adds to the sum of their averaged updates, RMS over t: "
-                "z x sensitivity / M x bandmf.prefix_noise_rms; what SGD on the released averages adds to the model "
+                "z x sensitivity / M x strategy.prefix_noise_rms; what SGD on the released averages adds to the model "
                 "before the learning rate; lower is better at equal epsilon")
-
-
-def prefix_noise(spec: Any) -> float:
-    """The accumulated noise of a bandmf ``spec`` on the averaged updates, in units of C."""
-    from dpemb.privacy.bandmf import banded_sqrt_coefficients, prefix_noise_rms
-
-    rms = prefix_noise_rms(banded_sqrt_coefficients(spec.bands, spec.rounds), spec.rounds)
-    return spec.noise_multiplier * spec.sensitivity / spec.clip_norm / spec.clients_per_round * rms
 
 
 def _epsilons(spec: Any, accountants: tuple[str, ...]) -> dict[str, Any]:
@@ -216,6 +208,7 @@ def compute_row(combo: dict[str, Any], args: argparse.Namespace) -> dict[str, An
     """One configuration: epsilon(s), calibration, budget, extrapolation, warnings."""
     from dpemb.privacy import (PrivacySpec, calibrate_noise_multiplier, cohort_warnings,
                                describe_mechanism, extrapolate, max_rounds)
+    from dpemb.privacy.strategy import model_noise
 
     accountants = _accountants(args.accountant)
     acc = "pld" if args.accountant == "pld" else "rdp"  # calibrates and bounds the rounds
@@ -250,7 +243,7 @@ def compute_row(combo: dict[str, Any], args: argparse.Namespace) -> dict[str, An
         if spec.mechanism == "bandmf":
             row["bands"] = spec.bands
             row["participations"] = math.ceil(spec.rounds / spec.bands)
-            row["prefix_noise"] = prefix_noise(spec)
+            row["prefix_noise"] = model_noise(spec)
         row.update(_epsilons(spec, accountants))
         budget = combo["epsilon_budget"]
         if budget is not None:

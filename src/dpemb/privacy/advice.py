@@ -14,6 +14,7 @@ import math
 from dpemb.privacy.delta import delta_warning
 from dpemb.privacy.spec import PrivacySpec
 from dpemb.privacy.statements import NONPRIVATE_STATEMENT
+from dpemb.privacy.strategy import model_noise, prefix_noise_rms
 
 WEAK_EPSILON = 10.0
 #: beyond this RDP epsilon the PLD epsilon is not computed (training reports, `dpemb account`):
@@ -40,16 +41,11 @@ def cohort_warnings(spec: PrivacySpec, epsilon: float | None = None) -> list[str
 
 
 def relative_noise(spec: PrivacySpec) -> float:
-    """The noise on the averaged update per round in units of C, for BandMF that of the
-    Gaussian mechanism adding the same noise to the model (the thresholds were measured with
-    independent noise): z x sensitivity / M x ``bandmf.prefix_noise_rms`` of b bands / of 1."""
-    relative = spec.noise_on_average / spec.clip_norm
+    """The noise on the averaged update per round in units of C; for BandMF, that of independent
+    noise adding as much to the model (``model_noise`` / one band's ``prefix_noise_rms``)."""
     if spec.mechanism == "bandmf" and spec.bands > 1:
-        from dpemb.privacy.bandmf import banded_sqrt_coefficients, prefix_noise_rms
-
-        relative *= (prefix_noise_rms(banded_sqrt_coefficients(spec.bands, spec.rounds), spec.rounds)
-                     / prefix_noise_rms([1.0], spec.rounds))
-    return relative
+        return model_noise(spec) / prefix_noise_rms([1.0], spec.rounds)
+    return spec.noise_on_average / spec.clip_norm
 
 
 def trainable_population(spec: PrivacySpec) -> int:
