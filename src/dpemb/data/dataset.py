@@ -281,13 +281,12 @@ class UserDataset:
             raise DataError(f"{path}: cannot read dataset arrays ({e}); re-create it") from e
         fields: dict[str, Any] = {}
         for key in ("user_names", "label_names", *ROLE_FIELDS):
-            value = meta.get(key, ...)
-            try:  # a role list absent (format 1): the default; eval_users None: not recorded
-                if value is not ... and not (key == "eval_users" and value is None):
-                    fields[key] = list(value) if key.endswith("_names") else [int(x) for x in value]
-                elif key.endswith("_names"):
-                    raise KeyError(key)
-            except (KeyError, TypeError, ValueError) as e:
+            value = meta.get(key)
+            if value is None and key in ROLE_FIELDS and (key == "eval_users" or key not in meta):
+                continue  # absent (format 1): the default; eval_users None: not recorded
+            try:
+                fields[key] = list(value) if key.endswith("_names") else [int(x) for x in value]
+            except (TypeError, ValueError) as e:
                 raise DataError(f"{meta_path}: entry {key!r} is missing or malformed ({e!r}); "
                                 "re-create the dataset") from e
         return cls(images=images, labels=labels, offsets=offsets, source=dict(meta.get("source", {})),
