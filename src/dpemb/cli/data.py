@@ -7,7 +7,6 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
