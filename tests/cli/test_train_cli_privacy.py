@@ -190,12 +190,12 @@ def test_default_cohort_larger_than_the_population_is_a_usage_error_with_a_fit(t
      "--mechanism bandmf with --algorithm dp-fedemb, whose noise is gaussian: use --algorithm dp-ftrl-fedemb"),
     (["--algorithm", "dp-fedavg", "--mechanism", "bandmf"], "use --algorithm dp-ftrl-fedemb for bandmf noise"),
     (["--algorithm", "dp-fedemb", "--bands", "4"],
-     "--bands 4 applies to BandMF noise only: add --algorithm dp-ftrl-fedemb --mechanism bandmf, or drop --bands"),
+     "--bands 4 applies to BandMF and BLT noise only: add --algorithm dp-ftrl-fedemb --mechanism bandmf (or blt), or drop --bands"),
     (["--algorithm", "dp-ftrl-fedemb", "--sampling", "cyclic-poisson"],
-     "--sampling cyclic-poisson applies to BandMF noise only"),
+     "--sampling cyclic-poisson applies to BandMF and BLT noise only"),
     (["--algorithm", "dp-fedemb", "--mechanism", "tree"], "use --algorithm dp-ftrl-fedemb for tree noise"),
     (["--algorithm", "dp-ftrl-fedemb", "--mechanism", "gaussian"],
-     "whose noise is tree or bandmf: use --algorithm dp-fedemb for gaussian noise"),
+     "whose noise is tree, bandmf or blt: use --algorithm dp-fedemb for gaussian noise"),
 ])
 def test_mechanism_flags_that_contradict_the_algorithm_are_refused(tmp_path, capsys, flags, message):
     # no dataset at --data: the refusal comes before the data is read or --out is written
@@ -233,9 +233,9 @@ def test_bandmf_through_the_python_api_and_a_config_file_is_checked(tmp_path):
     assert not (tmp_path / "r").exists()
     (tmp_path / "c.toml").write_text('algorithm = "dp-fedemb"\n[privacy]\nnoise_multiplier = 1.0\n'
                                      'sampling = "cyclic-poisson"\n')
-    with pytest.raises(ConfigError, match="applies to BandMF noise only"):
+    with pytest.raises(ConfigError, match="applies to BandMF and BLT noise only"):
         api.train(load_config(tmp_path / "c.toml"), tmp_path / "r")
-    with pytest.raises(ConfigError, match="--mechanism must be one of gaussian, tree, bandmf"):
+    with pytest.raises(ConfigError, match="--mechanism must be one of gaussian, tree, bandmf, blt"):
         PrivacyRequest(mechanism="bogus")
     with pytest.raises(ConfigError, match="--bands must be a whole number >= 1"):
         PrivacyRequest(bands=0)

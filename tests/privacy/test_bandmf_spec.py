@@ -54,8 +54,8 @@ def test_defaults_and_derived_values():
 
 
 @pytest.mark.parametrize("fields, message", [
-    (dict(bands=2), "mechanism='bandmf'"),  # bands with the Gaussian
-    (dict(bands=2, mechanism="tree"), "mechanism='bandmf'"),
+    (dict(bands=2), "mechanism=.bandmf. or .blt."),  # bands with the Gaussian
+    (dict(bands=2, mechanism="tree"), "mechanism=.bandmf. or .blt."),
     (dict(mechanism="bandmf", bands=0), "bands"),
     (dict(mechanism="bandmf", bands=True), "bands"),
     (dict(mechanism="bandmf", bands=2.5), "bands"),
@@ -64,7 +64,7 @@ def test_defaults_and_derived_values():
     (dict(mechanism="bandmf", sampling="epoch"), "cyclic-poisson"),
     (dict(sampling="cyclic-poisson"), "gaussian noise needs poisson"),
     (dict(mechanism="bandmf", relation="replace-one"), "add-remove or replace-special"),
-    (dict(mechanism="bandmf", bands=2, adaptive_clipping=AdaptiveClipping(0.5)), "BandMF"),
+    (dict(mechanism="bandmf", bands=2, adaptive_clipping=AdaptiveClipping(0.5)), "bandmf noise"),
     (dict(mechanism="bandmf", tree_restarts=True), "tree_restarts"),
 ])
 def test_refusals_name_the_fix(fields, message):
@@ -182,6 +182,7 @@ def test_statements_name_the_mechanism_and_schedule():
 def test_accounting_does_not_import_torch():
     code = ("import sys, dpemb.privacy as p; "
             "p.epsilon_for(p.PrivacySpec(population=100, clients_per_round=5, mechanism='bandmf', bands=4), 'pld'); "
+            "p.epsilon_for(p.PrivacySpec(population=100, clients_per_round=5, mechanism='blt', bands=4, rounds=20)); "
             "p.calibrate_noise_multiplier(p.PrivacySpec(population=100, clients_per_round=5, mechanism='bandmf', "
             "bands=4), 3.0); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -33,13 +33,14 @@ def diagnostics(run_dir):
 
 
 def setup(tmp_path, name="run", rounds=4, clip=0.5, z=0.5, algorithm="dp-fedemb", adaptive=None, secure=False,
-          bands=None, **fed_kw):
-    """A tiny run; ``bands``: DP-FTRL-FedEmb with BandMF noise of that many bands (else tree)."""
+          bands=None, mechanism="bandmf", **fed_kw):
+    """A tiny run; ``bands``: DP-FTRL-FedEmb with ``mechanism`` (BandMF or BLT) noise of that b
+    (else tree)."""
     splits = make_tiny_dataset(num_users=30).split()
     train, ev = splits.train, splits.eval
     spec = PrivacySpec(population=train.num_users, clients_per_round=3, users_per_client=2,
                        noise_multiplier=z, clip_norm=clip, rounds=rounds,
-                       mechanism="bandmf" if bands else "tree" if algorithm == "dp-ftrl-fedemb" else "gaussian",
+                       mechanism=mechanism if bands else "tree" if algorithm == "dp-ftrl-fedemb" else "gaussian",
                        bands=bands or 1, adaptive_clipping=adaptive, secure_noise=secure)
     cfg = FederatedConfig(algorithm=algorithm, local_batch_size=4, **fed_kw)  # >= 2 local steps
     run = RunConfig(out=str(tmp_path / name), eval_every=2, progress=False)
@@ -64,17 +65,18 @@ def crash_in_round_3(monkeypatch, train, ev, cfg, spec, run, step=None) -> dict:
     return load_checkpoint(run.out)
 
 
-ALGORITHMS = ["dp-fedemb", "dp-fedavg", "dp-ftrl-fedemb",
-              pytest.param(("dp-ftrl-fedemb", 2), id="dp-ftrl-fedemb-bandmf")]  # (algorithm, BandMF bands)
+ALGORITHMS = ["dp-fedemb", "dp-fedavg", "dp-ftrl-fedemb",  # (algorithm, b, mechanism)
+              pytest.param(("dp-ftrl-fedemb", 2, "bandmf"), id="dp-ftrl-fedemb-bandmf"),
+              pytest.param(("dp-ftrl-fedemb", 2, "blt"), id="dp-ftrl-fedemb-blt")]
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_resume_equals_uninterrupted(tmp_path, monkeypatch, algorithm):
-    algorithm, bands = algorithm if isinstance(algorithm, tuple) else (algorithm, None)
-    train, ev, spec, cfg, run_a = setup(tmp_path, "a", algorithm=algorithm, bands=bands)
+    algorithm, bands, mech = algorithm if isinstance(algorithm, tuple) else (algorithm, None, None)
+    train, ev, spec, cfg, run_a = setup(tmp_path, "a", algorithm=algorithm, bands=bands, mechanism=mech)
     rep_a = fed.train_federated(train, ev, MODEL, cfg, spec, run_a, noise_seed=7)
 
-    _, _, _, _, run_b = setup(tmp_path, "b", algorithm=algorithm, bands=bands)
+    _, _, _, _, run_b = setup(tmp_path, "b", algorithm=algorithm, bands=bands, mechanism=mech)
     assert crash_in_round_3(monkeypatch, train, ev, cfg, spec, run_b)["round"] == 2
     rep_b = fed.train_federated(train, ev, MODEL, cfg, spec, run_b, noise_seed=7, resume=True)
 
@@ -170,8 +172,8 @@ def test_all_zero_deltas_are_reported(tmp_path, capsys):
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_released_outputs_hold_no_unnoised_statistics(tmp_path, algorithm):
-    algorithm, bands = algorithm if isinstance(algorithm, tuple) else (algorithm, None)
-    train, ev, spec, cfg, run = setup(tmp_path, rounds=3, algorithm=algorithm, bands=bands)
+    algorithm, bands, mech = algorithm if isinstance(algorithm, tuple) else (algorithm, None, None)
+    train, ev, spec, cfg, run = setup(tmp_path, rounds=3, algorithm=algorithm, bands=bands, mechanism=mech)
     rep = fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=1)
     out = tmp_path / "run"
     for rec in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()):
@@ -183,7 +185,15 @@ def test_released_outputs_hold_no_unnoised_statistics(tmp_path, algorithm):
     recs = diagnostics(out)
     assert [r["round"] for r in recs] == [1, 2, 3]
     assert all({"train_loss", "fraction_clipped", "users"} <= set(r) for r in recs)
-    if bands:  # BandMF's noise state (b - 1 past noise vectors) is in the private checkpoint only
+    if mech == "blt":  # BLT's buffers are in the private checkpoint only; one Gaussian, no amplification
+        state = load_checkpoint(out)["mechanism"]
+        assert state["kind"] == "blt" and len(state["buffers"]) == len(state["theta"]) and state["rounds"] == 3
+        released = [p for p in out.rglob("*") if p.is_file() and "private" not in p.relative_to(out).parts]
+        assert released and not any(b'"buffers"' in p.read_bytes() for p in released)
+        schedule = "; BLT, min-separation b = 2, no amplification, cyclic Poisson participation)"
+        assert on_disk["privacy"]["statement_rdp"].endswith(schedule)
+        assert on_disk["privacy"]["dp_event"]["class_name"] == "GaussianDpEvent"
+    elif bands:  # BandMF's noise state (b - 1 past noise vectors) is in the private checkpoint only
         state = load_checkpoint(out)["mechanism"]
         assert state["kind"] == "bandmf" and len(state["past"]) == bands - 1 and state["rounds"] == 3
         released = [p for p in out.rglob("*") if p.is_file() and "private" not in p.relative_to(out).parts]

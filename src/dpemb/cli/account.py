@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from dpemb.cli.common import UsageError, add_shared, usage_errors
 from dpemb.privacy.delta import DEFAULT_DELTA_RULE
-from dpemb.privacy.spec import ACCOUNTANTS, MECHANISMS, SAMPLINGS
+from dpemb.privacy.spec import ACCOUNTANTS, CYCLIC, MECHANISMS, SAMPLINGS
 from dpemb.training.run_config import PrivacyRequest
 
 #: the defaults of `dpemb train` (one set: dpemb.training.run_config)
@@ -158,9 +158,9 @@ def _accountants(choice: str) -> tuple[str, ...]:
 
 
 def _spec_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    if args.bands is not None and args.mechanism != "bandmf":
-        raise UsageError(f"--bands applies to --mechanism bandmf (the bands of its strategy), not to "
-                         f"--mechanism {args.mechanism}; add --mechanism bandmf or drop --bands")
+    if args.bands is not None and args.mechanism not in CYCLIC:
+        raise UsageError(f"--bands applies to --mechanism bandmf or blt (b, their participation separation), "
+                         f"not to --mechanism {args.mechanism}; add --mechanism bandmf or blt, or drop --bands")
     return {k: getattr(args, k) for k in ("clip_norm", "sampling", "mechanism", "relation", "unit",
                                           "tree_restarts", "allow_large_delta")}
 
@@ -240,7 +240,7 @@ def compute_row(combo: dict[str, Any], args: argparse.Namespace) -> dict[str, An
         }
         if spec.mechanism == "tree" or spec.sampling == "epoch":
             row["rounds_per_epoch"] = spec.rounds_per_epoch
-        if spec.mechanism == "bandmf":
+        if spec.mechanism in CYCLIC:
             row["bands"] = spec.bands
             row["participations"] = math.ceil(spec.rounds / spec.bands)
             row["prefix_noise"] = model_noise(spec)
@@ -281,7 +281,8 @@ def _print_single(row: dict[str, Any]) -> None:
     print(
         f"configuration: N = {row['population']:,} {row['unit']}s, M = {row['clients_per_round']:,} "
         f"virtual clients per round x K = {row['users_per_client']}, T = {row['rounds']:,} rounds, "
-        + (f"b = {row['bands']} band{'s' if row['bands'] != 1 else ''}, sampling rate within a group "
+        + (f"{'min-separation ' if row['mechanism'] == 'blt' else ''}b = {row['bands']}"
+           f"{'' if row['mechanism'] == 'blt' else ' band' + ('s' if row['bands'] != 1 else '')}, sampling rate within a group "
            f"q = b*M*K/N = {row['sampling_rate']:.4g}, at most ceil(T/b) = {row['participations']:,} "
            "participations per user" if "bands" in row else f"sampling rate q = M*K/N = {row['sampling_rate']:.4g}")
     )

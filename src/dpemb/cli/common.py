@@ -81,13 +81,14 @@ SHARED_HELP = {
     "--sampling": "user sampling per round: poisson (Gaussian noise's default; accounting is "
                   "exact), fixed = M*K users without replacement (replace-one relation, RDP only), "
                   "epoch (each user at most once per epoch; tree noise's default and only choice) "
-                  "or cyclic-poisson (BandMF: b keyed groups, round t Poisson-samples group t mod "
-                  "b; bandmf's default and only choice)",
+                  "or cyclic-poisson (BandMF, BLT: b keyed groups, round t Poisson-samples group t "
+                  "mod b; their default and only choice)",
     "--mechanism": "the noise: gaussian (independent per round), tree (tree aggregation, DP-FTRL) "
-                   "or bandmf (banded matrix-factorization noise with cyclic Poisson "
-                   "participation, --bands B; docs/PRIVACY.md){}",
-    "--bands": "--mechanism bandmf: b, the bands of its strategy and the groups of cyclic Poisson "
-               "participation (default 1: DP-FedEmb's noise and epsilon); each user takes part at "
+                   "bandmf (banded matrix-factorization noise with cyclic Poisson participation, "
+                   "--bands B) or blt (buffered linear Toeplitz noise, the same participation, no "
+                   "amplification; docs/PRIVACY.md){}",
+    "--bands": "--mechanism bandmf or blt: b, the groups of cyclic Poisson participation (bandmf: "
+               "also the bands of its strategy; default 1: DP-FedEmb's noise and epsilon); each user takes part at "
                "rate b*M*K/N, at most once in any b consecutive rounds (in at most ceil(T / b) "
                "rounds)",
     "--tree-restarts": "tree noise (dp-ftrl-fedemb): restart the tree every epoch (one tree per "

@@ -162,7 +162,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     add_shared(q, "--sampling", choices=SAMPLINGS)
     add_shared(q, "--tree-restarts", action="store_true")
     add_shared(q, "--mechanism", ". Default: the algorithm's (gaussian; tree for dp-ftrl-fedemb, "
-               "which also takes bandmf)", choices=MECHANISMS)
+               "which also takes bandmf and blt)", choices=MECHANISMS)
     add_shared(q, "--bands", type=int, metavar="B")
     q.add_argument("--adaptive-clip-quantile", type=float, metavar="GAMMA",
                    help="adaptive clipping (Andrew et al. 2021; dp-fedemb, dp-fedavg): move the clip norm "

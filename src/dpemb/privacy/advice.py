@@ -41,9 +41,9 @@ def cohort_warnings(spec: PrivacySpec, epsilon: float | None = None) -> list[str
 
 
 def relative_noise(spec: PrivacySpec) -> float:
-    """The noise on the averaged update per round in units of C; for BandMF, that of independent
-    noise adding as much to the model (``model_noise`` / one band's ``prefix_noise_rms``)."""
-    if spec.mechanism == "bandmf" and spec.bands > 1:
+    """The noise on the averaged update per round in units of C; for BandMF and BLT, that of
+    independent noise adding as much to the model (``model_noise`` / one band's ``prefix_noise_rms``)."""
+    if spec.mechanism == "blt" or (spec.mechanism == "bandmf" and spec.bands > 1):
         return model_noise(spec) / prefix_noise_rms([1.0], spec.rounds)
     return spec.noise_on_average / spec.clip_norm
 
@@ -69,7 +69,8 @@ def noise_warning(spec: PrivacySpec, relative: float) -> str:
     return (
         f"small cohort: with {spec.clients_per_round} clients per round the noise on the averaged update is "
         f"{relative:.2g} x the clip norm per coordinate"
-        + (" (as independent noise adding what BandMF adds to the model)" if spec.bands > 1 else "")
+        + (f" (as independent noise adding what {spec.mechanism} noise adds to the model)"
+           if spec.mechanism == "blt" or spec.bands > 1 else "")
         + f" (z = {spec.noise_multiplier:g}, sensitivity "
         f"{spec.sensitivity / spec.clip_norm:g}C): {what}. At about {n_star:,} users ({m_star:,} clients per "
         f"round, the same sampling rate and z, so about this epsilon) it would be {TRAINS_UP_TO:g} x C: "

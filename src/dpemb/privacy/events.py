@@ -4,7 +4,7 @@ All accounting maths is Google's dp_accounting (RDP and PLD accountants); this m
 which mechanism a configuration is (``training_event``, the one definition per mechanism; the
 table of events and relations: docs/PRIVACY.md, "Sampling, grouping and neighbouring
 relations"; BandMF's: "BandMF", ``amplified_bandmf_event``, whose epsilon after t rounds is that
-of ``bandmf_equivalent_spec`` after ceil(t / b)). z is always relative to the sensitivity of the
+of ``bandmf_equivalent_spec`` after ceil(t / b); BLT's: one Gaussian, ``blt_sensitivity_ratio``). z is always relative to the sensitivity of the
 clipped sum (``PrivacySpec.sensitivity``). Epoch sampling claims no amplification; the tree's
 PLD is the Gaussian mechanism with multiplier z / sqrt(S).
 
@@ -39,6 +39,7 @@ except ImportError as e:  # one line naming the fix (dependency.py), not a trace
 from dpemb.privacy._checks import positive_int
 from dpemb.privacy.relations import Relation, to_dp_accounting
 from dpemb.privacy.spec import ACCOUNTANTS, PrivacySpec, check_noise_multiplier
+from dpemb.privacy.strategy import blt_polynomials, blt_strategy, minsep_sensitivity
 from dpemb.privacy.tree_accounting import TreeParticipation
 
 # dp_accounting's RDP logs a warning for every fractional order whose series does not
@@ -143,6 +144,17 @@ def bandmf_equivalent_spec(spec: PrivacySpec) -> PrivacySpec:
                    rounds=bandmf_participations(spec.rounds, b))
 
 
+def blt_sensitivity_ratio(spec: PrivacySpec, rounds: int) -> float:
+    """The sensitivity of what BLT released in the first t rounds, relative to the whole run's
+    (which the noise is scaled to: 1 at t = T): the strategy's ``minsep_sensitivity`` with
+    ceil(t / b) participations over the run's T rows (an upper bound for the first t rows: C is
+    non-negative) over that with ceil(T / b)."""
+    p, q = blt_polynomials(*blt_strategy(spec.rounds, spec.bands))
+    k = bandmf_participations(rounds, spec.bands)
+    return (minsep_sensitivity(p, spec.rounds, spec.bands, k, denominator=q)
+            / minsep_sensitivity(p, spec.rounds, spec.bands, denominator=q))
+
+
 # ---------------------------------------------------------------------- events
 def round_event(spec: PrivacySpec) -> dp_accounting.DpEvent:
     """One round's mechanism (for epoch sampling and tree: the worst case of round 1; for
@@ -150,7 +162,7 @@ def round_event(spec: PrivacySpec) -> dp_accounting.DpEvent:
     z = spec.noise_multiplier
     if spec.nonprivate:
         return dpe.NonPrivateDpEvent()
-    if spec.mechanism == "tree":
+    if spec.mechanism in ("tree", "blt"):
         return training_event(spec, 1)
     if spec.mechanism == "bandmf" or spec.sampling == "poisson":
         return dpe.PoissonSampledDpEvent(spec.sampling_rate, dpe.GaussianDpEvent(z))
@@ -180,6 +192,8 @@ def training_event(
     z = spec.noise_multiplier
     if spec.mechanism == "bandmf":
         return amplified_bandmf_event(z, t, bands=spec.bands, sampling_rate=spec.sampling_rate)
+    if spec.mechanism == "blt":  # no amplification: the whole release is one Gaussian mechanism
+        return dpe.GaussianDpEvent(z / blt_sensitivity_ratio(spec, t))
     if spec.mechanism == "gaussian":
         if spec.sampling == "epoch":
             return dpe.SelfComposedDpEvent(dpe.GaussianDpEvent(z), epochs_touched(spec, t))
@@ -419,8 +433,8 @@ class EpsilonCurve:
     RDP: per-unit curve times units composed (one conversion per t); Poisson PLD self-composes
     a cached one-round distribution (docs/PRIVACY.md, "Accounting"), at the interval
     ``refined_pld_epsilon`` picks per t (``pld_interval(t)`` says which). BandMF: the curve of
-    its ``bandmf_equivalent_spec`` at ceil(t / b). ``epsilon_for(spec)`` is the curve at
-    ``spec.rounds``.
+    its ``bandmf_equivalent_spec`` at ceil(t / b). BLT: one Gaussian per t (``training_event``).
+    ``epsilon_for(spec)`` is the curve at ``spec.rounds``.
     """
 
     def __init__(self, spec: PrivacySpec, accountant: str = "rdp") -> None:
@@ -436,7 +450,8 @@ class EpsilonCurve:
         self._pld_intervals: dict[int, float] = {}
 
     def _participations(self, rounds: int) -> int:
-        """The rounds of ``self._spec`` after ``rounds`` rounds (BandMF: ceil(t / b))."""
+        """The rounds of ``self._spec`` after ``rounds`` rounds (BandMF: ceil(t / b); BLT: the
+        memo's key, the participations ceil(t / b) its epsilon depends on)."""
         return math.ceil(int(rounds) / self.spec.bands)
 
     def _rdp_epsilon(self, t: int) -> float:
@@ -477,7 +492,7 @@ class EpsilonCurve:
         t = self._participations(rounds)
         spec = self._spec
         if spec.sampling != "poisson":
-            event = training_event(spec, t, accountant="pld")
+            event = training_event(spec, rounds if spec.mechanism == "blt" else t, accountant="pld")
             return compute_epsilon(event, spec.resolved_delta, "pld", relation=spec.relation,
                                    pld_discretization=interval)
         if interval not in self._base_plds:
@@ -508,7 +523,9 @@ class EpsilonCurve:
             return 0.0
         p = self._participations(t)  # the memo's key: BandMF rounds of one participation share it
         if p not in self._memo:
-            if self.accountant == "rdp":
+            if self.spec.mechanism == "blt" and self.accountant == "rdp":
+                self._memo[p] = compute_epsilon(training_event(self.spec, t), self.spec.resolved_delta, "rdp")
+            elif self.accountant == "rdp":
                 self._memo[p] = self._rdp_epsilon(p)
             else:
                 self._memo[p], self._pld_intervals[p] = refined_pld_epsilon(

@@ -6,7 +6,7 @@ checkpoints (``fingerprint``), so a resumed run cannot silently change its guara
 
 The consistent (mechanism, sampling, relation) combinations are those of docs/PRIVACY.md,
 "Sampling, grouping and neighbouring relations"; anything else, and ``bands`` != 1 outside
-bandmf, is a ValueError. delta follows ``dpemb.privacy.delta`` (default 1 / (10 N)).
+bandmf and blt, is a ValueError. delta follows ``dpemb.privacy.delta`` (default 1 / (10 N)).
 
 Adaptive clipping (docs/PRIVACY.md, "Adaptive clipping"): ``clip_norm`` is the INITIAL clip,
 ``noise_multiplier`` the TOTAL z every epsilon is computed from, ``value_noise_multiplier`` the
@@ -38,7 +38,7 @@ from dpemb.privacy.adaptive_clipping import (
 from dpemb.privacy.delta import check_delta, default_delta
 from dpemb.privacy.relations import Relation, parse_relation, user_sensitivity
 
-MECHANISMS = ("gaussian", "tree", "bandmf")
+MECHANISMS = ("gaussian", "tree", "bandmf", "blt")
 SAMPLINGS = ("poisson", "fixed", "epoch", "cyclic-poisson")
 UNITS = ("user", "example")
 #: the accountants epsilon is computed with (dp_accounting's RDP and PLD), in the order
@@ -53,15 +53,19 @@ _ALLOWED: dict[tuple[str, str], tuple[Relation, ...]] = {
     # the cyclic groups are drawn per user independently from the run key (cyclic_sampling's
     # "independent" assignment, the one make_sampler builds): valid under both
     ("bandmf", "cyclic-poisson"): (Relation.ADD_REMOVE, Relation.REPLACE_SPECIAL),
+    ("blt", "cyclic-poisson"): (Relation.ADD_REMOVE, Relation.REPLACE_SPECIAL),
 }
+#: the correlated-noise mechanisms whose b sets the cyclic groups (BandMF: also its bands)
+CYCLIC = ("bandmf", "blt")
 #: the sampling a mechanism gets when none is given (the first one it is accounted with)
-DEFAULT_SAMPLING = {"gaussian": "poisson", "tree": "epoch", "bandmf": "cyclic-poisson"}
+DEFAULT_SAMPLING = {"gaussian": "poisson", "tree": "epoch", "bandmf": "cyclic-poisson", "blt": "cyclic-poisson"}
 #: what each mechanism's sampling must be, for refusals
 _SAMPLING_NEEDED = {
     "gaussian": "poisson, fixed or epoch sampling",
     "tree": "sampling='epoch' (each user at most once per epoch of ceil(N / (M*K)) rounds)",
     "bandmf": ("sampling='cyclic-poisson' (b groups of users, round t samples group t mod b: each user at most "
                "once in any b consecutive rounds)"),
+    "blt": "sampling='cyclic-poisson' (b groups of users: each user at most once in any b consecutive rounds)",
 }
 
 
@@ -138,8 +142,8 @@ class PrivacySpec:
     clip_norm: float = 1.0
     rounds: int = 1
     delta: float | None = None  # None -> 1 / (10 population) (``delta.default_delta``)
-    sampling: str | None = None  # None -> "poisson" (gaussian), "epoch" (tree), "cyclic-poisson" (bandmf)
-    mechanism: str = "gaussian"  # "gaussian" | "tree" | "bandmf"
+    sampling: str | None = None  # None -> "poisson" (gaussian), "epoch" (tree), "cyclic-poisson" (bandmf, blt)
+    mechanism: str = "gaussian"  # "gaussian" | "tree" | "bandmf" | "blt"
     relation: Relation | None = None  # None -> the default for (mechanism, sampling)
     unit: str = "user"  # "user" | "example"
     nonprivate: bool = False
@@ -147,7 +151,7 @@ class PrivacySpec:
     allow_large_delta: bool = False  # accept a given delta >= 1/population (forced; see delta.py)
     secure_noise: bool = False  # hardened noise sampler (noise.py); changes no epsilon
     adaptive_clipping: AdaptiveClipping | None = None  # None: fixed clip (adaptive_clipping.py)
-    bands: int = 1  # bandmf only: b, the bands of the strategy and the groups of cyclic Poisson sampling
+    bands: int = 1  # bandmf, blt: b, the groups of cyclic Poisson sampling (bandmf: also its bands)
 
     def __post_init__(self) -> None:
         try:
@@ -187,12 +191,12 @@ class PrivacySpec:
         self._set("noise_multiplier", z)
         if self.mechanism not in MECHANISMS:
             raise PrivacySpecError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {self.mechanism!r}")
-        if self.bands != 1 and self.mechanism != "bandmf":
+        if self.bands != 1 and self.mechanism not in CYCLIC:
             raise PrivacySpecError(
-                f"bands = {self.bands} applies to mechanism='bandmf' only (the bands of its strategy); use "
-                f"mechanism='bandmf' (--mechanism bandmf) or drop bands (--bands) for {self.mechanism} noise"
+                f"bands = {self.bands} applies to mechanism='bandmf' or 'blt' only (b, their participation "
+                f"separation); use --mechanism bandmf or blt, or drop bands (--bands) for {self.mechanism} noise"
             )
-        if self.mechanism == "bandmf" and self.bands * per_round > self.population:
+        if self.mechanism in CYCLIC and self.bands * per_round > self.population:
             raise PrivacySpecError(
                 f"cyclic Poisson sampling over b = {self.bands} groups needs b*M*K = {self.bands} x {per_round} = "
                 f"{self.bands * per_round} <= N = {self.population} users (the rate within a group, b*M*K/N, "
@@ -242,10 +246,10 @@ class PrivacySpec:
                     "adaptive clipping cannot be combined with tree aggregation (dp-ftrl-fedemb), as in TFF: "
                     "the tree's prefix sums assume one fixed clip norm; use a fixed --clip-norm, or dp-fedemb"
                 )
-            if self.mechanism == "bandmf":
+            if self.mechanism in CYCLIC:
                 raise PrivacySpecError(
-                    "adaptive clipping is not supported with BandMF noise: its correlated noise is scaled for one "
-                    "fixed sensitivity; use a fixed --clip-norm"
+                    f"adaptive clipping is not supported with {self.mechanism} noise: its correlated noise is "
+                    "scaled for one fixed sensitivity; use a fixed --clip-norm"
                 )
             if not self.nonprivate:
                 split_noise_multiplier(self.noise_multiplier, self.count_stddev, self.count_sensitivity)
@@ -254,8 +258,9 @@ class PrivacySpec:
     @property
     def sampling_rate(self) -> float:
         """q = M*K/N: the probability that a given user takes part in a round. Cyclic Poisson
-        (bandmf): q = b*M*K/N, the probability that a user takes part in a round of its group
-        (the rate the accountant uses); a round still samples M*K users in expectation."""
+        (bandmf, blt): q = b*M*K/N, the probability that a user takes part in a round of its group
+        (the rate the accountant uses; BLT claims no amplification from it); a round still samples
+        M*K users in expectation."""
         return self.bands * self.clients_per_round * self.users_per_client / self.population
 
     @property
@@ -315,7 +320,7 @@ class PrivacySpec:
         d["relation"] = self.relation.value if self.relation is not None else None
         if self.adaptive_clipping is None:
             del d["adaptive_clipping"]  # fixed-clip specs hash as before adaptive clipping existed
-        if self.mechanism != "bandmf":
+        if self.mechanism not in CYCLIC:
             del d["bands"]  # always 1 there: other specs hash as before BandMF existed
         return d
 

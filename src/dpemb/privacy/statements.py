@@ -52,8 +52,11 @@ def describe_epsilon(
 def describe_schedule(spec: PrivacySpec) -> str | None:
     """The mechanism and participation schedule an epsilon statement of ``spec`` names: for
     BandMF "BandMF, 4 bands, cyclic Poisson participation" (its epsilon counts ceil(T / b)
-    participations, which the statement must not leave implicit); None for the other
-    mechanisms (their mechanism line says it)."""
+    participations, which the statement must not leave implicit), for BLT "BLT, min-separation
+    b = 35, no amplification, cyclic Poisson participation"; None for the other mechanisms
+    (their mechanism line says it)."""
+    if spec.mechanism == "blt":
+        return f"BLT, min-separation b = {spec.bands}, no amplification, cyclic Poisson participation"
     if spec.mechanism != "bandmf":
         return None
     return f"BandMF, {spec.bands} band{'s' if spec.bands != 1 else ''}, cyclic Poisson participation"
@@ -66,6 +69,10 @@ def describe_mechanism(spec: PrivacySpec) -> str:
     if spec.mechanism == "bandmf":
         noise = (f"{describe_schedule(spec)}: correlated noise C^-1 Z (banded inverse-square-root strategy C, "
                  f"largest column norm 1), Z's std = {spec.noise_multiplier:g} x sensitivity")
+    elif spec.mechanism == "blt":
+        noise = (f"{describe_schedule(spec)}: correlated noise C^-1 Z (buffered linear Toeplitz strategy C for "
+                 f"{spec.rounds:,} rounds, min-separation sensitivity 1), Z's std = {spec.noise_multiplier:g} x "
+                 "sensitivity")
     elif spec.mechanism == "tree":
         noise = (f"tree aggregation (DP-FTRL), node noise std = {spec.noise_multiplier:g} x sensitivity"
                  + (", restarted every epoch" if spec.tree_restarts else ""))

@@ -86,12 +86,12 @@ class PrivacyRequest:
     rounds: int = 200
     delta: float | None = None  # None: 1 / (10 N)
     allow_large_delta: bool = False
-    sampling: str | None = None  # None: poisson (Gaussian), epoch (tree), cyclic-poisson (bandmf)
+    sampling: str | None = None  # None: poisson (Gaussian), epoch (tree), cyclic-poisson (bandmf, blt)
     tree_restarts: bool = False
     # the noise mechanism; None: the algorithm's (gaussian; tree for dp-ftrl-fedemb, which also
-    # takes "bandmf" with ``bands``: ``dpemb.training.runner.check_privacy_request``)
+    # takes "bandmf" and "blt" with ``bands``: ``dpemb.training.runner.check_privacy_request``)
     mechanism: str | None = None
-    bands: int = 1  # bandmf only: b, the bands of the strategy and groups of cyclic Poisson sampling
+    bands: int = 1  # bandmf, blt: b, the groups of cyclic Poisson sampling (bandmf: its bands too)
     adaptive_clip_quantile: float | None = None
     clip_lr: float | None = None
     clip_count_stddev: float | None = None

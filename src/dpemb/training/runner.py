@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 from dpemb.data.dataset import UserDataset
 from dpemb.privacy import PrivacySpec
+from dpemb.privacy.spec import CYCLIC
 from dpemb.training.provenance import InitProvenanceError, Provenance, check_init
 from dpemb.training.run_config import NOT_PRIVACY_KNOBS, ConfigError, PerformanceFlags, PrivacyRequest, TrainConfig
 
@@ -22,9 +23,9 @@ from dpemb.training.run_config import NOT_PRIVACY_KNOBS, ConfigError, Performanc
 PRIVACY_FLAG = {f: "--" + f.replace("_", "-") for f in PrivacyRequest.__dataclass_fields__}
 #: the noise mechanisms each federated algorithm may use, the first its default (``PrivacyRequest.mechanism``
 #: None): DP-FTRL-FedEmb
-#: releases prefix sums with correlated noise, from the tree or from a banded strategy (BandMF)
+#: releases prefix sums with correlated noise, from the tree or a Toeplitz strategy (BandMF, BLT)
 ALGORITHM_MECHANISMS = {"dp-fedemb": ("gaussian",), "dp-fedavg": ("gaussian",),
-                        "dp-ftrl-fedemb": ("tree", "bandmf")}
+                        "dp-ftrl-fedemb": ("tree", "bandmf", "blt")}
 
 
 @contextmanager
@@ -159,18 +160,19 @@ def check_privacy_request(config: TrainConfig) -> None:
             raise centralized_refusal(given)
         return
     # a mechanism the algorithm does not train with (BandMF is DP-FTRL-FedEmb's: --algorithm
-    # dp-ftrl-fedemb --mechanism bandmf --bands B), and --bands or cyclic-poisson without BandMF
+    # dp-ftrl-fedemb --mechanism bandmf --bands B), and --bands or cyclic-poisson without BandMF or BLT
     own = ALGORITHM_MECHANISMS[config.algorithm]
     if r.mechanism is not None and r.mechanism not in own:
         algorithm = next(a for a, m in ALGORITHM_MECHANISMS.items() if r.mechanism in m)
         raise ConfigError(f"--mechanism {r.mechanism} with --algorithm {config.algorithm}, "
-                          f"whose noise is {' or '.join(own)}: use --algorithm {algorithm} for "
+                          f"whose noise is {' or '.join(filter(None, (', '.join(own[:-1]), own[-1])))}: use "
+                          f"--algorithm {algorithm} for "
                           f"{r.mechanism} noise, or drop --mechanism")
-    if r.mechanism != "bandmf" and (r.sampling == "cyclic-poisson" or r.bands != 1):
+    if r.mechanism not in CYCLIC and (r.sampling == "cyclic-poisson" or r.bands != 1):
         cyclic = r.sampling == "cyclic-poisson"
         flag = "--sampling cyclic-poisson" if cyclic else f"--bands {r.bands}"
-        raise ConfigError(f"{flag} applies to BandMF noise only: add --algorithm dp-ftrl-fedemb "
-                          f"--mechanism bandmf, or drop {flag.split()[0]}")
+        raise ConfigError(f"{flag} applies to BandMF and BLT noise only: add --algorithm dp-ftrl-fedemb "
+                          f"--mechanism bandmf (or blt), or drop {flag.split()[0]}")
     given = [x is not None for x in (r.noise_multiplier, r.target_epsilon)] + [r.nonprivate]
     if sum(given) != 1:
         raise ConfigError("give exactly one of --noise-multiplier, --target-epsilon or --non-private")
