@@ -79,11 +79,15 @@ def test_ranks_sharing_a_gpu_use_gloo_and_environment_is_read(monkeypatch):
     assert DistributedEnv.from_environ() is None
 
 @pytest.mark.parametrize("algorithm", ["dp-fedemb", "dp-fedavg",  # (DP-FedAvg: the global head too)
-                                       pytest.param("dp-ftrl-fedemb", marks=pytest.mark.slow)])
+                                       pytest.param("dp-ftrl-fedemb", marks=pytest.mark.slow),
+                                       pytest.param(("dp-ftrl-fedemb", "blt"), marks=pytest.mark.slow,
+                                                    id="dp-ftrl-fedemb-blt")])  # correlated noise drawn once
 def test_two_processes_train_the_same_model_as_one(tmp_path, algorithm):
-    train, ev, spec, cfg, run = setup(tmp_path, "one", algorithm=algorithm)
+    algorithm, kw = (algorithm[0], dict(bands=2, mechanism=algorithm[1])) if isinstance(algorithm, tuple) \
+        else (algorithm, {})
+    train, ev, spec, cfg, run = setup(tmp_path, "one", algorithm=algorithm, **kw)
     rep1 = fed.train_federated(train, ev, MODEL, cfg, spec, run, noise_seed=7)
-    codes, out = launch(2, tmp_path, "two", algorithm=algorithm)
+    codes, out = launch(2, tmp_path, "two", algorithm=algorithm, **kw)
     assert codes == [0, 0], out.get("traceback")
     rep2 = out["report"]
     same_model(tmp_path / "one", tmp_path / "two")
