@@ -236,14 +236,13 @@ def test_resume_equals_uninterrupted():
         BandMFNoise(0.8, bands=5).load_state_dict(GaussianNoise(0.8, seed=1).state_dict())
 
 
-def test_sensitivity_with_real_local_training_and_the_cyclic_sampler():
-    """Adding one user to a DP-FTRL-FedEmb population (K = 2, add/remove, sensitivity 2C),
-    with real local training (several local steps per client) and the cyclic Poisson
-    sampler keyed alike on both sides: every round's clipped sum differs only where the
-    user took part, at most once in any b rounds, and the strategy's output C x moves by at
-    most sqrt(participations) x (max column norm) x 2C, by at most (max column norm) x 2C
-    per participation. The model each round starts from is the same on both sides (the
-    released outputs the adversary conditions on)."""
+def one_user_sum_differences(b, m, k, clip, rounds, min_participations=2):
+    """Adding one user to a DP-FTRL-FedEmb population (add/remove, sensitivity 2C for K > 1),
+    with real local training (several local steps per client) and the cyclic Poisson sampler
+    keyed alike on both sides: (the rounds x parameters differences of the clipped sums, the
+    user's rounds, the sensitivity). Checks that only the user's virtual client changes, in
+    its rounds only, at least b apart, and moves the sum visibly. The model each round starts
+    from is the same on both sides (the released outputs the adversary conditions on)."""
     from dpemb.algorithms.client import ClientTrainer
     from dpemb.algorithms.config import FederatedConfig
     from dpemb.algorithms.round import ClientData, map_clients
@@ -263,11 +262,7 @@ def test_sensitivity_with_real_local_training_and_the_cyclic_sampler():
                                                                     local_batch_size=2))  # >= 3 local steps
     params = [p for p in model.parameters() if p.requires_grad]
     start = torch.nn.utils.parameters_to_vector(params).detach()
-    b, m, k, clip, rounds = 3, 2, 2, 0.002, 12  # deltas of norm ~0.01: clipped
     sens = user_sensitivity(clip, k, Relation.ADD_REMOVE)
-    assert sens == 2 * clip
-    coeffs = banded_sqrt_coefficients(b)
-    c, cn = strategy_matrix(coeffs, rounds), max_column_norm(coeffs, rounds)
     for seed in range(20):
         sa = CyclicPoissonSampler(small.num_users, bands=b, clients_per_round=m, users_per_client=k, seed=seed,
                                   sampling_rate=0.6)
@@ -275,9 +270,9 @@ def test_sensitivity_with_real_local_training_and_the_cyclic_sampler():
                                   sampling_rate=0.6)
         slots = [(sa.sample_round(), sb.sample_round()) for _ in range(rounds)]
         mine = [t for t, (_, cb) in enumerate(slots) if any(last in cl for cl in cb)]
-        if len(mine) >= 2:
+        if len(mine) >= min_participations:
             break
-    assert len(mine) >= 2 and all(v - u >= b for u, v in zip(mine, mine[1:]))
+    assert len(mine) >= min_participations and all(v - u >= b for u, v in zip(mine, mine[1:]))
     randomness = ClientRandomness(seed=11)
 
     def clipped_sum(ds, cl, rnd):
@@ -293,6 +288,18 @@ def test_sensitivity_with_real_local_training_and_the_cyclic_sampler():
         if t in mine:  # elsewhere the same clients with the same keys: the same sum
             diff[t] = clipped_sum(big, cb, t) - clipped_sum(small, ca, t)
     assert all(float(diff[t].norm()) > 0.25 * sens for t in mine)  # the user's client moved the sum visibly
+    return diff, mine, sens
+
+
+def test_sensitivity_with_real_local_training_and_the_cyclic_sampler():
+    """K = 2 (sensitivity 2C), several local steps (``one_user_sum_differences``): the
+    strategy's output C x moves by at most sqrt(participations) x (max column norm) x 2C, by
+    at most (max column norm) x 2C per participation."""
+    b, m, k, clip, rounds = 3, 2, 2, 0.002, 12  # deltas of norm ~0.01: clipped
+    diff, mine, sens = one_user_sum_differences(b, m, k, clip, rounds)
+    assert sens == 2 * clip
+    coeffs = banded_sqrt_coefficients(b)
+    c, cn = strategy_matrix(coeffs, rounds), max_column_norm(coeffs, rounds)
     moved = c @ diff
     assert float(moved.norm()) <= math.sqrt(len(mine)) * cn * sens * (1 + 1e-9)
     for t in mine:

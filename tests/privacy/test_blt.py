@@ -14,7 +14,6 @@ from scipy import optimize, stats
 from dpemb.privacy import PrivacySpec, calibrate_noise_multiplier, epsilon_for
 from dpemb.privacy.blt import BLTNoise
 from dpemb.privacy.clipping import ClippedSum
-from dpemb.privacy.cyclic_sampling import CyclicPoissonSampler
 from dpemb.privacy.events import EpsilonCurve, training_event
 from dpemb.privacy.plan import make_noise
 from dpemb.privacy.relations import Relation
@@ -239,54 +238,18 @@ def test_calibration_hits_the_target_and_needs_no_population():
 
 
 def test_sensitivity_with_real_local_training_and_the_cyclic_sampler():
-    """Adding one user (K = 2, add/remove, sensitivity 2C) with real local training (several
-    local steps) and the cyclic sampler keyed alike on both sides: only the user's virtual
-    client changes, in its rounds, b apart, and the released C' X (C' the scaled BLT strategy
-    of ``make_noise``) moves by at most the stated sensitivity 2C."""
-    from dpemb.algorithms.client import ClientTrainer
-    from dpemb.algorithms.config import FederatedConfig
-    from dpemb.algorithms.round import ClientData, map_clients
-    from dpemb.privacy.client_keys import ClientRandomness, client_keys
-    from dpemb.privacy.clipping import ClipAndSum
-    from dpemb.training.config import ModelConfig
-    from dpemb.training.modelinit import build_model
-    from tests.conftest import make_tiny_dataset
+    """Adding one user (K = 2, sensitivity 2C) with real local training and the cyclic sampler
+    (``test_bandmf.one_user_sum_differences``: only the user's client changes, in its rounds,
+    b apart): the released C' X (C' the scaled BLT strategy of ``make_noise``) moves by at most
+    the stated sensitivity 2C, over three or more participations."""
+    from tests.privacy.test_bandmf import one_user_sum_differences
 
-    big = make_tiny_dataset(num_users=30).split().train
-    last = big.num_users - 1
-    small = big.select(big.user_of_example() != last)
-    torch.manual_seed(0)
-    model, _ = build_model(ModelConfig(backbone="lenet", embedding_dim=16), big.image_shape, per_user_training=True)
-    trainer = ClientTrainer(model, big.num_classes, FederatedConfig(algorithm="dp-ftrl-fedemb", local_batch_size=2))
-    start = torch.nn.utils.parameters_to_vector([p for p in model.parameters() if p.requires_grad]).detach()
     b, m, k, clip, rounds = 3, 2, 2, 0.002, 12
-    spec = PrivacySpec(population=big.num_users, clients_per_round=m, users_per_client=k, clip_norm=clip,
-                       rounds=rounds, mechanism="blt", bands=b, noise_multiplier=1.0)
+    diff, mine, sens = one_user_sum_differences(b, m, k, clip, rounds, min_participations=3)
+    spec = PrivacySpec(population=30, clients_per_round=m, users_per_client=k, clip_norm=clip, rounds=rounds,
+                       mechanism="blt", bands=b, noise_multiplier=1.0)
+    assert spec.sensitivity == sens
     mech = make_noise(spec, seed=0)
     c = toeplitz(coefficients(mech.theta, mech.omega, rounds)) / mech.scale
-    for seed in range(20):
-        sa = CyclicPoissonSampler(small.num_users, bands=b, clients_per_round=m, users_per_client=k, seed=seed,
-                                  sampling_rate=0.6)
-        sb = CyclicPoissonSampler(big.num_users, bands=b, clients_per_round=m, users_per_client=k, seed=seed,
-                                  sampling_rate=0.6)
-        slots = [(sa.sample_round(), sb.sample_round()) for _ in range(rounds)]
-        mine = [t for t, (_, cb) in enumerate(slots) if any(last in cl for cl in cb)]
-        if len(mine) >= 3:
-            break
-    assert len(mine) >= 3 and all(v - u >= b for u, v in zip(mine, mine[1:]))
-    randomness = ClientRandomness(seed=11)
-
-    def clipped_sum(ds, cl, rnd):
-        acc = ClipAndSum([torch.zeros_like(start)], clip, spec.sensitivity, Relation.ADD_REMOVE)
-        for r, _ in map_clients(trainer, start, cl, client_keys(cl, k), ClientData.of(ds), randomness, rnd):
-            acc.add([r.delta])
-        return acc.result().value[0].double().numpy()
-
-    diff = np.zeros((rounds, start.numel()))
-    for t, (ca, cb) in enumerate(slots):
-        changed = [i for i, (x, y) in enumerate(zip(ca, cb)) if list(x) != list(y)]
-        assert len(changed) == (t in mine)
-        if t in mine:
-            diff[t] = clipped_sum(big, cb, t) - clipped_sum(small, ca, t)
-    assert all(np.linalg.norm(diff[t]) > 0.25 * spec.sensitivity for t in mine)
-    assert np.linalg.norm(c @ diff) <= spec.sensitivity * (1 + 1e-9)
+    assert np.linalg.norm(c @ diff.numpy()) <= sens * (1 + 1e-9)
+    assert np.linalg.norm(c @ diff.numpy()) > 0.5 * sens  # near the bound: the test can fail
