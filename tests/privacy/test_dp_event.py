@@ -22,6 +22,8 @@ SPECS = {
     "epoch": {"sampling": "epoch"},
     "tree": {"mechanism": "tree"},
     "tree-restarts": {"mechanism": "tree", "tree_restarts": True},
+    "bandmf": {"mechanism": "bandmf", "bands": 4},
+    "blt": {"mechanism": "blt", "bands": 4},
     "nonprivate": {"nonprivate": True, "noise_multiplier": 0.0},
 }
 

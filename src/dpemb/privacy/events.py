@@ -524,7 +524,8 @@ class EpsilonCurve:
         p = self._participations(t)  # the memo's key: BandMF rounds of one participation share it
         if p not in self._memo:
             if self.spec.mechanism == "blt" and self.accountant == "rdp":
-                self._memo[p] = compute_epsilon(training_event(self.spec, t), self.spec.resolved_delta, "rdp")
+                self._memo[p] = compute_epsilon(training_event(self.spec, t), self.spec.resolved_delta, "rdp",
+                                                relation=self.spec.relation)
             elif self.accountant == "rdp":
                 self._memo[p] = self._rdp_epsilon(p)
             else:
