@@ -248,6 +248,7 @@ def test_audit_record_is_released_and_canaries_stay_private(tmp_path):
 
 @pytest.mark.parametrize("change, match", [
     (dict(mechanism="tree"), "Poisson"), (dict(sampling="fixed", relation=None), "Poisson"),
+    (dict(mechanism="bandmf", bands=2), "got bandmf noise"), (dict(mechanism="blt", bands=2), "got blt noise"),
     (dict(noise_multiplier=0.0, nonprivate=True), "non-private"),
 ])
 def test_unsupported_audits_are_refused(change, match):
