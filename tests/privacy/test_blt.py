@@ -224,7 +224,7 @@ def test_epsilon_against_an_independent_computation(b, z):
         assert epsilon_for(s, "rdp", rounds=t) >= exact
         assert training_event(s, t).noise_multiplier == pytest.approx(z / ratio, rel=1e-10)
     curve = EpsilonCurve(s, "pld")
-    values = [curve(t) for t in range(1, rounds + 1)]
+    values = [curve(t) for t in (*range(1, rounds, 9), rounds)]
     # grows with t, up to the PLD grid (each value an upper bound at its own interval)
     assert all(a <= b_ * 1.01 for a, b_ in zip(values, values[1:])) and values[-1] == epsilon_for(s, "pld")
 
