@@ -192,7 +192,7 @@ def run_study(study: Any, work: Path, jobs: int = 1, perf: PerformanceFlags = Pe
     while True:
         rows = load_rows(export)
         done = {r["key"] for r in rows}
-        todo = []
+        todo, exported = [], False
         for run in study.plan(rows):
             report = work / "runs" / run.key / "report.json"
             if run.key in done | tried or run.key in {r.key for r in todo}:
@@ -200,8 +200,11 @@ def run_study(study: Any, work: Path, jobs: int = 1, perf: PerformanceFlags = Pe
             if report.exists():  # finished, its row not yet exported
                 append_row(export, public_row(study.NAME, run, json.loads(report.read_text())))
                 done.add(run.key)
+                exported = True
             else:
                 todo.append(run)
+        if exported and not todo:  # the new rows may complete a choice: plan again
+            continue
         if not todo:
             return load_rows(export)
         print(f"{study.NAME}: {len(todo)} runs to train on {max(1, jobs)} process(es)", flush=True)

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
 
 import harness as h  # noqa: E402
-from studies import long, moonshot, references  # noqa: E402
+from studies import correlated, long, moonshot, references  # noqa: E402
 
 from dpemb.algorithms.round import RoundStats  # noqa: E402
 from dpemb.training.config import OptimConfig  # noqa: E402
@@ -56,14 +56,18 @@ BEFORE = {"long": {
                       "0.906, 0.910, 0.908 | 0.908 ± 0.002"],
     "moonshot-probes": ["0.866 [1] | 0.872 [1] | -0.005", "0.878 [1] | 0.856 [1] | +0.022", "0.869 [1] | 0.811 [1] | +0.058",
                         "0.881 [1] | 0.882 [1] | -0.001", "0.887 [1] | 0.882 [1] | +0.005"],
-    "moonshot-follow-up": ["0.887 [1] |  | 0.0779 | 2.92e-03", "0.899 [1] | +0.012 | 0.1029 | 3.86e-03"]}}
+    "moonshot-follow-up": ["0.887 [1] |  | 0.0779 | 2.92e-03", "0.899 [1] | +0.012 | 0.1029 | 3.86e-03"]}, "correlated": {
+    "correlated-validation": ["| 1 | 0.8265 | chosen", "| 4 | 0.8136 |", "| 35 | 0.8078 | chosen", "| 16 | 0.7775 |"],
+    "correlated-test": ["0.824, 0.826, 0.834 | 0.828 ± 0.005 [3]", "0.738, 0.736, 0.737 | 0.737 ± 0.001 [3]",
+                        "| 1 | 0.0890 | 1.941 | 1.000 | 6,245 | 0.112 | 0.829, 0.821, 0.829 | 0.826 ± 0.005 [3]",
+                        "| 35 | 0.1937 | 4.225 | 1.000 | 39 | 0.177 | 0.805, 0.831, 0.816 | 0.817 ± 0.013 [3]"]}}
 
 
 def rows_of(study) -> list[dict]:
     return h.load_rows(DOCS / "data" / f"{study.NAME}.jsonl")
 
 
-@pytest.mark.parametrize("study", [long, moonshot], ids=lambda s: s.NAME)
+@pytest.mark.parametrize("study", [long, moonshot, correlated], ids=lambda s: s.NAME)
 def test_the_pages_marked_tables_are_rendered_from_the_committed_export(study):
     rows, before = rows_of(study), BEFORE[study.NAME]
     sections, seen = study.sections(rows), set()
@@ -94,6 +98,25 @@ def test_long_plans_exactly_the_exported_runs_choosing_k_on_validation():
     assert not any(long.fedemb(s, c, 32).key in early for s in long.SEEDS for c in long.CELLS)
     assert all(r.config.data.eval_split == "validation" for c in long.CELLS for r in long.k_candidates(c).values())
     assert [h.choose(rows, long.k_candidates(c)) for c in long.CELLS] == [32, 32]
+
+
+def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
+    """The study's plan is its export; before validation ran it holds no BandMF or BLT test
+    seed; b is chosen on validation only; each run is the recipe with the documented flags."""
+    rows = rows_of(correlated)
+    planned = correlated.plan(rows)
+    assert {r.key for r in planned} == {r["key"] for r in rows} and len(rows) == 16
+    assert all(h.settings_of(r.config) == next(x for x in rows if x["key"] == r.key)["settings"] for r in planned)
+    early = correlated.plan([])
+    assert len(early) == 10 and not any(r.config.data.eval_split == "test" and r.config.privacy.mechanism
+                                        in correlated.BANDS for r in early)
+    assert all(r.config.data.eval_split == "validation" for m in correlated.BANDS
+               for r in correlated.candidates(m).values())
+    assert [h.choose(rows, correlated.candidates(m)) for m in correlated.BANDS] == [1, 35]
+    blt = correlated.run("blt", 2, bands=35).config  # `dpemb train --recipe face-100k-eps2 ... --bands 35`
+    assert (blt.algorithm, blt.privacy.mechanism, blt.privacy.bands, blt.privacy.rounds, blt.privacy.target_epsilon,
+            blt.privacy.target_population, blt.data.path, blt.model.init) == (
+        "dp-ftrl-fedemb", "blt", 35, 200, 1.0, 100_000, "data/faces", "runs/face-pretrain")
 
 
 def test_moonshot_plans_exactly_the_exported_runs_and_its_configs_resolve_to_the_recorded_z():
@@ -132,7 +155,7 @@ def test_every_committed_export_holds_only_what_the_release_table_allows():
     assert set(table) == {"study row"} and set(re.findall(r"`([^`]+)`", table["study row"])) == set(h.ROW_FIELDS)
     assert {"train_loss", "preclip_norm_mean", "fraction_clipped"} <= PRIVATE_NAMES
     files = sorted(p for p in DOCS.rglob("*") if p.suffix in (".json", ".jsonl", ".csv"))
-    assert [p.name for p in files] == ["long.jsonl", "moonshot.jsonl", "references.jsonl"]  # the studies' exports
+    assert [p.name for p in files] == ["correlated.jsonl", "long.jsonl", "moonshot.jsonl", "references.jsonl"]  # the studies' exports
     for path in files:
         for row in map(json.loads, path.read_text().splitlines()):
             assert tuple(sorted(row)) == tuple(sorted(h.ROW_FIELDS)) and not keys_in(row) & PRIVATE_NAMES, row["name"]
@@ -188,6 +211,12 @@ def test_the_runner_trains_each_config_once_and_exports_only_the_release(tmp_pat
     assert h.run_study(study, tmp_path / "work", jobs=0, export=export) == rows
     export.write_text(export.read_text().splitlines()[0] + "\n")
     assert h.run_study(study, tmp_path / "work", jobs=0, export=export) == rows
+    # a plan that grows with its rows (a choice, then its test seeds): runs finished on disk but not
+    # exported complete the choice, and the runs it adds are found too, without training
+    export.write_text("")
+    grows = SimpleNamespace(NAME="toy", prepare=study.prepare,
+                            plan=lambda rows: [start, *([fed] if any(r["name"] == "start" for r in rows) else [])])
+    assert [r["name"] for r in h.run_study(grows, tmp_path / "work", jobs=0, export=export)] == ["start", "fed"]
 
 
 def test_the_references_study_chose_on_validation_and_renders_its_export():
