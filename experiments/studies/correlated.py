@@ -4,7 +4,8 @@ configuration: the recipe face-100k-eps2 (goal 3's winner) at 200 rounds. Each m
 is chosen on the validation split (BandMF: 1 or 4 bands; BLT: min-separation 16 or 35, 35 the
 largest with b M K <= N), then 3 test seeds (docs/RESULTS_CORRELATED.md).
 
-    .venv/bin/python experiments/harness.py correlated --work runs/studies --jobs 2   # 16 runs, about 7 process-hours on CPU
+    .venv/bin/python experiments/harness.py correlated --work runs/studies --jobs 2
+    # 16 runs of about 10 minutes (one thread each): about 80 minutes on 2 cores
 
 The face-like glyph data needs the CJK fonts (``make cjk-fonts``)."""
 
@@ -87,7 +88,9 @@ def _model_noise(row: dict[str, Any]) -> str:
     if spec.mechanism == "tree":
         return "n/a"
     ex = next(e for e in row["privacy"]["extrapolated"] if e["population"] == 100_000)
-    return f"{model_noise(dataclasses.replace(spec, population=ex['population'], noise_multiplier=ex['noise_multiplier'], clients_per_round=ex['clients_per_round'])):.3f}"
+    at = dataclasses.replace(spec, population=ex["population"], noise_multiplier=ex["noise_multiplier"],
+                             clients_per_round=ex["clients_per_round"])
+    return f"{model_noise(at):.3f}"
 
 
 def sections(rows: list[dict[str, Any]]) -> dict[str, str]:

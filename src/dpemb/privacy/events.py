@@ -4,9 +4,10 @@ All accounting maths is Google's dp_accounting (RDP and PLD accountants); this m
 which mechanism a configuration is (``training_event``, the one definition per mechanism; the
 table of events and relations: docs/PRIVACY.md, "Sampling, grouping and neighbouring
 relations"; BandMF's: "BandMF", ``amplified_bandmf_event``, whose epsilon after t rounds is that
-of ``bandmf_equivalent_spec`` after ceil(t / b); BLT's: one Gaussian, ``blt_sensitivity_ratio``). z is always relative to the sensitivity of the
-clipped sum (``PrivacySpec.sensitivity``). Epoch sampling claims no amplification; the tree's
-PLD is the Gaussian mechanism with multiplier z / sqrt(S).
+of ``bandmf_equivalent_spec`` after ceil(t / b); BLT's: one Gaussian, ``blt_sensitivity_ratio``).
+z is always relative to the sensitivity of the clipped sum (``PrivacySpec.sensitivity``). Epoch
+sampling claims no amplification; the tree's PLD is the Gaussian mechanism with multiplier
+z / sqrt(S).
 
 ``event_to_dict`` / ``event_from_dict`` write a DpEvent as JSON-ready data and rebuild it, so a
 report or model card can record the event its epsilon is of. ``EpsilonCurve`` gives epsilon
@@ -39,7 +40,7 @@ except ImportError as e:  # one line naming the fix (dependency.py), not a trace
 from dpemb.privacy._checks import positive_int
 from dpemb.privacy.relations import Relation, to_dp_accounting
 from dpemb.privacy.spec import ACCOUNTANTS, PrivacySpec, check_noise_multiplier
-from dpemb.privacy.strategy import blt_polynomials, blt_strategy, minsep_sensitivity
+from dpemb.privacy.strategy import blt_sensitivity
 from dpemb.privacy.tree_accounting import TreeParticipation
 
 # dp_accounting's RDP logs a warning for every fractional order whose series does not
@@ -149,10 +150,8 @@ def blt_sensitivity_ratio(spec: PrivacySpec, rounds: int) -> float:
     (which the noise is scaled to: 1 at t = T): the strategy's ``minsep_sensitivity`` with
     ceil(t / b) participations over the run's T rows (an upper bound for the first t rows: C is
     non-negative) over that with ceil(T / b)."""
-    p, q = blt_polynomials(*blt_strategy(spec.rounds, spec.bands))
     k = bandmf_participations(rounds, spec.bands)
-    return (minsep_sensitivity(p, spec.rounds, spec.bands, k, denominator=q)
-            / minsep_sensitivity(p, spec.rounds, spec.bands, denominator=q))
+    return blt_sensitivity(spec.rounds, spec.bands, k) / blt_sensitivity(spec.rounds, spec.bands)
 
 
 # ---------------------------------------------------------------------- events

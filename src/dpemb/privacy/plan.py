@@ -34,7 +34,7 @@ from dpemb.privacy.ledger import PrivacyLedger
 from dpemb.privacy.noise import GaussianNoise, NoiseMechanism
 from dpemb.privacy.sampling import VirtualClientSampler
 from dpemb.privacy.spec import PrivacySpec
-from dpemb.privacy.strategy import blt_polynomials, blt_strategy, minsep_sensitivity
+from dpemb.privacy.strategy import blt_sensitivity, blt_strategy
 from dpemb.privacy.tree import TreeAggregationNoise
 
 
@@ -43,10 +43,10 @@ def make_noise(
 ) -> NoiseMechanism:
     """The noise mechanism ``spec`` is accounted for, seeded from the OS unless ``seed``: tree
     aggregation (restarted every epoch when ``spec.tree_restarts``), BandMF with ``spec.bands``
-    bands, BLT for T rounds with separation ``spec.bands``, or the Gaussian with ``spec.value_noise_multiplier`` (z, or the update's part of z
-    with adaptive clipping). The one place a mechanism is built from a spec. ``secure``
-    (default: ``spec.secure_noise``) selects the hardened sampler; it cannot be combined with
-    ``seed``.
+    bands, BLT for T rounds with separation ``spec.bands``, or the Gaussian with
+    ``spec.value_noise_multiplier`` (z, or the update's part of z with adaptive clipping). The
+    one place a mechanism is built from a spec. ``secure`` (default: ``spec.secure_noise``)
+    selects the hardened sampler; it cannot be combined with ``seed``.
     """
     secure = spec.secure_noise if secure is None else bool(secure)
     if spec.mechanism == "tree":
@@ -59,16 +59,15 @@ def make_noise(
                            secure=secure)
     if spec.mechanism == "blt":
         theta, omega = blt_strategy(spec.rounds, spec.bands)
-        p, q = blt_polynomials(theta, omega)
         return BLTNoise(spec.noise_multiplier, theta=theta, omega=omega, rounds=spec.rounds, seed=seed,
-                        scale=minsep_sensitivity(p, spec.rounds, spec.bands, denominator=q),
-                        allow_nonprivate=spec.nonprivate, secure=secure)
+                        scale=blt_sensitivity(spec.rounds, spec.bands), allow_nonprivate=spec.nonprivate,
+                        secure=secure)
     return GaussianNoise(spec.value_noise_multiplier, seed=seed, allow_nonprivate=spec.nonprivate, secure=secure)
 
 
 def make_sampler(spec: PrivacySpec, *, seed: int | None = None) -> VirtualClientSampler:
-    """The user sampler ``spec`` is accounted for: for bandmf and blt the cyclic Poisson sampler over
-    ``spec.bands`` groups at the rate within a group ``spec.sampling_rate`` = b M K / N, with
+    """The user sampler ``spec`` is accounted for: for bandmf and blt the cyclic Poisson sampler
+    over ``spec.bands`` groups at the rate within a group ``spec.sampling_rate`` = b M K / N, with
     the "independent" group assignment (valid under add/remove and replace-special)."""
     if spec.sampling == "cyclic-poisson":
         return CyclicPoissonSampler(

@@ -125,6 +125,13 @@ def blt_strategy(rounds: int, separation: int) -> tuple[tuple[float, ...], tuple
     return best[1]
 
 
+def blt_sensitivity(rounds: int, separation: int, participations: int | None = None) -> float:
+    """``minsep_sensitivity`` of the run's BLT, ``blt_strategy(rounds, separation)``, with at most
+    ``participations`` (default ceil(T / b)): the scale its noise divides C by."""
+    p, q = blt_polynomials(*blt_strategy(rounds, separation))
+    return minsep_sensitivity(p, rounds, separation, participations, denominator=q)
+
+
 def model_noise(spec: PrivacySpec) -> float:
     """The noise the averaged updates accumulate, per coordinate in units of C: z x sensitivity
     / M x ``prefix_noise_rms`` of the strategy normalised to sensitivity 1 (BandMF's b bands, 1:
@@ -132,8 +139,7 @@ def model_noise(spec: PrivacySpec) -> float:
     epsilon."""
     if spec.mechanism == "blt":
         p, q = blt_polynomials(*blt_strategy(spec.rounds, spec.bands))
-        rms = prefix_noise_rms(p, spec.rounds, tuple(q)) * minsep_sensitivity(p, spec.rounds, spec.bands,
-                                                                               denominator=q)
+        rms = prefix_noise_rms(p, spec.rounds, tuple(q)) * blt_sensitivity(spec.rounds, spec.bands)
     else:
         rms = prefix_noise_rms(banded_sqrt_coefficients(spec.bands, spec.rounds), spec.rounds)
     return spec.noise_on_average / spec.clip_norm * rms

@@ -164,10 +164,9 @@ def check_privacy_request(config: TrainConfig) -> None:
     own = ALGORITHM_MECHANISMS[config.algorithm]
     if r.mechanism is not None and r.mechanism not in own:
         algorithm = next(a for a, m in ALGORITHM_MECHANISMS.items() if r.mechanism in m)
-        raise ConfigError(f"--mechanism {r.mechanism} with --algorithm {config.algorithm}, "
-                          f"whose noise is {' or '.join(filter(None, (', '.join(own[:-1]), own[-1])))}: use "
-                          f"--algorithm {algorithm} for "
-                          f"{r.mechanism} noise, or drop --mechanism")
+        noises = own[0] if len(own) == 1 else f"{', '.join(own[:-1])} or {own[-1]}"
+        raise ConfigError(f"--mechanism {r.mechanism} with --algorithm {config.algorithm}, whose noise is {noises}: "
+                          f"use --algorithm {algorithm} for {r.mechanism} noise, or drop --mechanism")
     if r.mechanism not in CYCLIC and (r.sampling == "cyclic-poisson" or r.bands != 1):
         cyclic = r.sampling == "cyclic-poisson"
         flag = "--sampling cyclic-poisson" if cyclic else f"--bands {r.bands}"
