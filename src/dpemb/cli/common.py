@@ -83,7 +83,7 @@ SHARED_HELP = {
                   "epoch (each user at most once per epoch; tree noise's default and only choice) "
                   "or cyclic-poisson (BandMF, BLT: b keyed groups, round t Poisson-samples group t "
                   "mod b; their default and only choice)",
-    "--mechanism": "the noise: gaussian (independent per round), tree (tree aggregation, DP-FTRL) "
+    "--mechanism": "the noise: gaussian (independent per round), tree (tree aggregation, DP-FTRL), "
                    "bandmf (banded matrix-factorization noise with cyclic Poisson participation, "
                    "--bands B) or blt (buffered linear Toeplitz noise, the same participation, no "
                    "amplification; docs/PRIVACY.md){}",
