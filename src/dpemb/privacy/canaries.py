@@ -36,9 +36,28 @@ DEFAULT_NORM_FACTOR = 10.0
 #: cache the n x d direction matrix (float32) up to this many entries; above it every
 #: direction is regenerated from its key when needed (memory O(d))
 CACHE_ENTRIES = 1 << 25
-_STREAM_INCLUSION = 0
-_STREAM_DIRECTION = 1
-_STREAM_BOOTSTRAP = 2
+#: the streams of a canary key, for every kind of canary (these clients, the black-box audit's
+#: users, the transfer audit's feature rows): inclusion coins, the canaries themselves, bootstrap
+STREAM_INCLUSION, STREAM_CONTENT, STREAM_BOOTSTRAP = 0, 1, 2
+
+
+def canary_key(seed: int | None) -> int:
+    """The canaries' secret key: ``seed``, or 128 bits from the OS's secure source."""
+    return int(seed) if seed is not None else secrets.randbits(128)
+
+
+def canary_stream(key: int, *stream: int) -> np.random.SeedSequence:
+    """The seed sequence of ``stream`` (``STREAM_*``, then any sub-keys) of a canary key."""
+    return np.random.SeedSequence(int(key), spawn_key=tuple(int(k) for k in stream))
+
+
+def canary_rng(key: int, *stream: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(canary_stream(key, *stream)))
+
+
+def bootstrap_seed(key: int) -> int:
+    """A seed for an audit estimate's bootstrap, from the canary key (reproducible per run)."""
+    return seed_from(canary_stream(key, STREAM_BOOTSTRAP))
 
 
 KINDS = ("auto", "gaussian", "dirac")
@@ -97,12 +116,12 @@ class CanaryClients:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
         self.seeded = seed is not None
-        self._key = int(seed) if seed is not None else secrets.randbits(128)
-        self.included = self._rng(_STREAM_INCLUSION).random(self.n) < 0.5
+        self._key = canary_key(seed)
+        self.included = canary_rng(self._key, STREAM_INCLUSION).random(self.n) < 0.5
         self._cache: torch.Tensor | None = None
         self._coords = self._signs = None
         if self.kind == "dirac":  # distinct keyed coordinates, keyed signs
-            rng = self._rng(_STREAM_DIRECTION)
+            rng = canary_rng(self._key, STREAM_CONTENT)
             self._coords = torch.from_numpy(rng.permutation(self.dim)[: self.n].astype(np.int64))
             self._signs = torch.from_numpy(np.where(rng.random(self.n) < 0.5, -1.0, 1.0))
         elif self.n * self.dim <= CACHE_ENTRIES:
@@ -110,19 +129,12 @@ class CanaryClients:
         self.rounds = 0
         self.participations = np.zeros(self.n, dtype=np.int64)  # rounds each inserted canary was in
 
-    # ------------------------------------------------------------------ randomness
-    def _sequence(self, *key: int) -> np.random.SeedSequence:
-        return np.random.SeedSequence(self._key, spawn_key=tuple(int(k) for k in key))
-
-    def _rng(self, *key: int) -> np.random.Generator:
-        return np.random.Generator(np.random.PCG64(self._sequence(*key)))
-
     def _direction(self, i: int) -> torch.Tensor:
         if self.kind == "dirac":
             v = torch.zeros(self.dim, dtype=torch.float32)
             v[int(self._coords[i])] = float(self._signs[i])
             return v
-        seed = seed_from(self._sequence(_STREAM_DIRECTION, i))
+        seed = seed_from(canary_stream(self._key, STREAM_CONTENT, i))
         v = torch.randn(self.dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
         return (v / torch.linalg.vector_norm(v)).to(torch.float32)
 
@@ -134,7 +146,7 @@ class CanaryClients:
 
     def bootstrap_seed(self) -> int:
         """A seed for the estimate's bootstrap, from the canary key (reproducible per run)."""
-        return seed_from(self._sequence(_STREAM_BOOTSTRAP))
+        return bootstrap_seed(self._key)
 
     # ------------------------------------------------------------------ a round
     def split_round(self, slots: Sequence[np.ndarray], users_per_client: int) -> tuple[list[np.ndarray], np.ndarray]:

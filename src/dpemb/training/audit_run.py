@@ -19,7 +19,6 @@ canary state is not checkpointed).
 from __future__ import annotations
 
 import math
-import secrets
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -33,8 +32,8 @@ from dpemb.data.tensors import to_float_tensor
 from dpemb.models import embed
 from dpemb.privacy.audit import (MIN_CANARIES, Reported, accounted_poisson_tradeoff, audit_record,
                                  fdp_k_grid, k_grid)
-from dpemb.privacy.canaries import CanaryClients, needs_host
-from dpemb.privacy.client_keys import seed_from
+from dpemb.privacy.canaries import (STREAM_CONTENT, STREAM_INCLUSION, CanaryClients, bootstrap_seed, canary_key,
+                                    canary_rng, needs_host)
 from dpemb.privacy.clipping import ClipAndSum, ClippedSum
 from dpemb.privacy.spec import PrivacySpec
 from dpemb.training.artifact import load_artifact, read_card
@@ -247,7 +246,7 @@ class CanaryUsers:
         return int(self.images.shape[1])
 
     def bootstrap_seed(self) -> int:
-        return seed_from(np.random.SeedSequence(self.key, spawn_key=(2,)))
+        return bootstrap_seed(self.key)
 
 
 def make_canary_users(n: int, image_shape: tuple[int, int, int], *, images_per_user: int = DEFAULT_IMAGES_PER_USER,
@@ -259,9 +258,8 @@ def make_canary_users(n: int, image_shape: tuple[int, int, int], *, images_per_u
         raise AuditError(f"the score compares a canary's images with each other: need >= 2 per canary, got "
                          f"{images_per_user}")
     h, w, c = (int(x) for x in image_shape)
-    key = int(seed) if seed is not None else secrets.randbits(128)
-    inc_rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(key, spawn_key=(0,))))
-    img_rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(key, spawn_key=(1,))))
+    key = canary_key(seed)
+    inc_rng, img_rng = canary_rng(key, STREAM_INCLUSION), canary_rng(key, STREAM_CONTENT)
     included = inc_rng.random(n) < 0.5
     gh, gw = math.ceil(h / cell), math.ceil(w / cell)
     blocks = img_rng.random((n, gh, gw, c)) < 0.5

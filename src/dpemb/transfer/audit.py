@@ -12,7 +12,6 @@ released weights and its own row only. Tested in tests/privacy/test_audit_transf
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +19,7 @@ import numpy as np
 import torch
 
 from dpemb.privacy.audit import MIN_CANARIES, Reported, accounted_gaussian_tradeoff, audit_record
-from dpemb.privacy.client_keys import seed_from
+from dpemb.privacy.canaries import STREAM_CONTENT, STREAM_INCLUSION, bootstrap_seed, canary_key, canary_rng
 from dpemb.transfer.config import TransferConfig
 from dpemb.transfer.features import FeatureSet
 from dpemb.transfer.prepare import prepare_features, transform_features, with_absent_rows
@@ -49,7 +48,7 @@ class CanaryExamples:
         return int(self.features.shape[0])
 
     def bootstrap_seed(self) -> int:
-        return seed_from(np.random.SeedSequence(self.key, spawn_key=(2,)))
+        return bootstrap_seed(self.key)
 
 
 def make_canary_examples(n: int, dim: int, num_classes: int, clip_norm: float, *,
@@ -57,8 +56,8 @@ def make_canary_examples(n: int, dim: int, num_classes: int, clip_norm: float, *
     """n keyed canary rows of norm ``clip_norm`` with keyed random labels and fair coins."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < MIN_CANARIES:
         raise TransferAuditError(f"an audit needs at least {MIN_CANARIES} canaries (an integer), got {n!r}")
-    key = int(seed) if seed is not None else secrets.randbits(128)
-    rng = [np.random.Generator(np.random.PCG64(np.random.SeedSequence(key, spawn_key=(s,)))) for s in (0, 1)]
+    key = canary_key(seed)
+    rng = [canary_rng(key, s) for s in (STREAM_INCLUSION, STREAM_CONTENT)]
     included = rng[0].random(n) < 0.5
     u = rng[1].standard_normal((n, dim))
     u *= clip_norm / np.linalg.norm(u, axis=1, keepdims=True)
