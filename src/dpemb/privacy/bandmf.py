@@ -86,13 +86,8 @@ class BandMFNoise(CorrelatedNoise):
         PRIVATE (with the released sums it reveals the raw sums)."""
         return {
             "kind": "bandmf",
-            "noise_multiplier": self.noise_multiplier,
+            **self._randomness_state(),
             "bands": self.bands,
-            "secure": self.secure,
-            "seeded": self._seeded,
-            "generator": self._generator.get_state(),
-            "sensitivity": self._sensitivity,
-            "rounds": self._rounds,
             "past": [[t.detach().cpu().clone() for t in w] for w in self._past],
         }
 
@@ -109,8 +104,5 @@ class BandMFNoise(CorrelatedNoise):
         past = state["past"]
         if len(past) > self.bands - 1:
             raise ValueError(f"BandMF noise state holds {len(past)} past vectors, more than b - 1 = {self.bands - 1}")
-        self._seeded = bool(state["seeded"])
-        self._generator.set_state(torch.as_tensor(state["generator"], dtype=torch.uint8).cpu())
-        self._sensitivity = None if state["sensitivity"] is None else float(state["sensitivity"])
-        self._rounds = int(state["rounds"])
+        self._load_randomness_state(state)
         self._past = deque(([t.clone() for t in w] for w in past), maxlen=self.bands - 1)

@@ -68,10 +68,8 @@ class BLTNoise(CorrelatedNoise):
         """Exact state: the generator, the d buffers, the rounds. PRIVATE (with the released
         sums it reveals the raw sums)."""
         return {
-            "kind": "blt", "noise_multiplier": self.noise_multiplier, "secure": self.secure,
-            "theta": list(self.theta), "omega": list(self.omega), "scale": self.scale,
-            "planned_rounds": self.planned_rounds, "seeded": self._seeded,
-            "generator": self._generator.get_state(), "sensitivity": self._sensitivity, "rounds": self._rounds,
+            "kind": "blt", **self._randomness_state(), "theta": list(self.theta), "omega": list(self.omega),
+            "scale": self.scale, "planned_rounds": self.planned_rounds,
             "buffers": None if self._buffers is None else [[t.detach().cpu().clone() for t in b]
                                                           for b in self._buffers],
         }
@@ -85,9 +83,6 @@ class BLTNoise(CorrelatedNoise):
         if mine != theirs:
             raise ValueError(f"BLT noise state was saved with (noise multiplier, secure, theta, omega, scale, "
                              f"rounds) = {theirs}, this mechanism has {mine}")
-        self._seeded = bool(state["seeded"])
-        self._generator.set_state(torch.as_tensor(state["generator"], dtype=torch.uint8).cpu())
-        self._sensitivity = None if state["sensitivity"] is None else float(state["sensitivity"])
-        self._rounds = int(state["rounds"])
+        self._load_randomness_state(state)
         buffers = state["buffers"]
         self._buffers = None if buffers is None else [[t.clone() for t in b] for b in buffers]

@@ -156,6 +156,17 @@ class NoiseRandomness:
         """Noise standard deviation for a sum of the given L2 sensitivity (z x sensitivity)."""
         return self.noise_multiplier * float(sensitivity)
 
+    def _randomness_state(self) -> dict[str, Any]:
+        """The entries every mechanism's ``state_dict`` holds: z, the sampler, the generator
+        (PRIVATE: it regenerates the noise)."""
+        return {"noise_multiplier": self.noise_multiplier, "secure": self.secure, "seeded": self._seeded,
+                "generator": self._generator.get_state()}
+
+    def _load_randomness_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``_randomness_state`` saved (the caller has checked z and the sampler)."""
+        self._seeded = bool(state["seeded"])
+        self._generator.set_state(torch.as_tensor(state["generator"], dtype=torch.uint8).cpu())
+
 
 class CorrelatedNoise(NoiseRandomness):
     """A mechanism whose noise is correlated across rounds (tree aggregation, BandMF): every
@@ -171,6 +182,15 @@ class CorrelatedNoise(NoiseRandomness):
     def rounds(self) -> int:
         """Rounds released so far."""
         return self._rounds
+
+    def _randomness_state(self) -> dict[str, Any]:
+        """``NoiseRandomness``'s entries, the first round's sensitivity and the rounds released."""
+        return {**super()._randomness_state(), "sensitivity": self._sensitivity, "rounds": self._rounds}
+
+    def _load_randomness_state(self, state: dict[str, Any]) -> None:
+        super()._load_randomness_state(state)
+        self._sensitivity = None if state["sensitivity"] is None else float(state["sensitivity"])
+        self._rounds = int(state["rounds"])
 
     def fixed_sensitivity(self, clipped: ClippedSum, caller: str, noise: str) -> float:
         """The sensitivity of every round: ``clipped``'s on the first round, and a
@@ -223,13 +243,7 @@ class GaussianNoise(NoiseRandomness):
         return float(count) + std * float(noise[0])
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "kind": "gaussian",
-            "noise_multiplier": self.noise_multiplier,
-            "secure": self.secure,
-            "seeded": self._seeded,
-            "generator": self._generator.get_state(),
-        }
+        return {"kind": "gaussian", **self._randomness_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the generator exactly; refuses a state with another noise multiplier (or
@@ -241,8 +255,7 @@ class GaussianNoise(NoiseRandomness):
                 f"(secure={state['secure']}), this mechanism has {self.noise_multiplier} "
                 f"(secure={self.secure})"
             )
-        self._seeded = bool(state["seeded"])
-        self._generator.set_state(torch.as_tensor(state["generator"], dtype=torch.uint8).cpu())
+        self._load_randomness_state(state)
 
 
 def check_kind(state: dict[str, Any], kind: str) -> None:

@@ -123,14 +123,9 @@ class TreeAggregationNoise(CorrelatedNoise):
         cpu = lambda ts: None if ts is None else [t.detach().cpu().clone() for t in ts]  # noqa: E731
         return {
             "kind": "tree",
-            "noise_multiplier": self.noise_multiplier,
+            **self._randomness_state(),
             "efficient": self.efficient,
             "restart_every": self.restart_every,
-            "secure": self.secure,
-            "seeded": self._seeded,
-            "generator": self._generator.get_state(),
-            "sensitivity": self._sensitivity,
-            "rounds": self._rounds,
             "t": self._t,
             "stack": [(h, cpu(est)) for h, est in self._stack],
             "cum": cpu(self._cum),
@@ -149,10 +144,8 @@ class TreeAggregationNoise(CorrelatedNoise):
                 f"tree state was saved with (noise multiplier, efficient, restart_every, secure) = {theirs}, "
                 f"this mechanism has {mine}"
             )
-        self._seeded = bool(state["seeded"])
-        self._generator.set_state(torch.as_tensor(state["generator"], dtype=torch.uint8).cpu())
-        self._sensitivity = None if state["sensitivity"] is None else float(state["sensitivity"])
-        self._rounds, self._t = int(state["rounds"]), int(state["t"])
+        self._load_randomness_state(state)
+        self._t = int(state["t"])
         self._stack = [(int(h), list(est)) for h, est in state["stack"]]
         self._cum = None if state["cum"] is None else list(state["cum"])
         self._done = None if state["done"] is None else list(state["done"])
