@@ -166,7 +166,7 @@ def test_fails_closed_state_round_trip_and_refusals():
     mech.release(_sum(value)), mech.release(_sum(value))
     with pytest.raises(ValueError, match="scaled for 6 rounds"):
         mech.release(_sum(value))  # round 7 of a strategy scaled for 6
-    with pytest.raises(ValueError, match="adaptive clipping"):
+    with pytest.raises(ValueError, match="adaptive clipping is not supported with BLT noise; use a fixed clip norm"):
         mech.add_to_count(1.0, 1.0)
     with pytest.raises(ValueError, match="noise multiplier"):
         BLTNoise(0.0, theta=theta, omega=omega, scale=1.0, rounds=6)

@@ -37,6 +37,8 @@ class BandMFNoise(CorrelatedNoise):
     buffered noise was scaled for the first). Memory: b - 1 noise vectors of the model's size.
     """
 
+    NAME = "BandMF"
+
     def __init__(
         self,
         noise_multiplier: float,
@@ -76,10 +78,6 @@ class BandMFNoise(CorrelatedNoise):
         with torch.no_grad():
             w = self._next_w(value)
             return [v + sigma * wi for v, wi in zip(value, w)]
-
-    def add_to_count(self, count: float, std: float) -> float:
-        """Refused: adaptive clipping is not combined with correlated noise."""
-        raise ValueError("adaptive clipping is not supported with BandMF noise; use a fixed clip norm")
 
     def state_dict(self) -> dict[str, Any]:
         """Exact state: the generator, the last b - 1 noise vectors (units of sigma), the rounds.

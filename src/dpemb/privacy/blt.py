@@ -30,6 +30,8 @@ class BLTNoise(CorrelatedNoise):
     same sensitivity every round, and no more than the T rounds ``scale`` was computed for.
     """
 
+    NAME = "BLT"
+
     def __init__(self, noise_multiplier: float, *, theta: tuple[float, ...], omega: tuple[float, ...],
                  scale: float, rounds: int, **randomness: Any) -> None:
         super().__init__(noise_multiplier, **randomness)
@@ -59,10 +61,6 @@ class BLTNoise(CorrelatedNoise):
                 buffer[:] = [decay * s + wi for s, wi in zip(buffer, w)]
             sigma = self.std(sensitivity) * self.scale
             return [v + sigma * wi for v, wi in zip(value, w)]
-
-    def add_to_count(self, count: float, std: float) -> float:
-        """Refused: adaptive clipping is not combined with correlated noise."""
-        raise ValueError("adaptive clipping is not supported with BLT noise; use a fixed clip norm")
 
     def state_dict(self) -> dict[str, Any]:
         """Exact state: the generator, the d buffers, the rounds. PRIVATE (with the released

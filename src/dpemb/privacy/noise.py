@@ -171,7 +171,10 @@ class NoiseRandomness:
 class CorrelatedNoise(NoiseRandomness):
     """A mechanism whose noise is correlated across rounds (tree aggregation, BandMF): every
     round's noise is scaled for the FIRST round's sensitivity, so a later round with
-    another one is refused (``fixed_sensitivity``); ``rounds`` counts the rounds released."""
+    another one is refused (``fixed_sensitivity``), and so is adaptive clipping's count
+    (``add_to_count``); ``rounds`` counts the rounds released."""
+
+    NAME = "correlated"  # for messages: "adaptive clipping is not supported with NAME noise"
 
     def __init__(self, noise_multiplier: float, **randomness: Any) -> None:
         super().__init__(noise_multiplier, **randomness)
@@ -182,6 +185,11 @@ class CorrelatedNoise(NoiseRandomness):
     def rounds(self) -> int:
         """Rounds released so far."""
         return self._rounds
+
+    def add_to_count(self, count: float, std: float) -> float:
+        """Refused: adaptive clipping is not combined with correlated noise (``PrivacySpec``
+        refuses the combination first)."""
+        raise ValueError(f"adaptive clipping is not supported with {self.NAME} noise; use a fixed clip norm")
 
     def _randomness_state(self) -> dict[str, Any]:
         """``NoiseRandomness``'s entries, the first round's sensitivity and the rounds released."""

@@ -42,6 +42,8 @@ class TreeAggregationNoise(CorrelatedNoise):
     ``secure`` are those of ``dpemb.privacy.noise`` (non-private: the exact prefix sums).
     """
 
+    NAME = "tree aggregation"
+
     def __init__(
         self,
         noise_multiplier: float,
@@ -98,11 +100,6 @@ class TreeAggregationNoise(CorrelatedNoise):
         prev = self._prev if self._prev is not None else [torch.zeros_like(p) for p in prefix]
         self._prev = [p.clone() for p in prefix]
         return [p - q.to(p.device, p.dtype) for p, q in zip(prefix, prev)]
-
-    def add_to_count(self, count: float, std: float) -> float:
-        """Refused: adaptive clipping is not supported with tree aggregation (``PrivacySpec``
-        refuses the combination first)."""
-        raise ValueError("adaptive clipping is not supported with tree aggregation noise")
 
     def _push_leaf(self, like: list[torch.Tensor]) -> None:
         self._stack.append((0, self._draw(like)))
