@@ -278,14 +278,15 @@ def _z_text(z: float) -> str:
 
 
 def _print_single(row: dict[str, Any]) -> None:
-    print(
-        f"configuration: N = {row['population']:,} {row['unit']}s, M = {row['clients_per_round']:,} "
-        f"virtual clients per round x K = {row['users_per_client']}, T = {row['rounds']:,} rounds, "
-        + (f"{'min-separation ' if row['mechanism'] == 'blt' else ''}b = {row['bands']}"
-           f"{'' if row['mechanism'] == 'blt' else ' band' + ('s' if row['bands'] != 1 else '')}, sampling rate within a group "
-           f"q = b*M*K/N = {row['sampling_rate']:.4g}, at most ceil(T/b) = {row['participations']:,} "
-           "participations per user" if "bands" in row else f"sampling rate q = M*K/N = {row['sampling_rate']:.4g}")
-    )
+    if "bands" not in row:
+        schedule = f"sampling rate q = M*K/N = {row['sampling_rate']:.4g}"
+    else:
+        b = row["bands"]
+        b_is = f"min-separation b = {b}" if row["mechanism"] == "blt" else f"b = {b} band{'s' if b != 1 else ''}"
+        schedule = (f"{b_is}, sampling rate within a group q = b*M*K/N = {row['sampling_rate']:.4g}, at most "
+                    f"ceil(T/b) = {row['participations']:,} participations per user")
+    print(f"configuration: N = {row['population']:,} {row['unit']}s, M = {row['clients_per_round']:,} "
+          f"virtual clients per round x K = {row['users_per_client']}, T = {row['rounds']:,} rounds, {schedule}")
     if "prefix_noise" in row:
         print(f"noise on the model: {row['prefix_noise']:.4g} x C per coordinate ({PREFIX_NOISE})")
     print(f"mechanism: {row['mechanism_description']}")
