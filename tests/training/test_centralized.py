@@ -35,6 +35,8 @@ def test_run_directory_and_report(tmp_path):
     assert "not private" in rep["privacy"]
     assert recs[-1]["train_loss"] < 2.0  # 9 training classes: ln 9 = 2.2 at chance
     assert 0 <= rep["final"]["recall_at_far_0.001"] <= 1
+    for released in ("report.json", "model_card.json"):  # no local path of the curator's
+        assert str(tmp_path) not in (d / released).read_text(), released
 
 
 def test_resume_equals_uninterrupted(tmp_path, monkeypatch):

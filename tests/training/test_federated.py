@@ -181,6 +181,8 @@ def test_released_outputs_hold_no_unnoised_statistics(tmp_path, algorithm):
     on_disk = json.loads((out / "report.json").read_text())
     for report in (rep, on_disk):
         assert not PRIVATE_STATS & set(report), f"report releases {PRIVATE_STATS & set(report)}"
+    for released in ("report.json", "model_card.json"):  # no local path of the curator's
+        assert str(tmp_path) not in (out / released).read_text(), released
     # the diagnostics are kept, in the private file, one record per round
     recs = diagnostics(out)
     assert [r["round"] for r in recs] == [1, 2, 3]

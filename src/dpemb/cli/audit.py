@@ -123,7 +123,7 @@ def run_black_box(args: argparse.Namespace) -> None:
                                  images_per_user=k, noise_seed=request.noise_seed, provenance=run.provenance,
                                  release=request.release_audit_run,
                                  device=device_from(argparse.Namespace(device=perf.device)))
-    print_summary(report)
+    print_summary(report, args.out)
 
 
 def _f(x) -> str:

@@ -349,13 +349,13 @@ def run(args: argparse.Namespace) -> int:
     env = DistributedEnv.from_environ()
     if env is not None and env.rank != 0:  # a worker rank: rank 0 holds the run and prints its summary
         exit_worker()
-    print_summary(report)
+    print_summary(report, args.out)
     return 0
 
 
-def print_summary(report: dict) -> None:
+def print_summary(report: dict, run_dir: str) -> None:
     init, final = report.get("initial") or {}, report["final"]
-    print(f"run directory: {report['run_dir']}")
+    print(f"run directory: {run_dir}")
     priv = report["privacy"]
     if isinstance(priv, str):
         print(f"privacy: {priv}")

@@ -169,8 +169,7 @@ def train_centralized(
         )
 
     about = {"algorithm": "centralized", "privacy": CENTRALIZED_STATEMENT,  # in every report
-             "provenance": release.provenance, "eval_split": run_cfg.eval_split,
-             "run_dir": str(run.path)}
+             "provenance": release.provenance, "eval_split": run_cfg.eval_split}
     first = evaluate(0, None) if step == 0 else None  # step 0 = the initialisation's score
     last_eval = first
     model.train()

@@ -331,7 +331,6 @@ class RoundLog:
             "last_evaluated": ({"round": evaluated[-1]["round"],
                                 **{k: v for k, v in evaluated[-1].items() if k.startswith(METRIC_PREFIXES)}}
                                if evaluated else {}),
-            "run_dir": str(self.run.path),
         }
 
     def report(self, rnd: int, *, stopped_by_budget: bool, privacy: dict[str, Any], provenance: Any,
@@ -364,5 +363,4 @@ class RoundLog:
             "eval_identities": eval_ds.num_classes,
             "initial": {k: v for k, v in records[0].items() if k.startswith(METRIC_PREFIXES)},
             "final": {k: v for k, v in final.items() if k.startswith(METRIC_PREFIXES)},
-            "run_dir": str(self.run.path),
         }
