@@ -121,12 +121,14 @@ def _documented(prefix: str) -> DocCommand:
 def base_of(cmd: DocCommand) -> DocCommand:
     """The command whose flags ``...`` stands for in ``cmd``: the nearest earlier command
     of the same file with the same subcommand (``train`` for ``audit``) and no ``...``, else
-    the file's first such, else the README's last (its DP-FedEmb run for ``train``)."""
+    the file's first such, else the README's DP-FedEmb run (``train``) or last such."""
     kind = "train" if cmd.subcommand == "audit" else cmd.subcommand
     same = [c for c in COMMANDS if c.subcommand == kind and "..." not in c.argv and c.launcher != "torchrun"]
     here = [c for c in same if c.path == cmd.path]
     before = [c for c in here if c.line < cmd.line]
-    return before[-1] if before else here[0] if here else [c for c in same if c.path == "README.md"][-1]
+    readme = [c for c in same if c.path == "README.md"]
+    fedemb = [c for c in readme if c.text.startswith(MAKES_WORKSPACE[-1])]  # not a recipe's run further down
+    return before[-1] if before else here[0] if here else (fedemb or readme)[-1]
 
 
 def expand(cmd: DocCommand) -> list[str]:
@@ -427,6 +429,8 @@ SLOW = {
     "dpemb account --population 3000 --clients-per-round 32 --rounds 100 --target-epsilon 8 "
     "--extrapolate-to 10000000": 3.9,
     "dpemb account ... --target-epsilon 3.9": 5.5,
+    "dpemb account ... --target-epsilon 1 --target-population 100000": 5.0,
+    "dpemb account --config runs/fedemb/config.json --target-epsilon 4": 3.0,
     "dpemb train ... --audit-canaries 1000": 2.0,
     "dpemb audit --data data/glyphs --out runs/audit --init runs/pre --noise-multiplier 0.5 --canaries 10000": 3.3,
     "dpemb transfer ... --audit-canaries 1000": 2.7,

@@ -9,6 +9,7 @@ from dp_accounting.rdp import RdpAccountant
 
 from dpemb.privacy import (
     PrivacySpec,
+    calibrate_extrapolated,
     calibrate_gaussian_releases,
     calibrate_noise_multiplier,
     compute_epsilon,
@@ -68,6 +69,25 @@ def test_extrapolation_rounds_clients_and_preserves_average_noise():
     assert ex.clients_per_round == round(32 * 1_000_000 / 3000)
     assert ex.factor == pytest.approx(ex.clients_per_round / 32)
     assert ex.spec.noise_on_average == pytest.approx(spec.noise_on_average, rel=1e-12)
+
+
+@pytest.mark.parametrize("kw, acc", [({}, "rdp"), ({"mechanism": "bandmf", "bands": 4}, "pld")])
+def test_calibration_for_an_extrapolated_population_meets_the_target_there(kw, acc):
+    """The smallest z whose run scaled to N' users (independent dp_accounting for the
+    Gaussian case) has the target; the run's own epsilon is larger; N' below N refused."""
+    spec = PrivacySpec(population=3000, clients_per_round=32, users_per_client=2, rounds=60, delta=1e-6, **kw)
+    calibrated, ex = calibrate_extrapolated(spec, 1.0, 300_000, acc)
+    assert ex.population == 300_000 and ex.noise_multiplier == pytest.approx(calibrated.noise_multiplier * ex.factor)
+    assert 0.99 < ex.epsilon <= 1.0 and epsilon_for(calibrated, acc) > 5.0
+    smaller = replace(calibrated, noise_multiplier=calibrated.noise_multiplier * (1 - 1e-3))
+    assert extrapolate(smaller, 300_000, acc).epsilon > 1.0
+    if not kw:
+        independent = RdpAccountant()
+        q = ex.clients_per_round * 2 / 300_000
+        independent.compose(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(ex.noise_multiplier)), 60)
+        assert ex.epsilon == pytest.approx(independent.get_epsilon(1e-6), rel=1e-9)
+    with pytest.raises(ValueError, match="below the 3,000 users"):
+        calibrate_extrapolated(spec, 1.0, 2000, acc)
 
 
 def test_gaussian_release_calibration():

@@ -177,10 +177,29 @@ def test_every_train_split_trains_on_its_users(tiny_data_dir):
     assert users["all"] == users["private"] + users["public"] > users["private"] > 0
 
 
-def test_account_refuses_a_population_sweep_for_a_config_calibrated_at_a_stated_population(tmp_path, capsys):
-    """Its noise depends on the population trained on: one N, or a silent wrong epsilon."""
+def test_account_calibrates_a_config_as_train_does_with_flags_over_it(tmp_path, capsys):
+    """One path: `dpemb account --config C --target-epsilon E` states the z `dpemb train
+    --config C --target-epsilon E` trains with (C's accountant, and its target population:
+    before, account calibrated at the real population with RDP, a different z); a population
+    sweep calibrates each N for the extrapolated run."""
+    from dpemb.training.run_config import load_config, with_settings
+    from dpemb.training.runner import resolve_privacy
+
     cfg = tmp_path / "c.toml"
-    cfg.write_text('algorithm = "dp-fedemb"\n[privacy]\ntarget_epsilon = 2.0\ntarget_population = 100000\n')
+    cfg.write_text('algorithm = "dp-fedemb"\n[privacy]\ntarget_epsilon = 2.0\ntarget_population = 100000\n'
+                   'accountant = "pld"\ndelta = 1e-6\nclients_per_round = 16\nusers_per_client = 8\nrounds = 40\n')
+    trained = resolve_privacy(with_settings(load_config(cfg), {"privacy.target_epsilon": 1.0}), 4590)
+    capsys.readouterr()
+    assert main(["account", "--config", str(cfg), "--population", "4590", "--target-epsilon", "1", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["noise_multiplier"] == pytest.approx(trained.noise_multiplier, rel=1e-12)
+    assert (row["calibrated_with"], row["target_population"]) == ("pld", 100_000)
+    assert 0.99 < row["extrapolation"]["epsilon_pld"] <= 1.0 and row["epsilon_rdp"] > 10
+    assert main(["account", "--config", str(cfg), "--population", "3000,6000", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows[0]["noise_multiplier"] != rows[1]["noise_multiplier"]
+    for r in rows:
+        assert r["extrapolation"]["population"] == 100_000 and 1.98 < r["extrapolation"]["epsilon_pld"] <= 2.0
     with pytest.raises(SystemExit):
-        main(["account", "--config", str(cfg), "--population", "1000,2000"])
-    assert "give one --population N" in capsys.readouterr().err
+        main(["account", "--population", "3000", "--noise-multiplier", "1", "--target-population", "100000"])
+    assert "--target-population applies to --target-epsilon" in capsys.readouterr().err

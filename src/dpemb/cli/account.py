@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import contextlib
 import itertools
 import json
 import math
@@ -76,6 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_shared(p, "--noise-multiplier", "the clipped sum",
                type=_list_of(float, "--noise-multiplier"), default=None)
     add_shared(p, "--target-epsilon", "", type=_list_of(float, "--target-epsilon"), default=None)
+    add_shared(p, "--target-population", " (comma list sweeps)", type=_list_of(_int, "--target-population"),
+               default=None, metavar="N")
     add_shared(p, "--delta", "users in the population", type=_list_of(float, "--delta"),
                default=None)
     add_shared(p, "--allow-large-delta", "; the output warns", action="store_true")
@@ -88,7 +89,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="neighbouring relation (default: the one the sampling is accounted under)")
     add_shared(p, "--tree-restarts", action="store_true")
     p.add_argument("--unit", choices=("user", "example"), default="user", help="unit of privacy")
-    p.add_argument("--accountant", choices=(*ACCOUNTANTS, "both"), default="both")
+    p.add_argument("--accountant", choices=(*ACCOUNTANTS, "both"), default="both",
+                   help="the accountants stated; --target-epsilon and --epsilon-budget use this one, or with "
+                        "both the one --config names (else the one dpemb train calibrates with)")
     p.add_argument("--epsilon-budget", type=_list_of(float, "--epsilon-budget"), default=None,
                    help="also print the most rounds whose epsilon stays within this budget")
     p.add_argument("--extrapolate-to", type=_list_of(_int, "--extrapolate-to"), default=None,
@@ -127,19 +130,10 @@ def apply_config(args: argparse.Namespace) -> None:
     if args.noise_multiplier is None and args.target_epsilon is None:
         if r.nonprivate:
             raise UsageError(f"--config {args.config} is a non-private run: there is no epsilon to account")
-        if r.target_population is not None:  # calibrated for the run extrapolated to N' users, as in training
-            from dpemb.training.runner import resolve_privacy
-
-            if args.population is None or len(args.population) != 1:
-                raise UsageError(f"--config {args.config} calibrates epsilon {r.target_epsilon:g} for "
-                                 f"{r.target_population:,} users from the population trained on: give one "
-                                 "--population N (or a config naming its dataset)")
-            # stdout holds the table (or --json) only
-            with usage_errors(ConfigError), contextlib.redirect_stdout(sys.stderr):
-                z = resolve_privacy(config, args.population[0]).noise_multiplier
-            fill("noise_multiplier", [z])
-        else:
-            fill_list("noise_multiplier", "target_epsilon")
+        fill_list("noise_multiplier", "target_epsilon")
+    if args.noise_multiplier is None:  # calibrated as the run would be: at N' users when it names them
+        fill_list("target_population")
+    args.config_accountant = r.accountant
     fill_list("clients_per_round", "users_per_client", "rounds", "delta", "epsilon_budget")
     fill("clip_norm", r.clip_norm)
     fill("sampling", r.sampling)
@@ -157,6 +151,14 @@ def _accountants(choice: str) -> tuple[str, ...]:
     return ACCOUNTANTS if choice == "both" else (choice,)
 
 
+def _calibration_accountant(args: argparse.Namespace) -> str:
+    """The accountant that calibrates and bounds the rounds: --accountant's one, or with
+    both, the --config's (what `dpemb train` calibrates with), or train's default."""
+    if args.accountant in ACCOUNTANTS:
+        return args.accountant
+    return getattr(args, "config_accountant", None) or DEFAULT.accountant
+
+
 def _spec_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if args.bands is not None and args.mechanism not in CYCLIC:
         raise UsageError(f"--bands applies to --mechanism bandmf or blt (b, their participation separation), "
@@ -169,7 +171,7 @@ def _combinations(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every combination of the list flags' values (a flag not given: None; --bands: 1)."""
     lists = {k: getattr(args, k) or [None] for k in (
         "population", "clients_per_round", "users_per_client", "rounds", "noise_multiplier",
-        "target_epsilon", "delta", "extrapolate_to", "epsilon_budget")}
+        "target_epsilon", "target_population", "delta", "extrapolate_to", "epsilon_budget")}
     lists["bands"] = args.bands or [1]
     return [dict(zip(lists, values)) for values in itertools.product(*lists.values())]
 
@@ -206,14 +208,14 @@ def _epsilons(spec: Any, accountants: tuple[str, ...]) -> dict[str, Any]:
 
 def compute_row(combo: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """One configuration: epsilon(s), calibration, budget, extrapolation, warnings."""
-    from dpemb.privacy import (PrivacySpec, calibrate_noise_multiplier, cohort_warnings,
+    from dpemb.privacy import (PrivacySpec, calibrate_extrapolated, calibrate_noise_multiplier, cohort_warnings,
                                describe_mechanism, extrapolate, max_rounds)
     from dpemb.privacy.strategy import model_noise
 
     accountants = _accountants(args.accountant)
-    acc = "pld" if args.accountant == "pld" else "rdp"  # calibrates and bounds the rounds
+    acc = _calibration_accountant(args)
     z = combo["noise_multiplier"]
-    target = combo["target_epsilon"]
+    target, target_n = combo["target_epsilon"], combo["target_population"]
     with usage_errors():  # invalid spec values, calibration failures
         spec = PrivacySpec(
             **{k: combo[k] for k in ("population", "clients_per_round", "users_per_client",
@@ -224,13 +226,16 @@ def compute_row(combo: dict[str, Any], args: argparse.Namespace) -> dict[str, An
         if target is not None:
             if not (0 < target < math.inf):
                 raise UsageError(f"--target-epsilon must be positive and finite, got {target}")
-            z = calibrate_noise_multiplier(spec, target, acc)
-            spec = dataclasses.replace(spec, noise_multiplier=z)
+            if target_n is None:
+                spec = dataclasses.replace(spec, noise_multiplier=calibrate_noise_multiplier(spec, target, acc))
+            else:  # as `dpemb train --target-population` calibrates
+                spec = calibrate_extrapolated(spec, target, target_n, acc)[0]
         row: dict[str, Any] = {
             "population": spec.population, "clients_per_round": spec.clients_per_round,
             "users_per_client": spec.users_per_client, "rounds": spec.rounds,
             "noise_multiplier": spec.noise_multiplier, "calibrated": target is not None,
-            "target_epsilon": target, "calibrated_with": (acc if target is not None else None),
+            "target_epsilon": target, "target_population": target_n,
+            "calibrated_with": (acc if target is not None else None),
             "delta": spec.resolved_delta, "delta_is_default": spec.delta is None,
             "sampling": spec.sampling, "mechanism": spec.mechanism, "relation": spec.relation.value,
             "unit": spec.unit, "tree_restarts": spec.tree_restarts,
@@ -252,9 +257,9 @@ def compute_row(combo: dict[str, Any], args: argparse.Namespace) -> dict[str, An
             row["epsilon_budget"] = budget
             row["max_rounds"] = max_rounds(spec, budget, acc)
             row["max_rounds_accountant"] = acc
-        target_n = combo["extrapolate_to"]
-        if target_n is not None:
-            ex = extrapolate(spec, target_n, "rdp")
+        extrapolate_to = combo["extrapolate_to"] or target_n
+        if extrapolate_to is not None:
+            ex = extrapolate(spec, extrapolate_to, "rdp")
             row["extrapolation"] = {
                 "population": ex.population, "factor": ex.factor, "noise_multiplier": ex.noise_multiplier,
                 "clients_per_round": ex.clients_per_round, "delta": ex.delta, "delta_note": ex.delta_note,
@@ -291,8 +296,11 @@ def _print_single(row: dict[str, Any]) -> None:
         print(f"noise on the model: {row['prefix_noise']:.4g} x C per coordinate ({PREFIX_NOISE})")
     print(f"mechanism: {row['mechanism_description']}")
     if row["calibrated"]:
+        at = ("" if row["target_population"] is None else
+              f" of this run EXTRAPOLATED to {row['target_population']:,} users (the epsilons below are the run's "
+              "own)")
         print(f"calibrated noise multiplier z = {row['noise_multiplier']:.4f} for target epsilon "
-              f"{row['target_epsilon']:g} ({row['calibrated_with'].upper()} accountant)")
+              f"{row['target_epsilon']:g} ({row['calibrated_with'].upper()} accountant){at}")
     print(f"delta = {row['delta']:.3g}" + (f" (default: {DEFAULT_DELTA_RULE}, N = population)"
                                            if row["delta_is_default"] else ""))
     for acc in ACCOUNTANTS:
@@ -327,6 +335,8 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     ]
     if any(r["target_epsilon"] is not None for r in rows):
         cols.append(("target eps", lambda r: f"{r['target_epsilon']:g}"))
+    if any(r.get("target_population") is not None for r in rows):
+        cols.append(("at N'", lambda r: "N" if r["target_population"] is None else f"{r['target_population']:,}"))
     for acc in ACCOUNTANTS:
         if any(f"statement_{acc}" in r or f"note_{acc}" in r for r in rows):
             cols.append((f"eps {acc.upper()}", lambda r, a=acc: _eps_text(r.get(f"epsilon_{a}"))))
@@ -409,6 +419,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give --population N (or --config FILE naming a dataset)")
     if (args.noise_multiplier is None) == (args.target_epsilon is None):
         raise UsageError("give exactly one of --noise-multiplier or --target-epsilon")
+    if args.target_population is not None and args.target_epsilon is None:
+        raise UsageError("--target-population applies to --target-epsilon (the epsilon calibrated for the run "
+                         "extrapolated to N users): add --target-epsilon, or drop --target-population")
     combos = _combinations(args)
     if args.plot and len(combos) > MAX_PLOT_ROWS:
         raise UsageError(f"--plot draws at most {MAX_PLOT_ROWS} configurations, the sweep has {len(combos)}")

@@ -78,6 +78,10 @@ SHARED_HELP = {
     "--noise-multiplier": "z: noise std = z x the sensitivity of {}",
     "--target-epsilon": "calibrate the noise multiplier z for this epsilon{} (instead of "
                         "--noise-multiplier)",
+    "--target-population": "calibrate --target-epsilon for this run EXTRAPOLATED to N users (the DP-FedEmb "
+                           "paper's convention: noise multiplier and clients per round scaled by N / the real "
+                           "population, the same noise on the average); both epsilons are printed, the "
+                           "extrapolation labelled{}",
     "--sampling": "user sampling per round: poisson (Gaussian noise's default; accounting is "
                   "exact), fixed = M*K users without replacement (replace-one relation, RDP only), "
                   "epoch (each user at most once per epoch; tree noise's default and only choice) "

@@ -150,10 +150,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     add_shared(q, "--target-epsilon", " (with --accountant) before training", type=float)
     q.add_argument("--accountant", choices=ACCOUNTANTS,
                    help="the accountant --target-epsilon is calibrated with (and the extrapolations are stated in)")
-    q.add_argument("--target-population", type=int, metavar="N",
-                   help="calibrate --target-epsilon for this run EXTRAPOLATED to N users (the DP-FedEmb paper's "
-                        "convention: noise multiplier and clients per round scaled by N / the real population, the "
-                        "same noise on the average); both epsilons are printed, the extrapolation labelled")
+    add_shared(q, "--target-population", "", type=int, metavar="N")
     q.add_argument("--report-populations", type=_populations, metavar="N[,N...]",
                    help="also state the epsilon extrapolated to these populations in the report and model card "
                         "(beside 1,000,000 and 10,000,000)")

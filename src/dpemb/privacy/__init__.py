@@ -28,7 +28,7 @@ _WHERE = {
     "statements": ("describe_epsilon", "describe_mechanism", "describe_schedule"),
     "ledger": ("PrivacyLedger", "PrivacyStateError"),
     "calibration": (
-        "CalibrationError", "Extrapolation", "calibrate_gaussian_releases",
+        "CalibrationError", "Extrapolation", "calibrate_extrapolated", "calibrate_gaussian_releases",
         "calibrate_noise_multiplier", "calibrated_spec", "check_epsilon_budget", "extrapolate", "max_rounds",
     ),
     "advice": ("cohort_warnings",),

@@ -294,26 +294,23 @@ def calibrated_at_population(r: PrivacyRequest, fields: dict[str, Any], populati
     convention (noise multiplier and clients per round scaled by the same factor: the
     same noise on the average), has ``r.target_epsilon``; prints both epsilons, the
     extrapolation labelled as such."""
-    from dpemb.privacy import describe_epsilon, epsilon_for, extrapolate
+    from dpemb.privacy import calibrate_extrapolated, describe_epsilon, epsilon_for
     from dpemb.privacy.advice import PLD_MAX_RDP_EPSILON
-    from dpemb.privacy.calibration import calibrate_noise_multiplier
     from dpemb.privacy.statements import describe_schedule
 
     if r.target_population < population:
         raise ConfigError(f"--target-population {r.target_population:,} is below the {population:,} users trained "
                           "on: give a larger population, or drop it to calibrate at the real one")
-    base = PrivacySpec(noise_multiplier=1.0, **fields)
-    ex = extrapolate(base, r.target_population, r.accountant)
-    z_big = calibrate_noise_multiplier(ex.spec, r.target_epsilon, r.accountant)
-    spec = replace(base, noise_multiplier=z_big / ex.factor)
+    spec, ex = calibrate_extrapolated(PrivacySpec(noise_multiplier=1.0, **fields), r.target_epsilon,
+                                      r.target_population, r.accountant)
     own, own_accountant = epsilon_for(spec, "rdp"), "rdp"  # PLD only where it is not vacuous (its cost ~ 1/z^2)
     if r.accountant == "pld" and own <= PLD_MAX_RDP_EPSILON:
         own, own_accountant = epsilon_for(spec, "pld"), "pld"
     kw = dict(accountant=r.accountant, unit=spec.unit, relation=spec.relation, schedule=describe_schedule(spec))
     print(f"calibrated noise multiplier z = {spec.noise_multiplier:.4f} so that this run EXTRAPOLATED to "
           f"{r.target_population:,} users (the paper's convention: {ex.clients_per_round:,} clients per round and "
-          f"noise multiplier {z_big:.4g}, the same noise on the average; {ex.delta_note}) has "
-          + describe_epsilon(r.target_epsilon, delta=ex.delta, **kw)
+          f"noise multiplier {ex.noise_multiplier:.4g}, the same noise on the average; {ex.delta_note}) has "
+          + describe_epsilon(ex.epsilon, delta=ex.delta, **kw)
           + f". This run's own epsilon, on its {population:,} users: "
           + describe_epsilon(own, delta=spec.resolved_delta, **{**kw, "accountant": own_accountant}))
     return spec
