@@ -3,6 +3,7 @@ non-finite deltas, population checks, epsilon tracked every round."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -460,8 +461,13 @@ def test_public_negatives_resume_equals_uninterrupted_and_the_report_names_the_p
     train, ev, spec, cfg, run_a = setup(tmp_path, "a", loss="arcface", public_negatives=True, local_epochs=2)
     with pytest.raises(ValueError, match="needs a public dataset"):
         fed.train_federated(train, ev, MODEL, cfg, spec, run_a, noise_seed=7)
-    rep_a = fed.train_federated(train, ev, MODEL, cfg, spec, run_a, noise_seed=7, public=splits.public)
+    # a dataset's source records where its inputs were (glyph fonts, an import's manifest): never released
+    public = dataclasses.replace(splits.public, source={"kind": "glyphs", "fonts": [{"path": "/usr/share/f.ttf"}],
+                                                        "manifest": "/home/curator/faces.csv"})
+    rep_a = fed.train_federated(train, ev, MODEL, cfg, spec, run_a, noise_seed=7, public=public)
     assert rep_a["public_negatives"]["identities"] == len(set(splits.public.labels.tolist()))
+    assert rep_a["public_negatives"]["source"] == {"kind": "glyphs"}
+    assert "/usr/share" not in (tmp_path / "a" / "report.json").read_text()
     assert json.loads((tmp_path / "a" / "config.json").read_text())["federated"]["public_negatives"] is True
     _, _, _, _, run_b = setup(tmp_path, "b")
     real_train = fed.train_federated

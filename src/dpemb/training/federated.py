@@ -40,7 +40,7 @@ from dpemb.training.executor import DistributedExecutor, LocalExecutor, RankFail
 from dpemb.training.errors import TrainingDiverged
 from dpemb.training.interrupt import CheckpointSchedule, GracefulStop, TrainingInterrupted
 from dpemb.training.modelinit import build_model
-from dpemb.training.provenance import Provenance
+from dpemb.training.provenance import Provenance, source_summary
 from dpemb.training.round_log import EXTRAPOLATE_TO, RoundLog
 from dpemb.training.rundir import RunDir
 from dpemb.training.server_state import ServerState
@@ -172,7 +172,7 @@ def train_federated(
                         provenance=release.provenance, train=train, eval_ds=eval_ds,
                         processes=executor.world_size)
     if public is not None:  # public input: where the heads' extra rows came from
-        report["public_negatives"] = {"source": public.source, "identities": negatives.num_identities,
+        report["public_negatives"] = {"source": source_summary(public.source), "identities": negatives.num_identities,
                                       "images": public.num_examples}
     if audit is not None:  # released: the audit summary only (canaries: private/)
         report["privacy"]["audit"] = audit.finish(params, report["privacy"], run.make_private_dir())
