@@ -33,10 +33,10 @@ def test_the_api_example_runs_and_matches_the_cli(tmp_path, monkeypatch, capsys)
     cli = re.search(r"    (dpemb train --data data/api-glyphs .*?)\n\n", text, re.S).group(1)
     args = build_parser().parse_args(re.sub(r"\\\n\s*", " ", cli).split()[1:])
     config, _ = config_from_args(args)
-    saved = json.loads(Path("runs/api/config.json").read_text())
+    saved = json.loads(Path("runs/api/private/config.json").read_text())
     assert {k: v for k, v in saved.items() if k != "resolved"} == config.to_dict()
-    # the run's config.json is a --config of the same run
-    assert load_config("runs/api/config.json") == config
+    # the run's private/config.json is a --config of the same run
+    assert load_config("runs/api/private/config.json") == config
 
 
 def test_version_and_the_lazy_api():

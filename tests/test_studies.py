@@ -8,6 +8,7 @@ import json
 import math
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -101,19 +102,30 @@ def test_long_plans_exactly_the_exported_runs_choosing_k_on_validation():
 
 
 def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
-    """The study's plan is its export; before validation ran it holds no BandMF or BLT test
-    seed; b is chosen on validation only; each run is the recipe with the documented flags."""
+    """Each epsilon cell's plan is its export (16 runs) once trained; before its validation
+    ran it holds no BandMF or BLT test seed (10 runs); b is chosen on validation only; each
+    run is the recipe with the documented flags."""
     rows = rows_of(correlated)
     planned = correlated.plan(rows)
-    assert {r.key for r in planned} == {r["key"] for r in rows} and len(rows) == 16
-    assert all(h.settings_of(r.config) == next(x for x in rows if x["key"] == r.key)["settings"] for r in planned)
-    early = correlated.plan([])
-    assert len(early) == 10 and not any(r.config.data.eval_split == "test" and r.config.privacy.mechanism
-                                        in correlated.BANDS for r in early)
-    assert all(r.config.data.eval_split == "validation" for m in correlated.BANDS
-               for r in correlated.candidates(m).values())
-    assert [h.choose(rows, correlated.candidates(m)) for m in correlated.BANDS] == [1, 35]
-    blt = correlated.run("blt", 2, bands=35).config  # `dpemb train --recipe face-100k-eps2 ... --bands 35`
+    assert all(h.settings_of(r.config) == next(x for x in rows if x["key"] == r.key)["settings"]
+               for r in planned if r.key in {x["key"] for x in rows})
+    trained = []
+    for eps in correlated.EPSILONS:
+        cell = {r.key for r in planned if r.config.privacy.target_epsilon == eps}
+        exported = {x["key"] for x in rows if h.setting(x, "privacy.target_epsilon") == eps}
+        assert exported <= cell and len(cell) == (16 if exported else 10), eps
+        if exported:
+            assert cell == exported, eps
+            trained.append(eps)
+        else:
+            assert not any(r.config.data.eval_split == "test" and r.config.privacy.mechanism in correlated.BANDS
+                           for r in planned if r.key in cell)
+    assert trained[:2] == [1.0, 0.5] and len(rows) == 16 * len(trained)
+    assert len(correlated.plan([])) == 10 * len(correlated.EPSILONS)
+    assert all(r.config.data.eval_split == "validation" for e in correlated.EPSILONS for m in correlated.BANDS
+               for r in correlated.candidates(e, m).values())
+    assert [h.choose(rows, correlated.candidates(e, m)) for e in (1.0, 0.5) for m in correlated.BANDS] == [1, 35, 4, 35]
+    blt = correlated.run(1.0, "blt", 2, bands=35).config  # `dpemb train --recipe face-100k-eps2 ... --bands 35`
     assert (blt.algorithm, blt.privacy.mechanism, blt.privacy.bands, blt.privacy.rounds, blt.privacy.target_epsilon,
             blt.privacy.target_population, blt.data.path, blt.model.init) == (
         "dp-ftrl-fedemb", "blt", 35, 200, 1.0, 100_000, "data/faces", "runs/face-pretrain")
@@ -200,8 +212,9 @@ def test_the_runner_trains_each_config_once_and_exports_only_the_release(tmp_pat
     export = tmp_path / "toy.jsonl"
     rows = h.run_study(study, tmp_path / "work", jobs=0, export=export)  # the init run first, then the one from it
     assert [r["name"] for r in rows] == ["start", "fed"] and all(set(r) == set(h.ROW_FIELDS) for r in rows)
-    assert json.loads((tmp_path / "work" / "runs" / fed.key / "config.json").read_text())["model"]["init"].endswith(
-        f"runs/{start.key}")
+    fed_dir = tmp_path / "work" / "runs" / fed.key
+    assert json.loads((fed_dir / "private" / "config.json").read_text())["model"]["init"].endswith(f"runs/{start.key}")
+    assert json.loads((fed_dir / "config.json").read_text())["model"]["init"] == start.key  # released: its name
     row = rows[1]
     assert row["settings"]["privacy.noise_seed"] == 1 and row["privacy"]["noise_seeded"] is True
     assert "epsilon_rdp" in row["privacy"] and "dp_event" not in row["privacy"]
@@ -217,6 +230,10 @@ def test_the_runner_trains_each_config_once_and_exports_only_the_release(tmp_pat
     grows = SimpleNamespace(NAME="toy", prepare=study.prepare,
                             plan=lambda rows: [start, *([fed] if any(r["name"] == "start" for r in rows) else [])])
     assert [r["name"] for r in h.run_study(grows, tmp_path / "work", jobs=0, export=export)] == ["start", "fed"]
+    # --no-train: what finished is exported, the missing run is named and not trained
+    extra = h.Run("extra", replace(fed.config, seed=5))
+    more = SimpleNamespace(NAME="toy", prepare=study.prepare, plan=lambda rows: [start, fed, extra])
+    assert h.run_study(more, tmp_path / "work", jobs=0, export=export, train=False) == rows
 
 
 def test_the_references_study_chose_on_validation_and_renders_its_export():

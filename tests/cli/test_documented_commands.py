@@ -430,7 +430,7 @@ SLOW = {
     "--extrapolate-to 10000000": 3.9,
     "dpemb account ... --target-epsilon 3.9": 5.5,
     "dpemb account ... --target-epsilon 1 --target-population 100000": 5.0,
-    "dpemb account --config runs/fedemb/config.json --target-epsilon 4": 3.0,
+    "dpemb account --config runs/fedemb/private/config.json --target-epsilon 4": 3.0,
     "dpemb train ... --audit-canaries 1000": 2.0,
     "dpemb audit --data data/glyphs --out runs/audit --init runs/pre --noise-multiplier 0.5 --canaries 10000": 3.3,
     "dpemb transfer ... --audit-canaries 1000": 2.7,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -50,15 +51,33 @@ def test_every_flag_takes_its_default_from_the_config_types():
 
 
 def test_a_run_config_json_is_a_valid_config_that_reproduces_the_run(tmp_path, tiny_data_dir, capsys):
-    a, b = tmp_path / "a", tmp_path / "b"
+    """private/config.json (0600) holds the configuration as given and replays the run; the
+    released config.json is the same but names the dataset by its directory's name, never
+    a path on the curator's machine, and replays the run when --data is given."""
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     assert main(["train", "--data", tiny_data_dir, "--out", str(a), *TOY]) == 0
-    saved = json.loads((a / "config.json").read_text())
+    saved = json.loads((a / "private" / "config.json").read_text())
+    assert (a / "private" / "config.json").stat().st_mode & 0o777 == 0o600
+    released = json.loads((a / "config.json").read_text())
+    assert saved["data"]["path"] == tiny_data_dir and released["data"]["path"] == Path(tiny_data_dir).name
+    assert {**released, "data": saved["data"]} == saved  # nothing else differs
+    assert str(Path(tiny_data_dir).parent) not in (a / "config.json").read_text()
     assert saved["resolved"]["privacy"]["noise_multiplier"] == 0.5  # what the run derived, beside the request
-    config = load_config(a / "config.json")
+    config = load_config(a / "private" / "config.json")
     assert config.to_dict() == {k: v for k, v in saved.items() if k != "resolved"}
-    assert main(["train", "--config", str(a / "config.json"), "--out", str(b), "--no-progress"]) == 0
-    assert json.loads((b / "config.json").read_text()) == saved
+    assert main(["train", "--config", str(a / "private" / "config.json"), "--out", str(b), "--no-progress"]) == 0
+    assert json.loads((b / "private" / "config.json").read_text()) == saved
     assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    with pytest.raises(SystemExit):  # the released one names the dataset only: the error says what to give
+        main(["train", "--config", str(a / "config.json"), "--out", str(c), "--no-progress"])
+    assert "give --data DIR, or use the run's private/config.json" in capsys.readouterr().err
+    assert main(["train", "--config", str(a / "config.json"), "--data", tiny_data_dir, "--out", str(c),
+                 "--no-progress"]) == 0
+    assert (a / "model.safetensors").read_bytes() == (c / "model.safetensors").read_bytes()
+    with pytest.raises(SystemExit):  # dpemb account too: the population it cannot count
+        main(["account", "--config", str(a / "config.json")])
+    assert "give --population N, or use the run's private/config.json" in capsys.readouterr().err
 
 
 def test_flags_override_a_config_file_and_toml_is_read(tmp_path, tiny_data_dir):
@@ -124,7 +143,7 @@ def test_target_epsilon_at_a_stated_population_is_met_by_the_extrapolation(tmp_p
     assert report["privacy"]["epsilon_rdp"] > 2.0  # the simulated run's own, much larger
     # dpemb account reads the same configuration and states the same numbers
     capsys.readouterr()
-    assert main(["account", "--config", str(out / "config.json"), "--accountant", "rdp", "--json"]) == 0
+    assert main(["account", "--config", str(out / "private" / "config.json"), "--accountant", "rdp", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert rows[0]["epsilon_rdp"] == pytest.approx(report["privacy"]["epsilon_rdp"], rel=1e-6)
     by_n = {r["extrapolation"]["population"]: r["extrapolation"]["epsilon_rdp"] for r in rows}

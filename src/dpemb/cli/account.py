@@ -20,7 +20,7 @@ import math
 import sys
 from typing import Any, Callable
 
-from dpemb.cli.common import UsageError, add_shared, usage_errors
+from dpemb.cli.common import UsageError, add_shared, check_config_dataset, usage_errors
 from dpemb.privacy.delta import DEFAULT_DELTA_RULE
 from dpemb.privacy.spec import ACCOUNTANTS, CYCLIC, MECHANISMS, SAMPLINGS
 from dpemb.training.run_config import PrivacyRequest
@@ -61,8 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--config", metavar="FILE",
-                   help="a run configuration (`dpemb train --config`, or a run's config.json): its privacy request, "
-                        "cohort and extrapolation populations, and its dataset's training users as N; flags "
+                   help="a run configuration (`dpemb train --config`, or a run's private/config.json): its privacy "
+                        "request, cohort and extrapolation populations, and its dataset's training users as N; flags "
                         "given here override it")
     p.add_argument("--population", type=_list_of(_int, "--population"), default=None,
                    help="N: users in the population (comma list sweeps); required unless --config names a dataset")
@@ -125,6 +125,8 @@ def apply_config(args: argparse.Namespace) -> None:
 
     if args.population is None and config.data.path is not None:
         from dpemb.training.runner import training_users
+
+        check_config_dataset(config, args.config, "give --population N")
 
         args.population = [training_users(config) + (r.audit_canaries or 0)]
     if args.noise_multiplier is None and args.target_epsilon is None:

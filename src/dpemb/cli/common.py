@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import copy
 import json
+import os
 import sys
 from typing import Any, Callable, Iterator
 
@@ -123,6 +124,15 @@ def add_noise_seed_flags(group: Any, seed_flag: str, seeded: str) -> None:
         help="floating-point-hardened noise sampler (a fresh OS-keyed generator for every draw, each entry "
              "the normalised sum of two Gaussian draws; docs/PRIVACY.md). Default: on, except with "
              f"{seed_flag} (cannot be combined); --no-secure-noise: the plain sampler")
+
+
+def check_config_dataset(config: Any, file: str, fix: str) -> None:
+    """A ``UsageError`` when ``--config file``'s dataset (``config.data.path``, ``DIR[:part]``)
+    is not here, e.g. a run's released config.json, which names it by its directory's name."""
+    path = config.data.path
+    if path and not os.path.exists(path) and not os.path.exists(path.rpartition(":")[0]):
+        raise UsageError(f"--config {file}: its dataset {path!r} is not here (a run's released config.json names "
+                         f"the dataset by its directory's name only): {fix}, or use the run's private/config.json")
 
 
 def print_json(obj: Any) -> None:

@@ -8,7 +8,7 @@ import argparse
 from dataclasses import fields
 
 from dpemb.cli.common import (
-    DefaultsHelpFormatter, add_device_flag, add_noise_seed_flags, add_shared, device_from, fmt,
+    DefaultsHelpFormatter, add_device_flag, add_noise_seed_flags, add_shared, check_config_dataset, device_from, fmt,
     guarded,
 )
 from dpemb.cli.main import UsageError
@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "with `dpemb data make`, evaluating Recall@FAR on its held-out identities. "
             "Writes the released files config.json, metrics.jsonl, report.json, roc.png, "
             "training.png and the model artifact (model.safetensors + model_card.json) to "
-            "--out, and the PRIVATE training state (checkpoint, diagnostics) to --out/private/ "
+            "--out, and the PRIVATE training state (checkpoint, diagnostics, the configuration as given) to "
+            "--out/private/ "
             "(mode 0700; never needed downstream)."
         ),
     )
@@ -41,8 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """Every flag of `dpemb train` (also the flags of `dpemb audit`, which trains the same way)."""
     p.add_argument("--config", metavar="FILE",
-                   help="a run configuration (TOML or JSON; a run's own config.json is one): every setting not "
-                        "given as a flag comes from it (docs/API.md)")
+                   help="a run configuration (TOML or JSON; a run's own private/config.json is one; its released "
+                        "config.json too, with --data given): every setting not given as a flag comes from it "
+                        "(docs/API.md)")
     p.add_argument("--recipe", metavar="NAME",
                    help="a shipped recipe (`dpemb recipes` lists them) as the configuration: every setting not "
                         "given as a flag comes from it; not with --config")
@@ -308,6 +310,8 @@ def config_from_args(args: argparse.Namespace):
         base = load_config(args.config) if getattr(args, "config", None) else \
             with_settings(TrainConfig(), getattr(args, "default_settings", {}))  # (dpemb audit: dp-fedemb)
     config = with_settings(base, settings)
+    if getattr(args, "config", None) and "data.path" not in settings:
+        check_config_dataset(config, args.config, "give --data DIR")
     if recipe:  # its rules: the extrapolation accepted explicitly, the public start given
         config = check_recipe_run(config, info, set(settings))
     if not config.federated_run:  # a privacy flag given explicitly, even at its default value

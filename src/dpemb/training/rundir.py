@@ -99,6 +99,25 @@ def replace_out_dir(path: str | os.PathLike) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+#: ``model.init`` values that name no directory
+NAMED_INITS = ("random", "imagenet")
+
+
+def released_config(text: str) -> str:
+    """A run's configuration JSON as released: ``data.path`` and ``model.init`` (a run or
+    artifact directory) become their directories' own names (``dataset_name``, as the
+    model card names them), never a path on the curator's machine; the rest unchanged."""
+    from dpemb.training.provenance import dataset_name
+
+    config = json.loads(text)
+    data, model = config.get("data"), config.get("model")
+    if isinstance(data, dict) and isinstance(data.get("path"), str):
+        data["path"] = dataset_name(data["path"])
+    if isinstance(model, dict) and isinstance(model.get("init"), str) and model["init"] not in NAMED_INITS:
+        model["init"] = dataset_name(model["init"])
+    return json.dumps(config, indent=2, sort_keys=True)
+
+
 class RunDir:
     @classmethod
     def open(cls, path: str | os.PathLike, *, resume: bool | str = False, overwrite: bool = False) -> "RunDir":
@@ -114,7 +133,8 @@ class RunDir:
         self.path = Path(path)
         refuse_pre_release_layout(self.path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self.config = self.path / "config.json"
+        self.config = self.path / "config.json"  # released: the dataset and init by their names
+        self.private_config = self.path / PRIVATE_DIR / "config.json"  # as given: replays the run
         self.metrics = self.path / "metrics.jsonl"
         self.report = self.path / "report.json"
         self.private_dir = self.path / PRIVATE_DIR
@@ -125,7 +145,13 @@ class RunDir:
         return make_private_dir(self.private_dir)
 
     def write_config(self, text: str) -> None:
-        atomic_write_text(self.config, text)
+        """The run's configuration (JSON ``text``): as given in ``private/config.json``
+        (0600; it holds the curator's paths, and ``--config RUN/private/config.json``
+        replays the run), and released as ``config.json`` with the dataset and the init
+        named by their directories' own names (``released_config``)."""
+        self.make_private_dir()
+        atomic_write_text(self.private_config, text, private=True)
+        atomic_write_text(self.config, released_config(text))
 
     def start_fresh(self, config: str) -> None:
         """A run starting at step 0 here (a new directory, or ``--resume auto`` that found
