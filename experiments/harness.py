@@ -181,13 +181,15 @@ def execute(study: str, runs: list[Run], work: Path, export: Path, jobs: int,
 
 
 def run_study(study: Any, work: Path, jobs: int = 1, perf: PerformanceFlags = PerformanceFlags(progress=False),
-              export: Path | None = None) -> list[dict[str, Any]]:
+              export: Path | None = None, train: bool = True) -> list[dict[str, Any]]:
     """Run what the study's plan lacks (planning again as rows arrive: the test seeds of a
-    choice); returns the rows."""
+    choice); returns the rows. ``train=False``: export the runs finished on disk (e.g.
+    trained by `dpemb train` elsewhere), train nothing, and say how many are missing."""
     export = export or ROOT / "docs" / "data" / f"{study.NAME}.jsonl"
     if perf.threads == 0:
         perf = replace(perf, threads=max(1, (os.cpu_count() or 1) // max(1, jobs)))
-    study.prepare(work)
+    if train:
+        study.prepare(work)
     tried: set[str] = set()  # a run that failed is tried once per call
     while True:
         rows = load_rows(export)
@@ -203,9 +205,13 @@ def run_study(study: Any, work: Path, jobs: int = 1, perf: PerformanceFlags = Pe
                 exported = True
             else:
                 todo.append(run)
-        if exported and not todo:  # the new rows may complete a choice: plan again
+        if exported:  # the new rows may complete a choice: plan again
             continue
         if not todo:
+            return load_rows(export)
+        if not train:
+            print(f"{study.NAME}: {len(todo)} runs of the plan not trained (--no-train): "
+                  + ", ".join(r.name for r in todo))
             return load_rows(export)
         print(f"{study.NAME}: {len(todo)} runs to train on {max(1, jobs)} process(es)", flush=True)
         tried |= {r.key for r in todo}
@@ -351,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "studies", help="run folders and data")
     ap.add_argument("--jobs", type=int, default=1, help="training processes (0: in this process)")
     ap.add_argument("--render-only", action="store_true", help="rewrite the pages from the export, run nothing")
+    ap.add_argument("--no-train", action="store_true",
+                    help="export the runs finished under --work and render; train none of the missing ones")
     for flag in ("threads", "device", "client_batch"):
         default = getattr(PerformanceFlags(), flag)
         ap.add_argument("--" + flag.replace("_", "-"), type=type(default), default=default,
@@ -359,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     study = importlib.import_module(f"studies.{args.study}")
     export = ROOT / "docs" / "data" / f"{study.NAME}.jsonl"
     perf = PerformanceFlags(threads=args.threads, device=args.device, client_batch=args.client_batch, progress=False)
-    rows = load_rows(export) if args.render_only else run_study(study, args.work.resolve(), args.jobs, perf)
+    rows = load_rows(export) if args.render_only else run_study(study, args.work.resolve(), args.jobs, perf,
+                                                                 train=not args.no_train)
     for page in render(study, rows):
         print(f"wrote {page.relative_to(ROOT)}")
     return 0
