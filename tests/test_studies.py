@@ -230,10 +230,14 @@ def test_the_runner_trains_each_config_once_and_exports_only_the_release(tmp_pat
     grows = SimpleNamespace(NAME="toy", prepare=study.prepare,
                             plan=lambda rows: [start, *([fed] if any(r["name"] == "start" for r in rows) else [])])
     assert [r["name"] for r in h.run_study(grows, tmp_path / "work", jobs=0, export=export)] == ["start", "fed"]
-    # --no-train: what finished is exported, the missing run is named and not trained
+    # --no-train: what finished is exported (a choice it completes too, while another run is
+    # missing), the missing run is named and not trained
+    export.write_text("")
     extra = h.Run("extra", replace(fed.config, seed=5))
-    more = SimpleNamespace(NAME="toy", prepare=study.prepare, plan=lambda rows: [start, fed, extra])
-    assert h.run_study(more, tmp_path / "work", jobs=0, export=export, train=False) == rows
+    more = SimpleNamespace(NAME="toy", prepare=study.prepare,
+                           plan=lambda rows: [start, extra, *([fed] if any(r["name"] == "start" for r in rows) else [])])
+    assert [r["name"] for r in h.run_study(more, tmp_path / "work", jobs=0, export=export, train=False)] == \
+        ["start", "fed"]
 
 
 def test_the_references_study_chose_on_validation_and_renders_its_export():
