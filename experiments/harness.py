@@ -4,6 +4,7 @@ short functions, in ``experiments/studies/NAME.py``), run and rendered here.
 
     .venv/bin/python experiments/harness.py long --jobs 2      # run what is missing, then render
     .venv/bin/python experiments/harness.py long --render-only # rewrite the pages from the export
+    .venv/bin/python experiments/harness.py long --no-train    # export the runs finished under --work, train none
 
 Runner: every run goes through ``dpemb.training.runner.train`` (the path of ``dpemb
 train``) into ``<work>/runs/<key>`` (``config_key``), so a configuration two studies share
