@@ -127,7 +127,6 @@ def apply_config(args: argparse.Namespace) -> None:
         from dpemb.training.runner import training_users
 
         check_config_dataset(config, args.config, "give --population N")
-
         args.population = [training_users(config) + (r.audit_canaries or 0)]
     if args.noise_multiplier is None and args.target_epsilon is None:
         if r.nonprivate:
