@@ -140,7 +140,8 @@ def figures(rows: list[dict[str, Any]], img: Path) -> None:
         start = [r["initial"][METRIC] for r in select(rows, data__eval_split="test") if r["initial"]]
         if start:  # every run starts from the same public model (scored on the test split)
             ax.axhline(sum(start) / len(start), color="black", linestyle="--", linewidth=1, label="public start")
-        ax.set_xticks(range(len(cells)), [f"ε {e:g}" for e in cells])
+        seeds = [max(len(_tests(rows, e, m)) for m in MECHANISMS) for e in cells]
+        ax.set_xticks(range(len(cells)), [f"ε {e:g} ({n} seed{'s' * (n > 1)})" for e, n in zip(cells, seeds)])
         ax.set_ylim(max(0.0, min(stats(_tests(rows, e, m))[0] for e in cells for m in MECHANISMS
                                  if _tests(rows, e, m)) - 0.1), 1.0)
         ax.grid(axis="y", alpha=0.3)
