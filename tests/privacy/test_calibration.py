@@ -76,7 +76,8 @@ def test_calibration_for_an_extrapolated_population_meets_the_target_there(kw, a
     """The smallest z whose run scaled to N' users (independent dp_accounting for the
     Gaussian case) has the target; the run's own epsilon is larger; N' below N refused."""
     spec = PrivacySpec(population=3000, clients_per_round=32, users_per_client=2, rounds=60, delta=1e-6, **kw)
-    calibrated, ex = calibrate_extrapolated(spec, 1.0, 300_000, acc)
+    calibrated = calibrate_extrapolated(spec, 1.0, 300_000, acc)
+    ex = extrapolate(calibrated, 300_000, acc)
     assert ex.population == 300_000 and ex.noise_multiplier == pytest.approx(calibrated.noise_multiplier * ex.factor)
     assert 0.99 < ex.epsilon <= 1.0 and epsilon_for(calibrated, acc) > 5.0
     smaller = replace(calibrated, noise_multiplier=calibrated.noise_multiplier * (1 - 1e-3))
@@ -86,7 +87,7 @@ def test_calibration_for_an_extrapolated_population_meets_the_target_there(kw, a
         q = ex.clients_per_round * 2 / 300_000
         independent.compose(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(ex.noise_multiplier)), 60)
         assert ex.epsilon == pytest.approx(independent.get_epsilon(1e-6), rel=1e-9)
-    with pytest.raises(ValueError, match="below the 3,000 users"):
+    with pytest.raises(ValueError, match="2,000 users is below the 3,000 users trained on"):
         calibrate_extrapolated(spec, 1.0, 2000, acc)
 
 

@@ -152,6 +152,10 @@ def test_target_epsilon_at_a_stated_population_is_met_by_the_extrapolation(tmp_p
         main(["train", "--data", tiny_data_dir, "--out", str(tmp_path / "s"), *TOY[:-5], "--target-population",
               "100000", "--no-progress"])
     assert "--target-population applies to --target-epsilon" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # below the users trained on: refused, naming the flag
+        main(["train", "--data", tiny_data_dir, "--out", str(tmp_path / "s"), *TOY[:-5], "--target-epsilon", "2",
+              "--target-population", "10", "--no-progress"])
+    assert "--target-population: 10 users is below the" in capsys.readouterr().err
 
 
 def test_the_evaluation_subset_of_a_run_is_the_one_dpemb_eval_scores(tmp_path, tiny_data_dir, capsys):

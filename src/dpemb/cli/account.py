@@ -230,7 +230,7 @@ def compute_row(combo: dict[str, Any], args: argparse.Namespace) -> dict[str, An
             if target_n is None:
                 spec = dataclasses.replace(spec, noise_multiplier=calibrate_noise_multiplier(spec, target, acc))
             else:  # as `dpemb train --target-population` calibrates
-                spec = calibrate_extrapolated(spec, target, target_n, acc)[0]
+                spec = calibrate_extrapolated(spec, target, target_n, acc)
         row: dict[str, Any] = {
             "population": spec.population, "clients_per_round": spec.clients_per_round,
             "users_per_client": spec.users_per_client, "rounds": spec.rounds,

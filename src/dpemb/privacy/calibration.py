@@ -218,19 +218,18 @@ def extrapolate(spec: PrivacySpec, population: int, accountant: str = "rdp") -> 
 
 
 def calibrate_extrapolated(spec: PrivacySpec, target_epsilon: float, population: int,
-                           accountant: str = "rdp") -> tuple[PrivacySpec, Extrapolation]:
+                           accountant: str = "rdp") -> PrivacySpec:
     """``spec`` with the smallest noise multiplier whose run, EXTRAPOLATED to ``population``
     users (``extrapolate``: z and M scaled by one factor, the same noise on the average), has
-    ``target_epsilon`` by ``accountant``; and that extrapolation. The guarantee of the run
-    itself, on ``spec.population`` users, is its own (much larger) epsilon: callers state both."""
+    ``target_epsilon`` by ``accountant``. The guarantee of the run itself, on
+    ``spec.population`` users, is its own (much larger) epsilon: callers state both."""
     n = positive_int("population to extrapolate to", population)
     if n < spec.population:
-        raise PrivacySpecError(f"the population {n:,} to calibrate the extrapolated run for is below the "
-                               f"{spec.population:,} users trained on: give a larger one, or calibrate at the real one")
+        raise PrivacySpecError(f"{n:,} users is below the {spec.population:,} users trained on: give a larger "
+                               "population, or calibrate at the real one")
     unit = extrapolate(replace(spec, noise_multiplier=1.0), n, accountant)  # its factor and M' do not depend on z
-    calibrated = replace(spec, noise_multiplier=calibrate_noise_multiplier(unit.spec, target_epsilon, accountant)
-                         / unit.factor)
-    return calibrated, extrapolate(calibrated, n, accountant)
+    return replace(spec, noise_multiplier=calibrate_noise_multiplier(unit.spec, target_epsilon, accountant)
+                   / unit.factor)
 
 
 def calibrate_gaussian_releases(

@@ -294,15 +294,14 @@ def calibrated_at_population(r: PrivacyRequest, fields: dict[str, Any], populati
     convention (noise multiplier and clients per round scaled by the same factor: the
     same noise on the average), has ``r.target_epsilon``; prints both epsilons, the
     extrapolation labelled as such."""
-    from dpemb.privacy import calibrate_extrapolated, describe_epsilon, epsilon_for
+    from dpemb.privacy import calibrate_extrapolated, describe_epsilon, epsilon_for, extrapolate
     from dpemb.privacy.advice import PLD_MAX_RDP_EPSILON
     from dpemb.privacy.statements import describe_schedule
 
-    if r.target_population < population:
-        raise ConfigError(f"--target-population {r.target_population:,} is below the {population:,} users trained "
-                          "on: give a larger population, or drop it to calibrate at the real one")
-    spec, ex = calibrate_extrapolated(PrivacySpec(noise_multiplier=1.0, **fields), r.target_epsilon,
+    with config_error(prefix="--target-population: "):
+        spec = calibrate_extrapolated(PrivacySpec(noise_multiplier=1.0, **fields), r.target_epsilon,
                                       r.target_population, r.accountant)
+    ex = extrapolate(spec, r.target_population, r.accountant)
     own, own_accountant = epsilon_for(spec, "rdp"), "rdp"  # PLD only where it is not vacuous (its cost ~ 1/z^2)
     if r.accountant == "pld" and own <= PLD_MAX_RDP_EPSILON:
         own, own_accountant = epsilon_for(spec, "pld"), "pld"
