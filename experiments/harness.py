@@ -44,7 +44,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT / "src"), str(HERE)]
 
-from dpemb.training.config import flat_settings  # noqa: E402
+from dpemb.training.config import NAMED_INITS, flat_settings  # noqa: E402
 from dpemb.training.run_config import PerformanceFlags, TrainConfig, changed_settings  # noqa: E402
 
 METRIC = "recall_at_far_0.001"  # the metric tables show unless told otherwise
@@ -56,7 +56,6 @@ RELEASED_PRIVACY = ("spec", "noise_seeded", "noise_sampler", "rounds_composed", 
                     "epsilon_pld", "statement_rdp", "statement_pld", "extrapolated", "adaptive_clipping")
 #: a row's fields (docs/PRIVACY.md, "Experiment exports": the study row)
 ROW_FIELDS = ("study", "name", "key", "settings", "metrics", "initial", "privacy")
-NOT_PATHS = ("random", "imagenet")  # model.init values that name no run
 
 
 @dataclass(frozen=True)
@@ -126,7 +125,7 @@ def _resolved(config: TrainConfig, work: Path) -> TrainConfig:
     """``config`` with its dataset and init paths under ``work``."""
     data = config.data.path and str(work / config.data.path)
     init = config.model.init
-    init = init if init in NOT_PATHS or Path(init).is_absolute() else str(work / init)
+    init = init if init in NAMED_INITS or Path(init).is_absolute() else str(work / init)
     return replace(config, data=replace(config.data, path=data), model=replace(config.model, init=init))
 
 

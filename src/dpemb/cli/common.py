@@ -127,10 +127,10 @@ def add_noise_seed_flags(group: Any, seed_flag: str, seeded: str) -> None:
 
 
 def check_config_dataset(config: Any, file: str, fix: str) -> None:
-    """A ``UsageError`` when ``--config file``'s dataset (``config.data.path``, ``DIR[:part]``)
-    is not here, e.g. a run's released config.json, which names it by its directory's name."""
+    """A ``UsageError`` when ``--config file``'s dataset directory (``config.data.path``) is
+    not here, e.g. a run's released config.json, which names it by its directory's name."""
     path = config.data.path
-    if path and not os.path.exists(path) and not os.path.exists(path.rpartition(":")[0]):
+    if path and not os.path.exists(path):
         raise UsageError(f"--config {file}: its dataset {path!r} is not here (a run's released config.json names "
                          f"the dataset by its directory's name only): {fix}, or use the run's private/config.json")
 

@@ -18,6 +18,10 @@ from dpemb.models import BACKBONES, TRAINABLE_CHOICES
 from dpemb.models.margin import LossConfig, as_loss_config
 
 
+#: ``ModelConfig.init`` values that name no directory (any other value is a run or artifact)
+NAMED_INITS = ("random", "imagenet")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     backbone: str = "lenet"

@@ -99,14 +99,11 @@ def replace_out_dir(path: str | os.PathLike) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-#: ``model.init`` values that name no directory
-NAMED_INITS = ("random", "imagenet")
-
-
 def released_config(text: str) -> str:
     """A run's configuration JSON as released: ``data.path`` and ``model.init`` (a run or
     artifact directory) become their directories' own names (``dataset_name``, as the
     model card names them), never a path on the curator's machine; the rest unchanged."""
+    from dpemb.training.config import NAMED_INITS
     from dpemb.training.provenance import dataset_name
 
     config = json.loads(text)

@@ -116,13 +116,13 @@ def prepare(config: TrainConfig, out: str, *, data: UserDataset | None, perf: Pe
     provenance: a non-private init of a DP run is refused unless allowed), with the data,
     the splits and the init's record read once."""
     from dpemb.training.artifact import ArtifactError
-    from dpemb.training.config import RunConfig
+    from dpemb.training.config import NAMED_INITS, RunConfig
     from dpemb.training.modelinit import read_init_card
     from dpemb.training.rundir import OutDirError, check_out_dir
 
     check_privacy_request(config)
     init = None  # a trained --init (an artifact or run directory, never a private checkpoint):
-    if config.model.init not in ("random", "imagenet"):  # (provenance, card privacy) from its card
+    if config.model.init not in NAMED_INITS:  # (provenance, card privacy) from its card
         with config_error(ArtifactError, prefix="--init: "):
             init = read_init_card(config.model.init)
     with config_error(OutDirError):
