@@ -126,23 +126,24 @@ def sections(rows: list[dict[str, Any]]) -> dict[str, str]:
 
 def figures(rows: list[dict[str, Any]], img: Path) -> None:
     """Grouped bars: per epsilon (x), one bar per mechanism, mean ± std over the test seeds."""
-    cells = [e for e in sorted(EPSILONS) if any(_tests(rows, e, m) for m in MECHANISMS)]
+    tests = {(e, m): _tests(rows, e, m) for e in sorted(EPSILONS) for m in MECHANISMS}
+    cells = [e for e in sorted(EPSILONS) if any(tests[e, m] for m in MECHANISMS)]
     if not cells:
         return
+    bars = {(e, m): stats(rs) for (e, m), rs in tests.items() if rs and e in cells}
     width = 0.8 / len(MECHANISMS)
     with figure(img / "correlated.png", "100,000 users (PLD, δ 1e-6), 200 rounds, test split",
                 "Recall@FAR=1e-3") as ax:
         for i, m in enumerate(MECHANISMS):
-            got = [(x, stats(_tests(rows, e, m))) for x, e in enumerate(cells) if _tests(rows, e, m)]
+            got = [(x, bars[e, m]) for x, e in enumerate(cells) if (e, m) in bars]
             ax.bar([x + (i - (len(MECHANISMS) - 1) / 2) * width for x, _ in got], [st[0] for _, st in got], width,
                    yerr=[st[1] if st[2] > 1 else 0 for _, st in got], capsize=3, alpha=0.85,
                    label=LABEL[m].replace("DP-FTRL-FedEmb, ", "FTRL ").replace(" (Gaussian)", ""))
         start = [r["initial"][METRIC] for r in select(rows, data__eval_split="test") if r["initial"]]
         if start:  # every run starts from the same public model (scored on the test split)
             ax.axhline(sum(start) / len(start), color="black", linestyle="--", linewidth=1, label="public start")
-        seeds = [max(len(_tests(rows, e, m)) for m in MECHANISMS) for e in cells]
+        seeds = [max(len(tests[e, m]) for m in MECHANISMS) for e in cells]
         ax.set_xticks(range(len(cells)), [f"ε {e:g} ({n} seed{'s' * (n > 1)})" for e, n in zip(cells, seeds)])
-        ax.set_ylim(max(0.0, min(stats(_tests(rows, e, m))[0] for e in cells for m in MECHANISMS
-                                 if _tests(rows, e, m)) - 0.1), 1.0)
+        ax.set_ylim(max(0.0, min(st[0] for st in bars.values()) - 0.1), 1.0)
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8, ncol=2, loc="upper left")
