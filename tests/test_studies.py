@@ -22,6 +22,7 @@ from studies import correlated, long, moonshot, references  # noqa: E402
 
 from dpemb.algorithms.round import RoundStats  # noqa: E402
 from dpemb.training.config import OptimConfig  # noqa: E402
+from dpemb.training.recipes import load_recipe  # noqa: E402
 from dpemb.training.round_log import diagnostics  # noqa: E402
 from dpemb.training.run_config import DataConfig, PrivacyRequest, TrainConfig  # noqa: E402
 from tests.conftest import make_tiny_dataset  # noqa: E402
@@ -61,7 +62,8 @@ BEFORE = {"long": {
     "correlated-validation": ["| 1 | 0.8265 | chosen", "| 4 | 0.8136 |", "| 35 | 0.8078 | chosen", "| 16 | 0.7775 |"],
     "correlated-test": ["0.824, 0.826, 0.834 | 0.828 ± 0.005 [3]", "0.738, 0.736, 0.737 | 0.737 ± 0.001 [3]",
                         "| 1 | 0.0890 | 1.941 | 1.000 | 6,245 | 0.112 | 0.829, 0.821, 0.829 | 0.826 ± 0.005 [3]",
-                        "| 35 | 0.1937 | 4.225 | 1.000 | 39 | 0.177 | 0.805, 0.831, 0.816 | 0.817 ± 0.013 [3]"]}}
+                        "| 35 | 0.1937 | 4.225 | 1.000 | 39 | 0.177 | 0.805, 0.831, 0.816 | 0.817 ± 0.013 [3]"],
+    "correlated-moonshot": []}}
 
 
 def rows_of(study) -> list[dict]:
@@ -102,34 +104,48 @@ def test_long_plans_exactly_the_exported_runs_choosing_k_on_validation():
 
 
 def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
-    """Each epsilon cell's plan holds every exported run of the cell; once its validation ran,
-    16 runs (4 validation, 3 test seeds of 4 mechanisms), before that no BandMF or BLT test
-    seed (10 runs); b is chosen on validation only; each run is the recipe with the
-    documented flags."""
+    """Each (population, epsilon) cell's plan holds every exported run of the cell; once its
+    validation ran, 16 runs (4 validation, 3 test seeds of 4 mechanisms), before that no
+    BandMF or BLT test seed (10 runs); b is chosen on validation only; each run is the
+    recipe with the documented flags; the moonshot's 3 test seeds are the recipe as shipped
+    at epsilon 1."""
     rows = rows_of(correlated)
     planned = correlated.plan(rows)
     assert all(h.settings_of(r.config) == next(x for x in rows if x["key"] == r.key)["settings"]
                for r in planned if r.key in {x["key"] for x in rows})
     complete, exported_runs = [], 0
-    for eps in correlated.EPSILONS:
-        cell = {r.key for r in planned if r.config.privacy.target_epsilon == eps}
-        exported = {x["key"] for x in rows if h.setting(x, "privacy.target_epsilon") == eps}
-        chosen = all(h.choose(rows, correlated.candidates(eps, m)) is not None for m in correlated.BANDS)
-        assert exported <= cell and len(cell) == (16 if chosen else 10), eps
+    for pop, eps in correlated.CELLS:
+        def at(c) -> bool:
+            return (c.privacy.target_epsilon, c.privacy.target_population, c.privacy.rounds) == (eps, pop, 200)
+        cell = {r.key for r in planned if at(r.config)}
+        exported = {x["key"] for x in rows if (h.setting(x, "privacy.target_epsilon"), h.setting(
+            x, "privacy.target_population"), h.setting(x, "privacy.rounds")) == (eps, pop, 200)}
+        chosen = all(h.choose(rows, correlated.candidates((pop, eps), m)) is not None for m in correlated.BANDS)
+        assert exported <= cell and len(cell) == (16 if chosen else 10), (pop, eps)
         if not chosen:
             assert not any(r.config.data.eval_split == "test" and r.config.privacy.mechanism in correlated.BANDS
                            for r in planned if r.key in cell)
-        complete += [eps] if cell == exported else []
+        complete += [(pop, eps)] if cell == exported else []
         exported_runs += len(exported)
-    assert complete[:2] == [1.0, 0.5] and len(rows) == exported_runs
-    assert len(correlated.plan([])) == 10 * len(correlated.EPSILONS)
-    assert all(r.config.data.eval_split == "validation" for e in correlated.EPSILONS for m in correlated.BANDS
-               for r in correlated.candidates(e, m).values())
-    assert [h.choose(rows, correlated.candidates(e, m)) for e in (1.0, 0.5) for m in correlated.BANDS] == [1, 35, 4, 35]
+    moon = {correlated.moonshot(s).key for s in correlated.SEEDS}
+    assert moon <= {r.key for r in planned}
+    assert complete[:2] == [(100_000, 1.0), (100_000, 0.5)]
+    assert len(rows) == exported_runs + len(moon & {x["key"] for x in rows})
+    assert len(correlated.plan([])) == 10 * len(correlated.CELLS) + len(correlated.SEEDS)
+    assert all(r.config.data.eval_split == "validation" for c in correlated.CELLS for m in correlated.BANDS
+               for r in correlated.candidates(c, m).values())
+    assert [h.choose(rows, correlated.candidates((100_000, e), m)) for e in (1.0, 0.5) for m in correlated.BANDS] == [
+        1, 35, 4, 35]
     blt = correlated.run(1.0, "blt", 2, bands=35).config  # `dpemb train --recipe face-100k-eps2 ... --bands 35`
     assert (blt.algorithm, blt.privacy.mechanism, blt.privacy.bands, blt.privacy.rounds, blt.privacy.target_epsilon,
             blt.privacy.target_population, blt.data.path, blt.model.init) == (
         "dp-ftrl-fedemb", "blt", 35, 200, 1.0, 100_000, "data/faces", "runs/face-pretrain")
+    big = correlated.run(1.0, "gaussian", 0, population=1_000_000).config  # ... --target-population 1000000
+    assert big.privacy.target_population == 1_000_000 and big.algorithm == "dp-fedemb"
+    shot = correlated.moonshot(1).config  # `dpemb train --recipe face-100k-eps2 ... --target-epsilon 1 --seed 1`
+    recipe = load_recipe("face-100k-eps2")[0]
+    assert h.settings_of(shot) == {**h.settings_of(recipe), "data.path": "data/faces", "model.init": "runs/face-pretrain",
+                                   "privacy.target_epsilon": 1.0, "seed": 1} and shot.data.eval_split == "test"
 
 
 def test_moonshot_plans_exactly_the_exported_runs_and_its_configs_resolve_to_the_recorded_z():
