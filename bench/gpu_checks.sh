@@ -10,10 +10,12 @@
 #                                      # P CPU processes
 #   bench/gpu_checks.sh part3 OUTDIR [TESTS...]  # the test suite (or TESTS) with CUDA present
 #                                      # (15 workers of one thread each: tests/conftest.py)
+#   bench/gpu_checks.sh part4 OUTDIR   # issue #36: rounds on 1, 4, 8 and 16 CPU processes of the
+#                                      # machine's 16 cores (goal: 16 processes >= 12x one)
 #
 # Needs python with torch (CUDA build) and dpemb's dependencies; dpemb runs from src/.
 set -u
-part=${1:?part1 or part2}
+part=${1:?part1, part2, part3 or part4}
 out=${2:?OUTDIR}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -50,6 +52,10 @@ elif [ "$part" = part3 ]; then  # the test suite with CUDA present; -v streams e
     "${@:-tests}" >"$out/tests_on_gpu.log" 2>&1
   echo "=== tests_on_gpu: rc $?"
   grep -E "FAILED|ERROR|[0-9]+ (passed|failed)" "$out/tests_on_gpu.log" | grep -v "^\[gw[0-9]*\] \[.*PASSED" | tail -n 60
+elif [ "$part" = part4 ]; then  # 64 clients of 1 user (80 images): 4 clients per rank at 16 ranks
+  nproc
+  step distributed_cpu_16 560 $PY bench/bench_distributed.py --procs 4 8 16 --clients 64 --users-per-client 1 \
+    --rounds 8 --run-timeout 200
 else
   echo "unknown part $part" >&2
   exit 2
