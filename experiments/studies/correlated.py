@@ -125,7 +125,7 @@ def _model_noise(row: dict[str, Any]) -> str:
     ex = _extrapolated(row)
     at = dataclasses.replace(spec, population=ex["population"], noise_multiplier=ex["noise_multiplier"],
                              clients_per_round=ex["clients_per_round"])
-    return f"{model_noise(at):.3f}"
+    return f"{model_noise(at):.3g}"
 
 
 def _statement(rs: list[dict[str, Any]]) -> tuple[str, ...]:
