@@ -140,8 +140,9 @@ def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
     assert (blt.algorithm, blt.privacy.mechanism, blt.privacy.bands, blt.privacy.rounds, blt.privacy.target_epsilon,
             blt.privacy.target_population, blt.data.path, blt.model.init) == (
         "dp-ftrl-fedemb", "blt", 35, 200, 1.0, 100_000, "data/faces", "runs/face-pretrain")
-    big = correlated.run(1.0, "gaussian", 0, population=1_000_000).config  # ... --target-population 1000000
-    assert big.privacy.target_population == 1_000_000 and big.algorithm == "dp-fedemb"
+    big = correlated.run(1.0, "gaussian", 0, population=1_000_000).config  # ... --target-population 1000000 --delta 1e-7
+    assert (big.privacy.target_population, big.privacy.delta, big.algorithm) == (1_000_000, 1e-7, "dp-fedemb")
+    assert all(correlated.DELTA[n] < 1 / n for n, _ in correlated.CELLS)
     shot = correlated.moonshot(1).config  # `dpemb train --recipe face-100k-eps2 ... --target-epsilon 1 --seed 1`
     recipe = load_recipe("face-100k-eps2")[0]
     assert h.settings_of(shot) == {**h.settings_of(recipe), "data.path": "data/faces", "model.init": "runs/face-pretrain",
