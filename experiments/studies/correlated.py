@@ -151,17 +151,19 @@ def sections(rows: list[dict[str, Any]]) -> dict[str, str]:
         for m in MECHANISMS:
             rs = _tests(rows, cell, m)
             if rs:
-                test.append((*at, LABEL[m], setting(rs[0], "privacy.bands") if m in BANDS else "", *_statement(rs),
-                             by_seed(rs), mean_std(rs)))
+                test.append((*at, f"{setting(rs[0], 'privacy.delta'):g}", LABEL[m],
+                             setting(rs[0], "privacy.bands") if m in BANDS else "", *_statement(rs), by_seed(rs),
+                             mean_std(rs)))
     moon = [by_key[r.key] for r in (moonshot(s) for s in SEEDS) if r.key in by_key]
     statement = ["z (4,590 users)", "z' (N')", "ε' PLD (N')", "own ε RDP (4,590)", "model noise (x C)"]
     return {
         "correlated-validation": table(["N'", "ε", "mechanism", "b", f"validation {METRIC} (seed 0)", ""], val),
-        "correlated-test": table(["N'", "ε", "mechanism", "b", *statement, f"test {METRIC} by seed",
+        "correlated-test": table(["N'", "ε", "δ", "mechanism", "b", *statement, f"test {METRIC} by seed",
                                   "mean ± std [n]"], test),
         "correlated-moonshot": table(
-            ["N'", "ε", "run", "rounds", *statement, f"test {METRIC} by seed", "mean ± std [n]"],
-            [("100k", f"{MOONSHOT_EPSILON:g}", f"{LABEL['gaussian']}, the recipe {RECIPE}",
+            ["N'", "ε", "δ", "run", "rounds", *statement, f"test {METRIC} by seed", "mean ± std [n]"],
+            [("100k", f"{MOONSHOT_EPSILON:g}", f"{setting(moon[0], 'privacy.delta'):g}",
+              f"{LABEL['gaussian']}, the recipe {RECIPE}",
               setting(moon[0], "privacy.rounds"), *_statement(moon), by_seed(moon), mean_std(moon))] if moon else []),
     }
 
