@@ -176,7 +176,8 @@ def figures(rows: list[dict[str, Any]], img: Path) -> None:
         return
     bars = {(c, m): stats(rs) for (c, m), rs in tests.items() if rs and c in cells}
     width = 0.8 / len(MECHANISMS)
-    with figure(img / "correlated.png", "PLD, δ 1e-6, 200 rounds, test split", "Recall@FAR=1e-3") as ax:
+    with figure(img / "correlated.png", "PLD, δ 1e-6 (100k) and 1e-7 (1M), 200 rounds, test split",
+                "Recall@FAR=1e-3") as ax:
         for i, m in enumerate(MECHANISMS):
             got = [(x, bars[c, m]) for x, c in enumerate(cells) if (c, m) in bars]
             ax.bar([x + (i - (len(MECHANISMS) - 1) / 2) * width for x, _ in got], [st[0] for _, st in got], width,
