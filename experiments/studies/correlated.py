@@ -145,7 +145,8 @@ def sections(rows: list[dict[str, Any]]) -> dict[str, str]:
     for cell in CELLS:
         at = (_people(cell[0]), f"{cell[1]:g}")
         for m in BANDS:
-            cand, chosen = candidates(cell, m), choose(rows, candidates(cell, m))
+            cand = candidates(cell, m)
+            chosen = choose(rows, cand)
             val += [(*at, LABEL[m], b, f"{by_key[c.key]['metrics'][METRIC]:.4f}" if c.key in by_key else "-",
                      "chosen" if b == chosen else "") for b, c in cand.items()]
         for m in MECHANISMS:
@@ -162,7 +163,8 @@ def sections(rows: list[dict[str, Any]]) -> dict[str, str]:
                                   "mean ± std [n]"], test),
         "correlated-moonshot": table(
             ["N'", "ε", "δ", "run", "rounds", *statement, f"test {METRIC} by seed", "mean ± std [n]"],
-            [("100k", f"{MOONSHOT_EPSILON:g}", f"{setting(moon[0], 'privacy.delta'):g}",
+            [(_people(setting(moon[0], "privacy.target_population")), f"{MOONSHOT_EPSILON:g}",
+              f"{setting(moon[0], 'privacy.delta'):g}",
               f"{LABEL['gaussian']}, the recipe {RECIPE}",
               setting(moon[0], "privacy.rounds"), *_statement(moon), by_seed(moon), mean_std(moon))] if moon else []),
     }
@@ -176,8 +178,8 @@ def figures(rows: list[dict[str, Any]], img: Path) -> None:
         return
     bars = {(c, m): stats(rs) for (c, m), rs in tests.items() if rs and c in cells}
     width = 0.8 / len(MECHANISMS)
-    with figure(img / "correlated.png", "PLD, δ 1e-6 (100k) and 1e-7 (1M), 200 rounds, test split",
-                "Recall@FAR=1e-3") as ax:
+    deltas = " and ".join(f"{DELTA[p]:g} ({_people(p)})" for p in sorted({p for p, _ in cells}))
+    with figure(img / "correlated.png", f"PLD, δ {deltas}, {ROUNDS} rounds, test split", "Recall@FAR=1e-3") as ax:
         for i, m in enumerate(MECHANISMS):
             got = [(x, bars[c, m]) for x, c in enumerate(cells) if (c, m) in bars]
             ax.bar([x + (i - (len(MECHANISMS) - 1) / 2) * width for x, _ in got], [st[0] for _, st in got], width,
