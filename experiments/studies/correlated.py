@@ -1,8 +1,8 @@
 """Issue #36: DP-FTRL-FedEmb's correlated noise (tree aggregation, BandMF, BLT) beside
 DP-FedEmb, on one shared cheaper configuration: the recipe face-100k-eps2 (goal 3's winner)
 at 200 rounds, in cells of (population N', epsilon) (PLD; N' the population the run is
-extrapolated to, delta 1e-6 at 100,000 users, 1e-7 at 1,000,000, below 1/N'): 100,000 users
-at epsilon 1, 0.5 and 2, and 1,000,000 at epsilon 1.
+extrapolated to, delta 1e-6 at 100,000 users, 1e-7 at 1,000,000, below 1/N'): 100,000 and
+1,000,000 users, each at epsilon 1, 0.5 and 2.
 In each cell, each mechanism's b is chosen on the validation split (BandMF: 1 or 4 bands;
 BLT: min-separation 16 or 35, 35 the largest with b M K <= N), then 3 test seeds. Beside
 them, the moonshot "100k users at epsilon 1": the recipe as shipped (1,200 rounds, its knobs
@@ -34,7 +34,8 @@ RECIPE, PRETRAIN = "face-100k-eps2", "face-pretrain"
 DATA, INIT = "data/faces", "runs/face-pretrain"  # the recipes' own paths, under the work folder
 SEEDS = (0, 1, 2)
 #: the cells (N', epsilon), in the order trained; each run trains 4,590 users, 200 rounds
-CELLS, ROUNDS = ((100_000, 1.0), (100_000, 0.5), (100_000, 2.0), (1_000_000, 1.0)), 200
+CELLS = ((100_000, 1.0), (100_000, 0.5), (100_000, 2.0), (1_000_000, 1.0), (1_000_000, 0.5))
+ROUNDS = 200
 DELTA = {100_000: 1e-6, 1_000_000: 1e-7}  # below 1 / N' (the recipe's own delta is 1e-6)
 MOONSHOT_EPSILON = 1.0  # the recipe at its own rounds and population (100,000), at this epsilon
 MECHANISMS = ("gaussian", "tree", "bandmf", "blt")  # gaussian: DP-FedEmb; the others DP-FTRL-FedEmb's
