@@ -34,7 +34,7 @@ RECIPE, PRETRAIN = "face-100k-eps2", "face-pretrain"
 DATA, INIT = "data/faces", "runs/face-pretrain"  # the recipes' own paths, under the work folder
 SEEDS = (0, 1, 2)
 #: the cells (N', epsilon), in the order trained; each run trains 4,590 users, 200 rounds
-CELLS = ((100_000, 1.0), (100_000, 0.5), (100_000, 2.0), (1_000_000, 1.0), (1_000_000, 0.5))
+CELLS = ((100_000, 1.0), (100_000, 0.5), (100_000, 2.0), (1_000_000, 1.0), (1_000_000, 0.5), (1_000_000, 2.0))
 ROUNDS = 200
 DELTA = {100_000: 1e-6, 1_000_000: 1e-7}  # below 1 / N' (the recipe's own delta is 1e-6)
 MOONSHOT_EPSILON = 1.0  # the recipe at its own rounds and population (100,000), at this epsilon
