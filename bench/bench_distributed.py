@@ -16,7 +16,7 @@ weights (a different computation, e.g. a rank's clients left out, moves whole ro
 updates); a mismatch stops the benchmark (exit status 1).
 
     .venv/bin/python bench/bench_distributed.py [--procs 2] [--rounds 12] [--clients 16] [--users-per-client 4]
-        [--users 300] [--device cpu|cuda]
+        [--users 300 | --data DIR] [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -89,6 +89,9 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=16, help="virtual clients per round (M)")
     ap.add_argument("--users-per-client", type=int, default=4)
     ap.add_argument("--users", type=int, default=300, help="glyph writers (default 300)")
+    ap.add_argument("--data", type=Path, default=None,
+                    help="an existing dataset directory (from `dpemb data make`) instead of glyphs made here with "
+                         "--users writers (for a machine without the fonts)")
     ap.add_argument("--run-timeout", type=float, default=None, help="seconds one training run may take")
     ap.add_argument("--device", default="cpu",
                     help="cpu (default: gloo) or cuda (one GPU per rank: NCCL; ranks sharing a GPU: gloo)")
@@ -100,8 +103,10 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        make_glyphs(GlyphConfig(num_users=a.users), progress=False).save(tmp / "data")
-        results = [run(p, tmp / "data", tmp / f"p{p}", a) for p in [1, *a.procs]]
+        data = a.data.resolve() if a.data else tmp / "data"
+        if not a.data:
+            make_glyphs(GlyphConfig(num_users=a.users), progress=False).save(data)
+        results = [run(p, data, tmp / f"p{p}", a) for p in [1, *a.procs]]
     base = results[0]
     import torch
 
@@ -119,7 +124,8 @@ def main() -> int:
               for r in results[1:]]
 
     where = f"GPU {torch.cuda.get_device_name()} shared by the ranks" if a.device.startswith("cuda") else "CPU"
-    print(f"DP-FedEmb, LeNet, glyphs ({a.users} writers); M = {a.clients} clients x K = {a.users_per_client} users, "
+    source = f"data {a.data}" if a.data else f"glyphs ({a.users} writers)"
+    print(f"DP-FedEmb, LeNet, {source}; M = {a.clients} clients x K = {a.users_per_client} users, "
           f"{a.rounds} rounds, 1 thread per process, {where}; load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
     for line in checks:
         print(line)

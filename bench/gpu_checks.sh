@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU checks and benchmarks of issue #13 on a machine with one CUDA GPU, in two parts
-# that each fit a 10-minute slot. Each step's whole output goes to OUTDIR/<step>.log and
+# The GPU checks and benchmarks of issues #13 and #36 on a machine with one CUDA GPU and 16 CPU
+# cores, in parts that each fit a 10-minute slot. Each step's whole output goes to OUTDIR/<step>.log and
 # its last lines to stdout; a step that fails or times out does not stop the others.
 #
 #   bench/gpu_checks.sh part1 OUTDIR   # local training vs centralized (LeNet 28 px), Recall@FAR on
@@ -10,12 +10,17 @@
 #                                      # P CPU processes
 #   bench/gpu_checks.sh part3 OUTDIR [TESTS...]  # the test suite (or TESTS) with CUDA present
 #                                      # (15 workers of one thread each: tests/conftest.py)
-#   bench/gpu_checks.sh part4 OUTDIR   # issue #36: rounds on 1, 4, 8 and 16 CPU processes of the
-#                                      # machine's 16 cores (goal: 16 processes >= 12x one)
+#   bench/gpu_checks.sh part4 OUTDIR [DATA]  # issue #36: rounds on 1, 4, 8 and 16 CPU processes of
+#                                      # the machine's 16 cores (goal: 16 processes >= 12x one); DATA: a
+#                                      # glyph dataset made elsewhere (the machine may lack the fonts)
+#   bench/gpu_checks.sh part5 OUTDIR FACES INIT  # issue #36: the round of a real 100,000-user run
+#                                      # (M = 349 clients of K = 8 users, the recipe face-100k-eps2) on the GPU
+#                                      # with B = 1, 64 and 349 clients at once, and on 16 CPU processes;
+#                                      # FACES: the recipe's data, INIT: its public pretraining (face-pretrain)
 #
 # Needs python with torch (CUDA build) and dpemb's dependencies; dpemb runs from src/.
 set -u
-part=${1:?part1, part2, part3 or part4}
+part=${1:?part1, part2, part3, part4 or part5}
 out=${2:?OUTDIR}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -52,10 +57,28 @@ elif [ "$part" = part3 ]; then  # the test suite with CUDA present; -v streams e
     "${@:-tests}" >"$out/tests_on_gpu.log" 2>&1
   echo "=== tests_on_gpu: rc $?"
   grep -E "FAILED|ERROR|[0-9]+ (passed|failed)" "$out/tests_on_gpu.log" | grep -v "^\[gw[0-9]*\] \[.*PASSED" | tail -n 60
-elif [ "$part" = part4 ]; then  # 64 clients of 1 user (80 images): 4 clients per rank at 16 ranks
+elif [ "$part" = part4 ]; then  # clients of 1 user (up to 80 images): 4, then 10 clients per rank at 16 ranks
   nproc
-  step distributed_cpu_16 560 $PY bench/bench_distributed.py --procs 4 8 16 --clients 64 --users-per-client 1 \
-    --rounds 8 --run-timeout 200
+  step distributed_cpu_16 240 $PY bench/bench_distributed.py --procs 4 8 16 --clients 64 --users-per-client 1 \
+    --rounds 8 --run-timeout 120 ${3:+--data "$3"}
+  step distributed_cpu_16_m160 240 $PY bench/bench_distributed.py --procs 8 16 --clients 160 --users-per-client 1 \
+    --rounds 6 --run-timeout 160 ${3:+--data "$3"}
+elif [ "$part" = part5 ]; then  # a round of the real population: 2,792 users in 349 virtual clients
+  faces=${3:?FACES}; init=${4:?INIT}
+  real_round() {  # real_round NAME SECONDS ROUNDS "LAUNCHER" FLAGS...: median round seconds (PRIVATE diagnostics)
+    local name=$1 limit=$2 rounds=$3 launcher=$4; shift 4
+    step "$name" "$limit" $launcher -m dpemb train --recipe face-100k-eps2 --data "$faces" --init "$init" \
+      --out "$out/run_$name" --clients-per-round 349 --rounds "$rounds" --eval-every 1000 --noise-multiplier 2.33 \
+      --noise-seed 1 --no-progress "$@"
+    $PY -c "import json, statistics, sys; r = [json.loads(l) for l in open(sys.argv[1])]; \
+s = [x['seconds'] for x in r if 'seconds' in x]; print(f'$name: rounds {len(s)}, seconds {[round(x, 2) for x in s]}, ' \
+f'median without the first {statistics.median(s[1:] or s):.2f} s')" "$out/run_$name/private/diagnostics.jsonl"
+  }
+  real_round gpu_b349 80 4 "$PY" --device cuda --client-batch 349
+  real_round gpu_b64 80 4 "$PY" --device cuda --client-batch 64
+  real_round gpu_b1 90 2 "$PY" --device cuda --client-batch 1
+  real_round cpu_16procs 90 3 "$PY -m torch.distributed.run --nproc-per-node 16 --master-addr 127.0.0.1 \
+--master-port 29517" --device cpu
 else
   echo "unknown part $part" >&2
   exit 2
