@@ -101,6 +101,7 @@ def main() -> int:
     a = ap.parse_args()
     from dpemb.data.glyphs import GlyphConfig, make_glyphs
 
+    load_before = os.getloadavg()[0]  # the machine's own load, before this bench's processes
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         data = a.data.resolve() if a.data else tmp / "data"
@@ -126,7 +127,8 @@ def main() -> int:
     where = f"GPU {torch.cuda.get_device_name()} shared by the ranks" if a.device.startswith("cuda") else "CPU"
     source = f"data {a.data}" if a.data else f"glyphs ({a.users} writers)"
     print(f"DP-FedEmb, LeNet, {source}; M = {a.clients} clients x K = {a.users_per_client} users, "
-          f"{a.rounds} rounds, 1 thread per process, {where}; load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
+          f"{a.rounds} rounds, 1 thread per process, {where}; load average {load_before:.2f} before the runs, "
+          f"{os.getloadavg()[0]:.2f} after, {os.cpu_count()} cores")
     for line in checks:
         print(line)
     print(f"{'processes':>9} {'round (s)':>10} {'speed-up':>9} {'in collectives (s)':>19} {'wall (s)':>9} "
