@@ -108,7 +108,7 @@ def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
     validation ran, 16 runs (4 validation, 3 test seeds of 4 mechanisms), before that no
     BandMF or BLT test seed (10 runs); b is chosen on validation only; each run is the
     recipe with the documented flags; the moonshot's 3 test seeds are the recipe as shipped
-    at epsilon 1."""
+    at epsilon 1, and its rounds are chosen on validation before their 3 test seeds."""
     rows = rows_of(correlated)
     planned = correlated.plan(rows)
     assert all(h.settings_of(r.config) == next(x for x in rows if x["key"] == r.key)["settings"]
@@ -127,11 +127,17 @@ def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
                            for r in planned if r.key in cell)
         complete += [(pop, eps)] if cell == exported else []
         exported_runs += len(exported)
-    moon = {correlated.moonshot(s).key for s in correlated.SEEDS}
-    assert moon <= {r.key for r in planned}
+    moon = {r.key for r in planned if r.name.startswith("moonshot/")}
+    shipped = {correlated.moonshot(s).key for s in correlated.SEEDS}
+    rounds = h.choose(rows, correlated.moonshot_candidates())  # the moonshot's rounds, chosen on validation
+    assert rounds == 600 and moon == shipped | {c.key for c in correlated.moonshot_candidates().values()} | {
+        correlated.moonshot(s, rounds=rounds).key for s in correlated.SEEDS}
+    assert all(c.config.data.eval_split == "validation" and c.config.seed == 0
+               for c in correlated.moonshot_candidates().values())
     assert complete[:2] == [(100_000, 1.0), (100_000, 0.5)]
     assert len(rows) == exported_runs + len(moon & {x["key"] for x in rows})
-    assert len(correlated.plan([])) == 10 * len(correlated.CELLS) + len(correlated.SEEDS)
+    assert len(correlated.plan([])) == 10 * len(correlated.CELLS) + len(correlated.SEEDS) + len(
+        correlated.MOONSHOT_ROUNDS)  # before validation: no test seed of a chosen b or of the chosen rounds
     assert all(r.config.data.eval_split == "validation" for c in correlated.CELLS for m in correlated.BANDS
                for r in correlated.candidates(c, m).values())
     assert [h.choose(rows, correlated.candidates((100_000, e), m)) for e in (1.0, 0.5) for m in correlated.BANDS] == [
@@ -147,6 +153,10 @@ def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
     recipe = load_recipe("face-100k-eps2")[0]
     assert h.settings_of(shot) == {**h.settings_of(recipe), "data.path": "data/faces", "model.init": "runs/face-pretrain",
                                    "privacy.target_epsilon": 1.0, "seed": 1} and shot.data.eval_split == "test"
+    short = correlated.moonshot(2, rounds=600).config  # ... --target-epsilon 1 --rounds 600 --eval-every 600 --seed 2
+    assert h.settings_of(short) == {**h.settings_of(recipe), "data.path": "data/faces",
+                                    "model.init": "runs/face-pretrain", "privacy.target_epsilon": 1.0,
+                                    "privacy.rounds": 600, "eval_every": 600, "seed": 2}
 
 
 def test_moonshot_plans_exactly_the_exported_runs_and_its_configs_resolve_to_the_recorded_z():
