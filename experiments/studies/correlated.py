@@ -70,13 +70,14 @@ def run(epsilon: float, mechanism: str, seed: int, split: str = "test", bands: i
     return Run(f"{at}eps{epsilon:g}/{mechanism}{b}/{split}/s{seed}", with_settings(load_recipe(RECIPE)[0], settings))
 
 
-def moonshot(seed: int, split: str = "test", rounds: int = 1200) -> Run:
-    """The recipe at epsilon 1 with ``rounds`` rounds (1,200: as shipped): `dpemb train --recipe
+def moonshot(seed: int, split: str = "test", rounds: int | None = None) -> Run:
+    """The recipe at epsilon 1 with ``rounds`` rounds (None: the recipe's 1,200): `dpemb train --recipe
     face-100k-eps2 --data data/faces --init runs/face-pretrain --target-epsilon 1 --rounds R
     --eval-every R --eval-split SPLIT --seed S`."""
+    recipe = load_recipe(RECIPE)[0]
+    rounds = rounds or recipe.privacy.rounds
     settings = {"data.path": DATA, "model.init": INIT, "privacy.target_epsilon": MOONSHOT_EPSILON,
                 "privacy.rounds": rounds, "eval_every": rounds, "data.eval_split": split, "seed": seed}
-    recipe = load_recipe(RECIPE)[0]
     at = "" if rounds == recipe.privacy.rounds else f"r{rounds}/"
     return Run(f"moonshot/eps{MOONSHOT_EPSILON:g}/{at}{split}/s{seed}", with_settings(recipe, settings))
 
@@ -112,8 +113,8 @@ def plan(rows: list[dict[str, Any]]) -> list[Run]:
             runs += choose_then_test(rows, candidates((pop, eps), m),
                                      lambda b, m=m, e=eps, n=pop: [run(e, m, s, bands=b, population=n) for s in SEEDS])
     shipped = [moonshot(s) for s in SEEDS]  # the recipe as shipped, whatever validation chooses
-    chosen = choose_then_test(rows, moonshot_candidates(), lambda r: [moonshot(s, rounds=r) for s in SEEDS])
-    return runs + shipped + [r for r in chosen if r.key not in {x.key for x in shipped}]
+    by_rounds = choose_then_test(rows, moonshot_candidates(), lambda r: [moonshot(s, rounds=r) for s in SEEDS])
+    return runs + shipped + [r for r in by_rounds if r.key not in {x.key for x in shipped}]
 
 
 def _tests(rows: list[dict[str, Any]], cell: tuple[int, float], mechanism: str) -> list[dict[str, Any]]:
@@ -168,8 +169,8 @@ def sections(rows: list[dict[str, Any]]) -> dict[str, str]:
                 test.append((*at, f"{setting(rs[0], 'privacy.delta'):g}", LABEL[m],
                              setting(rs[0], "privacy.bands") if m in BANDS else "", *_statement(rs), by_seed(rs),
                              mean_std(rs)))
-    moon_val, chosen = moonshot_candidates(), choose(rows, moonshot_candidates())
-    moon = []
+    moon_val = moonshot_candidates()
+    chosen, moon = choose(rows, moon_val), []
     for rounds, cand in moon_val.items():
         rs = [by_key[r.key] for r in (moonshot(s, rounds=rounds) for s in SEEDS) if r.key in by_key]
         val_row = by_key.get(cand.key)
