@@ -108,7 +108,8 @@ def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
     validation ran, 16 runs (4 validation, 3 test seeds of 4 mechanisms), before that no
     BandMF or BLT test seed (10 runs); b is chosen on validation only; each run is the
     recipe with the documented flags; the moonshot's 3 test seeds are the recipe as shipped
-    at epsilon 1, and its rounds are chosen on validation before their 3 test seeds."""
+    at epsilon 1, and its rounds, then its server EMA at those rounds, are chosen on validation
+    before their 3 test seeds."""
     rows = rows_of(correlated)
     planned = correlated.plan(rows)
     assert all(h.settings_of(r.config) == next(x for x in rows if x["key"] == r.key)["settings"]
@@ -130,10 +131,15 @@ def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
     moon = {r.key for r in planned if r.name.startswith("moonshot/")}
     shipped = {correlated.moonshot(s).key for s in correlated.SEEDS}
     rounds = h.choose(rows, correlated.moonshot_candidates())  # the moonshot's rounds, chosen on validation
-    assert rounds == 600 and moon == shipped | {c.key for c in correlated.moonshot_candidates().values()} | {
-        correlated.moonshot(s, rounds=rounds).key for s in correlated.SEEDS}
+    ema = correlated.ema_candidates(rounds)  # then its server EMA at those rounds
+    chosen_ema = h.choose(rows, ema)
+    assert rounds == 600 and moon == shipped | {c.key for c in [*correlated.moonshot_candidates().values(),
+                                                                *ema.values()]} | {
+        correlated.moonshot(s, rounds=rounds).key for s in correlated.SEEDS} | (set() if chosen_ema is None else {
+            correlated.moonshot(s, rounds=rounds, ema=chosen_ema).key for s in correlated.SEEDS})
     assert all(c.config.data.eval_split == "validation" and c.config.seed == 0
-               for c in correlated.moonshot_candidates().values())
+               for c in [*correlated.moonshot_candidates().values(), *ema.values()])
+    assert [c.config.federated.server_ema for c in ema.values()] == list(correlated.MOONSHOT_EMA)
     assert complete[:2] == [(100_000, 1.0), (100_000, 0.5)]
     assert len(rows) == exported_runs + len(moon & {x["key"] for x in rows})
     assert len(correlated.plan([])) == 10 * len(correlated.CELLS) + len(correlated.SEEDS) + len(

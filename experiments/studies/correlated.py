@@ -8,7 +8,8 @@ BLT: min-separation 16 or 35, 35 the largest with b M K <= N), then 3 test seeds
 them, the moonshot "100k users at epsilon 1": the recipe as shipped (1,200 rounds, its knobs
 chosen on validation at epsilon 2 by the study moonshot) at epsilon 1, 3 test seeds; and its
 rounds chosen at epsilon 1 on validation (400, 600 or 1,200; seed 0), then 3 test seeds of the
-chosen (docs/RESULTS_CORRELATED.md).
+chosen; then its server EMA at those rounds (0.99, 0.995 or 0.998), the same way
+(docs/RESULTS_CORRELATED.md).
 
     .venv/bin/python experiments/harness.py correlated --work runs/studies --jobs 2
     # 16 runs of about 10 minutes (one thread each) per cell: about 80 minutes on 2 cores;
@@ -40,6 +41,7 @@ ROUNDS = 200
 DELTA = {100_000: 1e-6, 1_000_000: 1e-7}  # below 1 / N' (the recipe's own delta is 1e-6)
 MOONSHOT_EPSILON = 1.0  # the recipe at its own population (100,000), at this epsilon
 MOONSHOT_ROUNDS = (400, 600, 1200)  # the moonshot's rounds, scored on validation; 1,200: the recipe's own
+MOONSHOT_EMA = (0.99, 0.995, 0.998)  # then its server EMA at the chosen rounds; 0.99: the recipe's own
 MECHANISMS = ("gaussian", "tree", "bandmf", "blt")  # gaussian: DP-FedEmb; the others DP-FTRL-FedEmb's
 BANDS = {"bandmf": (1, 4), "blt": (35, 16)}  # the candidates for b, scored on validation
 LABEL = {"gaussian": "DP-FedEmb (Gaussian)", "tree": "DP-FTRL-FedEmb, tree", "bandmf": "DP-FTRL-FedEmb, BandMF",
@@ -70,21 +72,29 @@ def run(epsilon: float, mechanism: str, seed: int, split: str = "test", bands: i
     return Run(f"{at}eps{epsilon:g}/{mechanism}{b}/{split}/s{seed}", with_settings(load_recipe(RECIPE)[0], settings))
 
 
-def moonshot(seed: int, split: str = "test", rounds: int | None = None) -> Run:
-    """The recipe at epsilon 1 with ``rounds`` rounds (None: the recipe's 1,200): `dpemb train --recipe
-    face-100k-eps2 --data data/faces --init runs/face-pretrain --target-epsilon 1 --rounds R
-    --eval-every R --eval-split SPLIT --seed S`."""
+def moonshot(seed: int, split: str = "test", rounds: int | None = None, ema: float | None = None) -> Run:
+    """The recipe at epsilon 1 with ``rounds`` rounds and server EMA ``ema`` (None: the recipe's
+    1,200 and 0.99): `dpemb train --recipe face-100k-eps2 --data data/faces --init
+    runs/face-pretrain --target-epsilon 1 --rounds R --eval-every R [--server-ema E]
+    --eval-split SPLIT --seed S`."""
     recipe = load_recipe(RECIPE)[0]
-    rounds = rounds or recipe.privacy.rounds
+    rounds, ema = rounds or recipe.privacy.rounds, ema or recipe.federated.server_ema
     settings = {"data.path": DATA, "model.init": INIT, "privacy.target_epsilon": MOONSHOT_EPSILON,
-                "privacy.rounds": rounds, "eval_every": rounds, "data.eval_split": split, "seed": seed}
-    at = "" if rounds == recipe.privacy.rounds else f"r{rounds}/"
+                "privacy.rounds": rounds, "eval_every": rounds, "federated.server_ema": ema,
+                "data.eval_split": split, "seed": seed}
+    at = ("" if rounds == recipe.privacy.rounds else f"r{rounds}/") + (
+        "" if ema == recipe.federated.server_ema else f"ema{ema:g}/")
     return Run(f"moonshot/eps{MOONSHOT_EPSILON:g}/{at}{split}/s{seed}", with_settings(recipe, settings))
 
 
 def moonshot_candidates() -> dict[int, Run]:
     """The moonshot's rounds, each one validation run (seed 0)."""
     return {r: moonshot(0, "validation", r) for r in MOONSHOT_ROUNDS}
+
+
+def ema_candidates(rounds: int) -> dict[float, Run]:
+    """The moonshot's server EMA at ``rounds`` rounds, each one validation run (seed 0)."""
+    return {e: moonshot(0, "validation", rounds, e) for e in MOONSHOT_EMA}
 
 
 def candidates(cell: tuple[int, float], mechanism: str) -> dict[int, Run]:
@@ -112,9 +122,13 @@ def plan(rows: list[dict[str, Any]]) -> list[Run]:
         for m in BANDS:
             runs += choose_then_test(rows, candidates((pop, eps), m),
                                      lambda b, m=m, e=eps, n=pop: [run(e, m, s, bands=b, population=n) for s in SEEDS])
-    shipped = [moonshot(s) for s in SEEDS]  # the recipe as shipped, whatever validation chooses
-    by_rounds = choose_then_test(rows, moonshot_candidates(), lambda r: [moonshot(s, rounds=r) for s in SEEDS])
-    return runs + shipped + [r for r in by_rounds if r.key not in {x.key for x in shipped}]
+    moon = [moonshot(s) for s in SEEDS]  # the recipe as shipped, whatever validation chooses
+    moon += choose_then_test(rows, moonshot_candidates(), lambda r: [moonshot(s, rounds=r) for s in SEEDS])
+    rounds = choose(rows, moonshot_candidates())
+    if rounds is not None:  # then the server EMA at those rounds
+        moon += choose_then_test(rows, ema_candidates(rounds),
+                                 lambda e: [moonshot(s, rounds=rounds, ema=e) for s in SEEDS])
+    return runs + list({r.key: r for r in moon}.values())
 
 
 def _tests(rows: list[dict[str, Any]], cell: tuple[int, float], mechanism: str) -> list[dict[str, Any]]:
@@ -169,24 +183,30 @@ def sections(rows: list[dict[str, Any]]) -> dict[str, str]:
                 test.append((*at, f"{setting(rs[0], 'privacy.delta'):g}", LABEL[m],
                              setting(rs[0], "privacy.bands") if m in BANDS else "", *_statement(rs), by_seed(rs),
                              mean_std(rs)))
-    moon_val = moonshot_candidates()
-    chosen, moon = choose(rows, moon_val), []
-    for rounds, cand in moon_val.items():
-        rs = [by_key[r.key] for r in (moonshot(s, rounds=rounds) for s in SEEDS) if r.key in by_key]
+    rounds = choose(rows, moonshot_candidates())
+    moon_val = [(r, None, c, rounds) for r, c in moonshot_candidates().items()]  # (rounds, ema, run, chosen)
+    if rounds is not None:
+        ema = ema_candidates(rounds)
+        listed = {c.key for _, _, c, _ in moon_val}  # the recipe's EMA at those rounds is listed already
+        moon_val += [(rounds, e, c, choose(rows, ema)) for e, c in ema.items() if c.key not in listed]
+    moon = []
+    for r, e, cand, chosen in moon_val:
+        rs = [by_key[x.key] for x in (moonshot(s, rounds=r, ema=e) for s in SEEDS) if x.key in by_key]
         val_row = by_key.get(cand.key)
         if rs or val_row:
             first = (rs or [val_row])[0]
             moon.append((_people(setting(first, "privacy.target_population")), f"{MOONSHOT_EPSILON:g}",
-                         f"{setting(first, 'privacy.delta'):g}", rounds,
-                         f"{val_row['metrics'][METRIC]:.4f}" if val_row else "-", "chosen" if rounds == chosen else "",
+                         f"{setting(first, 'privacy.delta'):g}", r, f"{setting(first, 'federated.server_ema'):g}",
+                         f"{val_row['metrics'][METRIC]:.4f}" if val_row else "-",
+                         "chosen" if (e if e is not None else r) == chosen else "",
                          *_statement(rs or [val_row]), by_seed(rs) if rs else "-", mean_std(rs) if rs else "-"))
     statement = ["z (4,590 users)", "z' (N')", "ε' PLD (N')", "own ε RDP (4,590)", "model noise (x C)"]
     return {
         "correlated-validation": table(["N'", "ε", "mechanism", "b", f"validation {METRIC} (seed 0)", ""], val),
         "correlated-test": table(["N'", "ε", "δ", "mechanism", "b", *statement, f"test {METRIC} by seed",
                                   "mean ± std [n]"], test),
-        "correlated-moonshot": table(["N'", "ε", "δ", "rounds", f"validation {METRIC} (seed 0)", "", *statement,
-                                      f"test {METRIC} by seed", "mean ± std [n]"], moon),
+        "correlated-moonshot": table(["N'", "ε", "δ", "rounds", "server EMA", f"validation {METRIC} (seed 0)", "",
+                                      *statement, f"test {METRIC} by seed", "mean ± std [n]"], moon),
     }
 
 
