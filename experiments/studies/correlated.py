@@ -20,6 +20,7 @@ The face-like glyph data needs the CJK fonts (``make cjk-fonts``)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,19 @@ def ema_candidates(rounds: int) -> dict[float, Run]:
     return {e: moonshot(0, "validation", rounds, e) for e in MOONSHOT_EMA}
 
 
+def moonshot_stages(rows: list[dict[str, Any]]) -> list[tuple[dict[Any, Run], Any, Callable[[Any], list[Run]]]]:
+    """The moonshot's choices on validation, in order: its rounds, then (once they are chosen)
+    its server EMA at those rounds. Each stage: (candidates, the chosen value or None, the
+    test seeds of a value)."""
+    by_rounds = moonshot_candidates()
+    rounds = choose(rows, by_rounds)
+    stages = [(by_rounds, rounds, lambda r: [moonshot(s, rounds=r) for s in SEEDS])]
+    if rounds is not None:
+        by_ema = ema_candidates(rounds)
+        stages.append((by_ema, choose(rows, by_ema), lambda e: [moonshot(s, rounds=rounds, ema=e) for s in SEEDS]))
+    return stages
+
+
 def candidates(cell: tuple[int, float], mechanism: str) -> dict[int, Run]:
     population, epsilon = cell
     return {b: run(epsilon, mechanism, 0, "validation", b, population) for b in BANDS[mechanism]}
@@ -123,11 +137,8 @@ def plan(rows: list[dict[str, Any]]) -> list[Run]:
             runs += choose_then_test(rows, candidates((pop, eps), m),
                                      lambda b, m=m, e=eps, n=pop: [run(e, m, s, bands=b, population=n) for s in SEEDS])
     moon = [moonshot(s) for s in SEEDS]  # the recipe as shipped, whatever validation chooses
-    moon += choose_then_test(rows, moonshot_candidates(), lambda r: [moonshot(s, rounds=r) for s in SEEDS])
-    rounds = choose(rows, moonshot_candidates())
-    if rounds is not None:  # then the server EMA at those rounds
-        moon += choose_then_test(rows, ema_candidates(rounds),
-                                 lambda e: [moonshot(s, rounds=rounds, ema=e) for s in SEEDS])
+    for cands, _, tests in moonshot_stages(rows):
+        moon += choose_then_test(rows, cands, tests)
     return runs + list({r.key: r for r in moon}.values())
 
 
@@ -183,22 +194,19 @@ def sections(rows: list[dict[str, Any]]) -> dict[str, str]:
                 test.append((*at, f"{setting(rs[0], 'privacy.delta'):g}", LABEL[m],
                              setting(rs[0], "privacy.bands") if m in BANDS else "", *_statement(rs), by_seed(rs),
                              mean_std(rs)))
-    rounds = choose(rows, moonshot_candidates())
-    moon_val = [(r, None, c, rounds) for r, c in moonshot_candidates().items()]  # (rounds, ema, run, chosen)
-    if rounds is not None:
-        ema = ema_candidates(rounds)
-        listed = {c.key for _, _, c, _ in moon_val}  # the recipe's EMA at those rounds is listed already
-        moon_val += [(rounds, e, c, choose(rows, ema)) for e, c in ema.items() if c.key not in listed]
-    moon = []
-    for r, e, cand, chosen in moon_val:
-        rs = [by_key[x.key] for x in (moonshot(s, rounds=r, ema=e) for s in SEEDS) if x.key in by_key]
-        val_row = by_key.get(cand.key)
-        if rs or val_row:
+    moon, listed = [], set()  # a later stage's candidate may be an earlier one's (the recipe's EMA)
+    for cands, chosen, tests in moonshot_stages(rows):
+        for value, cand in cands.items():
+            rs = [by_key[x.key] for x in tests(value) if x.key in by_key]
+            val_row = by_key.get(cand.key)
+            if cand.key in listed or not (rs or val_row):
+                continue
+            listed.add(cand.key)
             first = (rs or [val_row])[0]
             moon.append((_people(setting(first, "privacy.target_population")), f"{MOONSHOT_EPSILON:g}",
-                         f"{setting(first, 'privacy.delta'):g}", r, f"{setting(first, 'federated.server_ema'):g}",
-                         f"{val_row['metrics'][METRIC]:.4f}" if val_row else "-",
-                         "chosen" if (e if e is not None else r) == chosen else "",
+                         f"{setting(first, 'privacy.delta'):g}", setting(first, "privacy.rounds"),
+                         f"{setting(first, 'federated.server_ema'):g}",
+                         f"{val_row['metrics'][METRIC]:.4f}" if val_row else "-", "chosen" if value == chosen else "",
                          *_statement(rs or [val_row]), by_seed(rs) if rs else "-", mean_std(rs) if rs else "-"))
     statement = ["z (4,590 users)", "z' (N')", "ε' PLD (N')", "own ε RDP (4,590)", "model noise (x C)"]
     return {
