@@ -78,7 +78,11 @@ def run(procs: int, data: Path, out: Path, a: argparse.Namespace) -> dict:
     secs = secs[1:-1] or secs  # without warm-up and the evaluating last round, when there are more
     waits = [r.get("collective_seconds", 0.0) for r in recs if "seconds" in r]
     waits = waits[1:-1] or waits
+    ranks = [r["client_seconds"] for r in recs if "seconds" in r]
+    ranks = ranks[1:-1] or ranks
     return {"procs": procs, "round_s": statistics.median(secs), "wait_s": statistics.median(waits), "wall_s": wall,
+            "rank0_s": statistics.median(t[0] for t in ranks), "slowest_s": statistics.median(max(t) for t in ranks),
+            "fastest_s": statistics.median(min(t) for t in ranks),
             "weights": load_file(str(out / "model.safetensors"))}
 
 
@@ -131,14 +135,17 @@ def main() -> int:
           f"{os.getloadavg()[0]:.2f} after, {os.cpu_count()} cores")
     for line in checks:
         print(line)
-    print(f"{'processes':>9} {'round (s)':>10} {'speed-up':>9} {'in collectives (s)':>19} {'wall (s)':>9} "
-          f"{'max |w - w_1proc|':>18}")
+    print(f"{'processes':>9} {'round (s)':>10} {'speed-up':>9} {'in collectives (s)':>19} "
+          f"{'clients: rank 0 / fastest / slowest (s)':>40} {'wall (s)':>9} {'max |w - w_1proc|':>18}")
     for r in results:
         diff = max(float((r["weights"][k] - base["weights"][k]).abs().max()) for k in base["weights"])
+        clients = f"{r['rank0_s']:.3f} / {r['fastest_s']:.3f} / {r['slowest_s']:.3f}"
         print(f"{r['procs']:>9} {r['round_s']:>10.3f} {base['round_s'] / r['round_s']:>8.2f}x "
-              f"{r['wait_s']:>19.3f} {r['wall_s']:>9.1f} {diff:>18.2e}")
+              f"{r['wait_s']:>19.3f} {clients:>40} {r['wall_s']:>9.1f} {diff:>18.2e}")
     print("in collectives: rank 0's time in broadcast/reduce/gather per round, waiting for the slowest rank "
-          "included (communication + load imbalance)")
+          "included (communication + load imbalance); clients: each rank's time training its share of the "
+          "round's clients (medians over the rounds); the round less the slowest rank's clients is the serial "
+          "part (rank 0's sampling, noise, server step and the collectives' own cost)")
     return 0
 
 

@@ -10,8 +10,9 @@
 #                                      # P CPU processes
 #   bench/gpu_checks.sh part3 OUTDIR [TESTS...]  # the test suite (or TESTS) with CUDA present
 #                                      # (15 workers of one thread each: tests/conftest.py)
-#   bench/gpu_checks.sh part4 OUTDIR [DATA]  # issue #36: rounds on 1, 4, 8 and 16 CPU processes of
-#                                      # the machine's 16 cores (goal: 16 processes >= 12x one); DATA: a
+#   bench/gpu_checks.sh part4 OUTDIR [DATA]  # issue #36: rounds on 1, 4, 8, 15 and 16 CPU processes of
+#                                      # the machine's 16 cores (goal: 16 processes >= 12x one), each rank's
+#                                      # time on its clients, clients of 1 and of 4 users; DATA: a
 #                                      # glyph dataset made elsewhere (the machine may lack the fonts)
 #   bench/gpu_checks.sh part5 OUTDIR FACES INIT  # issue #36: the round of a real 100,000-user run
 #                                      # (M = 349 clients of K = 8 users, the recipe face-100k-eps2) on the GPU
@@ -57,12 +58,14 @@ elif [ "$part" = part3 ]; then  # the test suite with CUDA present; -v streams e
     "${@:-tests}" >"$out/tests_on_gpu.log" 2>&1
   echo "=== tests_on_gpu: rc $?"
   grep -E "FAILED|ERROR|[0-9]+ (passed|failed)" "$out/tests_on_gpu.log" | grep -v "^\[gw[0-9]*\] \[.*PASSED" | tail -n 60
-elif [ "$part" = part4 ]; then  # clients of 1 user (up to 80 images): 4, then 10 clients per rank at 16 ranks
-  nproc
-  step distributed_cpu_16 240 $PY bench/bench_distributed.py --procs 4 8 16 --clients 64 --users-per-client 1 \
+elif [ "$part" = part4 ]; then  # clients of 1 user (up to 80 images): 4, then 10 clients per rank at 16 ranks;
+  nproc                           # then 15 ranks (a core left for the rest), and 2 clients of 4 users a rank
+  step distributed_cpu_16 240 $PY bench/bench_distributed.py --procs 4 8 15 16 --clients 64 --users-per-client 1 \
     --rounds 8 --run-timeout 120 ${3:+--data "$3"}
-  step distributed_cpu_16_m160 240 $PY bench/bench_distributed.py --procs 8 16 --clients 160 --users-per-client 1 \
+  step distributed_cpu_16_m160 240 $PY bench/bench_distributed.py --procs 8 15 16 --clients 160 --users-per-client 1 \
     --rounds 6 --run-timeout 160 ${3:+--data "$3"}
+  step distributed_cpu_16_k4 240 $PY bench/bench_distributed.py --procs 16 --clients 32 --users-per-client 4 \
+    --rounds 5 --run-timeout 160 ${3:+--data "$3"}
 elif [ "$part" = part5 ]; then  # a round of the real population: 2,792 users in 349 virtual clients
   faces=${3:?FACES}; init=${4:?INIT}
   real_round() {  # real_round NAME SECONDS ROUNDS "LAUNCHER" FLAGS...: median round seconds (PRIVATE diagnostics)

@@ -10,6 +10,7 @@ killed rank stops the job with a clear error and an intact checkpoint to resume 
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -95,6 +96,10 @@ def test_two_processes_train_the_same_model_as_one(tmp_path, algorithm):
     for k, v in rep1["final"].items():
         assert rep2["final"][k] == pytest.approx(v, abs=1e-3), k
     assert rep2["rounds"] == rep1["rounds"] == spec.rounds
+    for name, ranks in (("one", 1), ("two", 2)):  # each rank's time on its clients, in the private file
+        recs = [json.loads(line) for line in (tmp_path / name / "private" / "diagnostics.jsonl").read_text().splitlines()]
+        times = [r["client_seconds"] for r in recs if "seconds" in r]
+        assert len(times) == spec.rounds and all(len(t) == ranks and min(t) > 0 for t in times), times
 
 
 def _noise_of_one_round(tmp_path, name, plant=None) -> tuple[torch.Tensor, float]:

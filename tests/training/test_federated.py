@@ -24,7 +24,7 @@ MODEL = ModelConfig(backbone="lenet", embedding_dim=16)
 
 PRIVATE_STATS = {"train_loss", "clients", "users", "examples", "preclip_norm_mean", "fraction_clipped",
                  "nonfinite_deltas", "train_examples", "train_identities", "images_per_second", "rounds_per_second",
-                 "unclipped_clients", "seconds", "processes", "collective_seconds"}
+                 "unclipped_clients", "seconds", "processes", "collective_seconds", "client_seconds"}
 
 
 def diagnostics(run_dir):

@@ -78,10 +78,18 @@ class LocalExecutor:
 
     def __init__(self, trainer: ClientTrainer, data: ClientData, randomness: ClientRandomness) -> None:
         self.trainer, self.data, self.randomness = trainer, data, randomness
+        self.client_seconds: list[float] = []  # the last round's time training clients, per rank (rank 0's only)
 
     def run_round(self, rnd: int, start: torch.Tensor, slots: Sequence[np.ndarray],
                   keys: Sequence[tuple[int, int]], acc: ClipAndSum) -> ClientTally:
         """Train every client from ``start`` and clip its delta into ``acc``."""
+        t0 = time.perf_counter()
+        tally = self._train(rnd, start, slots, keys, acc)
+        self.client_seconds = [time.perf_counter() - t0]
+        return tally
+
+    def _train(self, rnd: int, start: torch.Tensor, slots: Sequence[np.ndarray],
+               keys: Sequence[tuple[int, int]], acc: ClipAndSum) -> ClientTally:
         return accumulate_clients(map_clients(self.trainer, start, slots, keys, self.data, self.randomness, rnd), acc)
 
     def embed(self, model: torch.nn.Module, images: Any, batch_size: int) -> torch.Tensor:
@@ -116,21 +124,24 @@ class DistributedExecutor(LocalExecutor):
         self._collective(f"round {rnd + 1}", lambda: dist.broadcast_object_list([msg], src=0))
         buf = start.detach().to(self.comm_device).clone()
         self._collective(f"round {rnd + 1}", lambda: dist.broadcast(buf, src=0))
+        t0 = time.perf_counter()
         tally = self._run(rnd, start, work[0], acc)
-        return self._merge(rnd, acc, tally)
+        return self._merge(rnd, acc, tally, time.perf_counter() - t0)
 
-    def _merge(self, rnd: int, acc: ClipAndSum, tally: ClientTally) -> ClientTally:
-        """Reduce the clipped sums to rank 0 and gather the counts there."""
+    def _merge(self, rnd: int, acc: ClipAndSum, tally: ClientTally, seconds: float) -> ClientTally:
+        """Reduce the clipped sums to rank 0 and gather there the counts and each rank's
+        ``seconds`` training its clients (private timing, ``client_seconds``)."""
         total = acc.result().value[0].to(self.comm_device)
         self._collective(f"round {rnd + 1}",
                          lambda: dist.reduce(total, dst=0, op=dist.ReduceOp.SUM))
         gathered: list[Any] = [None] * self.world_size if self.is_main else None  # type: ignore[assignment]
         self._collective(f"round {rnd + 1}",
-                         lambda: dist.gather_object((acc.counts(), tally), gathered, dst=0))
+                         lambda: dist.gather_object((acc.counts(), tally, seconds), gathered, dst=0))
         if self.is_main:
-            acc.absorb([total], [c for c, _ in gathered[1:]])
-            for _, t in gathered[1:]:
+            acc.absorb([total], [c for c, _, _ in gathered[1:]])
+            for _, t, _ in gathered[1:]:
                 tally.merge(t)
+            self.client_seconds = [seconds, *(s for _, _, s in gathered[1:])]
         return tally
 
     def embed(self, model: torch.nn.Module, images: Any, batch_size: int) -> torch.Tensor:
@@ -182,7 +193,9 @@ class DistributedExecutor(LocalExecutor):
             self._collective(f"round {rnd + 1}", lambda: dist.broadcast(start, src=0))
             clip_norm, sensitivity, relation = msg["clip"]
             acc = ClipAndSum(self.template, clip_norm, sensitivity, relation)
-            self._merge(rnd, acc, self._run(rnd, start.to(self.data.device), msg["work"][self.rank], acc))
+            t0 = time.perf_counter()
+            tally = self._run(rnd, start.to(self.data.device), msg["work"][self.rank], acc)
+            self._merge(rnd, acc, tally, time.perf_counter() - t0)
             served += 1
 
     def _serve_embed(self, msg: dict[str, Any]) -> None:
@@ -204,7 +217,7 @@ class DistributedExecutor(LocalExecutor):
              acc: ClipAndSum) -> ClientTally:
         slots = [np.asarray(u, dtype=np.int64) for u, _ in work]
         keys = [tuple(k) for _, k in work]
-        return super().run_round(rnd, start, slots, keys, acc)
+        return self._train(rnd, start, slots, keys, acc)
 
     def _collective(self, where: str, call: Any) -> None:
         """Run one collective; a failure becomes ``RankFailure`` naming ``where`` it happened."""

@@ -216,6 +216,7 @@ def run_rounds(server: ServerState, executor: LocalExecutor, template: list[torc
             # 7. record: private diagnostics; released epsilon and evaluation on held-out users
             is_eval = log.round_done(server.round, clipped, tally, seconds=time.perf_counter() - t_round,
                                      collective_seconds=executor.collective_seconds - t_collective,
+                                     client_seconds=executor.client_seconds,
                                      clip_used=clip_used if plan.clip_state is not None else None,
                                      norm_ratio=server.norm_ratio)
             if schedule.due(server.round, at_eval=is_eval):

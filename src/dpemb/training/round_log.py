@@ -262,9 +262,10 @@ class RoundLog:
         self.run.append_metrics({**rec, **extra})
 
     def round_done(self, rnd: int, clipped: ClippedSum, tally: Any, *, seconds: float, collective_seconds: float,
-                   clip_used: float | None, norm_ratio: float = 1.0) -> bool:
+                   clip_used: float | None, norm_ratio: float = 1.0, client_seconds: Sequence[float] = ()) -> bool:
         """Record round ``rnd`` (private diagnostics, released metrics); whether it evaluated.
-        ``norm_ratio``: the server model's norm over its initial norm (public)."""
+        ``norm_ratio``: the server model's norm over its initial norm (public); ``client_seconds``:
+        each rank's time training its clients (private timing)."""
         stats = round_stats(clipped, tally)
         if stats.clients and stats.nonfinite == 0 and stats.preclip_norm_mean == 0.0 and not self.warned_zero_delta:
             self.warned_zero_delta = True
@@ -279,7 +280,8 @@ class RoundLog:
                                            else ""), file=sys.stderr)
         self.seen += stats.examples  # local training examples processed (epochs included)
         self.run.append_diagnostics({"round": rnd, **diagnostics(stats), "seconds": seconds,
-                                     "collective_seconds": collective_seconds})
+                                     "collective_seconds": collective_seconds,
+                                     "client_seconds": [round(t, 6) for t in client_seconds]})
         is_eval = rnd % self.run_cfg.eval_every == 0 or rnd == self.spec.rounds
         self.record(rnd, evaluated=is_eval, model_norm_ratio=norm_ratio,
                     **({"clip_norm": clip_used} if clip_used is not None else {}))
