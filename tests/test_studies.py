@@ -130,16 +130,24 @@ def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
         exported_runs += len(exported)
     moon = {r.key for r in planned if r.name.startswith("moonshot/")}
     shipped = {correlated.moonshot(s).key for s in correlated.SEEDS}
-    rounds = h.choose(rows, correlated.moonshot_candidates())  # the moonshot's rounds, chosen on validation
-    ema = correlated.ema_candidates(rounds)  # then its server EMA at those rounds
-    chosen_ema = h.choose(rows, ema)
-    assert rounds == 600 and moon == shipped | {c.key for c in [*correlated.moonshot_candidates().values(),
-                                                                *ema.values()]} | {
-        correlated.moonshot(s, rounds=rounds).key for s in correlated.SEEDS} | (set() if chosen_ema is None else {
-            correlated.moonshot(s, rounds=rounds, ema=chosen_ema).key for s in correlated.SEEDS})
-    assert all(c.config.data.eval_split == "validation" and c.config.seed == 0
-               for c in [*correlated.moonshot_candidates().values(), *ema.values()])
-    assert [c.config.federated.server_ema for c in ema.values()] == list(correlated.MOONSHOT_EMA)
+    stages = correlated.moonshot_stages(rows)  # rounds, server EMA, users per client, [rounds again], on validation
+    rounds, ema = stages[0][1], stages[1][1]
+    assert (rounds, ema) == (600, 0.99) and len(stages) >= 3
+    assert list(stages[1][0]) == list(correlated.MOONSHOT_EMA) and list(stages[2][0]) == list(
+        correlated.MOONSHOT_USERS_PER_CLIENT)
+    last = stages[-1][1]  # test seeds: the chosen rounds' (run when they were the only choice) and the last choice's
+    assert moon == shipped | {c.key for cands, _, _ in stages for c in cands.values()} | {
+        correlated.moonshot(s, rounds=rounds).key for s in correlated.SEEDS} | (
+        set() if last is None else {r.key for r in stages[-1][2](last)})
+    candidates = [c.config for cands, _, _ in stages for c in cands.values()]
+    assert all(c.data.eval_split == "validation" and c.seed == 0 and c.privacy.target_epsilon == 1.0
+               and c.privacy.users_per_client * c.privacy.clients_per_round == 128 for c in candidates)
+    assert [c.config.federated.server_ema for c in stages[1][0].values()] == list(correlated.MOONSHOT_EMA)
+    assert [(c.config.privacy.rounds, c.config.federated.server_ema, c.config.privacy.users_per_client)
+            for c in stages[2][0].values()] == [(600, 0.99, k) for k in correlated.MOONSHOT_USERS_PER_CLIENT]
+    if stages[2][1] is None:  # before every K candidate has run: no test seed of a smaller client
+        assert not any(r.config.privacy.users_per_client != 8 and r.config.data.eval_split == "test"
+                       for r in planned)
     assert complete[:2] == [(100_000, 1.0), (100_000, 0.5)]
     assert len(rows) == exported_runs + len(moon & {x["key"] for x in rows})
     assert len(correlated.plan([])) == 10 * len(correlated.CELLS) + len(correlated.SEEDS) + len(
@@ -163,6 +171,9 @@ def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
     assert h.settings_of(short) == {**h.settings_of(recipe), "data.path": "data/faces",
                                     "model.init": "runs/face-pretrain", "privacy.target_epsilon": 1.0,
                                     "privacy.rounds": 600, "eval_every": 600, "seed": 2}
+    small = correlated.moonshot(0, "validation", 600, 0.99, 4).config  # ... --users-per-client 4 --clients-per-round 32
+    assert h.settings_of(small) == {**h.settings_of(correlated.moonshot(0, "validation", 600).config),
+                                    "privacy.users_per_client": 4, "privacy.clients_per_round": 32}
 
 
 def test_moonshot_plans_exactly_the_exported_runs_and_its_configs_resolve_to_the_recorded_z():

@@ -8,8 +8,9 @@ BLT: min-separation 16 or 35, 35 the largest with b M K <= N), then 3 test seeds
 them, the moonshot "100k users at epsilon 1": the recipe as shipped (1,200 rounds, its knobs
 chosen on validation at epsilon 2 by the study moonshot) at epsilon 1, 3 test seeds; and its
 rounds chosen at epsilon 1 on validation (400, 600 or 1,200; seed 0), then 3 test seeds of the
-chosen; then its server EMA at those rounds (0.99, 0.995 or 0.998), the same way
-(docs/RESULTS_CORRELATED.md).
+chosen; then its server EMA at those rounds (0.99, 0.995 or 0.998), then its users per client
+(8, 4 or 2 in 16, 32 or 64 clients a round) and, for smaller clients, its rounds again
+(600 or 1,200), the same way, with 3 test seeds of the last choice (docs/RESULTS_CORRELATED.md).
 
     .venv/bin/python experiments/harness.py correlated --work runs/studies --jobs 2
     # 16 runs of about 10 minutes (one thread each) per cell: about 80 minutes on 2 cores;
@@ -43,6 +44,8 @@ DELTA = {100_000: 1e-6, 1_000_000: 1e-7}  # below 1 / N' (the recipe's own delta
 MOONSHOT_EPSILON = 1.0  # the recipe at its own population (100,000), at this epsilon
 MOONSHOT_ROUNDS = (400, 600, 1200)  # the moonshot's rounds, scored on validation; 1,200: the recipe's own
 MOONSHOT_EMA = (0.99, 0.995, 0.998)  # then its server EMA at the chosen rounds; 0.99: the recipe's own
+MOONSHOT_USERS_PER_CLIENT = (8, 4, 2)  # then its users per client K there, M = 128 / K; 8: the recipe's own
+MOONSHOT_USERS_A_ROUND = 128  # K x M, the recipe's (8 x 16): the smaller clients keep the users a round
 MECHANISMS = ("gaussian", "tree", "bandmf", "blt")  # gaussian: DP-FedEmb; the others DP-FTRL-FedEmb's
 BANDS = {"bandmf": (1, 4), "blt": (35, 16)}  # the candidates for b, scored on validation
 LABEL = {"gaussian": "DP-FedEmb (Gaussian)", "tree": "DP-FTRL-FedEmb, tree", "bandmf": "DP-FTRL-FedEmb, BandMF",
@@ -73,18 +76,23 @@ def run(epsilon: float, mechanism: str, seed: int, split: str = "test", bands: i
     return Run(f"{at}eps{epsilon:g}/{mechanism}{b}/{split}/s{seed}", with_settings(load_recipe(RECIPE)[0], settings))
 
 
-def moonshot(seed: int, split: str = "test", rounds: int | None = None, ema: float | None = None) -> Run:
-    """The recipe at epsilon 1 with ``rounds`` rounds and server EMA ``ema`` (None: the recipe's
-    1,200 and 0.99): `dpemb train --recipe face-100k-eps2 --data data/faces --init
-    runs/face-pretrain --target-epsilon 1 --rounds R --eval-every R [--server-ema E]
+def moonshot(seed: int, split: str = "test", rounds: int | None = None, ema: float | None = None,
+             users_per_client: int | None = None) -> Run:
+    """The recipe at epsilon 1 with ``rounds`` rounds, server EMA ``ema`` and ``users_per_client``
+    K in 128 / K clients a round (None: the recipe's 1,200, 0.99 and 8 in 16): `dpemb train
+    --recipe face-100k-eps2 --data data/faces --init runs/face-pretrain --target-epsilon 1
+    --rounds R --eval-every R [--server-ema E] [--users-per-client K --clients-per-round M]
     --eval-split SPLIT --seed S`."""
     recipe = load_recipe(RECIPE)[0]
     rounds, ema = rounds or recipe.privacy.rounds, ema or recipe.federated.server_ema
+    k = users_per_client or recipe.privacy.users_per_client
     settings = {"data.path": DATA, "model.init": INIT, "privacy.target_epsilon": MOONSHOT_EPSILON,
                 "privacy.rounds": rounds, "eval_every": rounds, "federated.server_ema": ema,
+                "privacy.users_per_client": k, "privacy.clients_per_round": MOONSHOT_USERS_A_ROUND // k,
                 "data.eval_split": split, "seed": seed}
     at = ("" if rounds == recipe.privacy.rounds else f"r{rounds}/") + (
-        "" if ema == recipe.federated.server_ema else f"ema{ema:g}/")
+        "" if ema == recipe.federated.server_ema else f"ema{ema:g}/") + (
+        "" if k == recipe.privacy.users_per_client else f"K{k}/")
     return Run(f"moonshot/eps{MOONSHOT_EPSILON:g}/{at}{split}/s{seed}", with_settings(recipe, settings))
 
 
@@ -98,16 +106,35 @@ def ema_candidates(rounds: int) -> dict[float, Run]:
     return {e: moonshot(0, "validation", rounds, e) for e in MOONSHOT_EMA}
 
 
+def users_candidates(rounds: int, ema: float) -> dict[int, Run]:
+    """The moonshot's users per client at ``rounds`` rounds and server EMA ``ema``, each one
+    validation run (seed 0), every one with 128 users a round."""
+    return {k: moonshot(0, "validation", rounds, ema, k) for k in MOONSHOT_USERS_PER_CLIENT}
+
+
 def moonshot_stages(rows: list[dict[str, Any]]) -> list[tuple[dict[Any, Run], Any, Callable[[Any], list[Run]]]]:
-    """The moonshot's choices on validation, in order: its rounds, then (once they are chosen)
-    its server EMA at those rounds. Each stage: (candidates, the chosen value or None, the
-    test seeds of a value)."""
+    """The moonshot's choices on validation, in order, each once the one before is made: its
+    rounds; its server EMA at those rounds; its users per client there; and, for smaller clients
+    than the recipe's (less noise on the average), its rounds again among those not below the
+    first choice. Each stage: (candidates, the chosen value or None, the test seeds of a value)."""
     by_rounds = moonshot_candidates()
     rounds = choose(rows, by_rounds)
     stages = [(by_rounds, rounds, lambda r: [moonshot(s, rounds=r) for s in SEEDS])]
-    if rounds is not None:
-        by_ema = ema_candidates(rounds)
-        stages.append((by_ema, choose(rows, by_ema), lambda e: [moonshot(s, rounds=rounds, ema=e) for s in SEEDS]))
+    if rounds is None:
+        return stages
+    by_ema = ema_candidates(rounds)
+    ema = choose(rows, by_ema)
+    stages.append((by_ema, ema, lambda e: [moonshot(s, rounds=rounds, ema=e) for s in SEEDS]))
+    if ema is None:
+        return stages
+    by_k = users_candidates(rounds, ema)
+    k = choose(rows, by_k)
+    stages.append((by_k, k, lambda k: [moonshot(s, rounds=rounds, ema=ema, users_per_client=k) for s in SEEDS]))
+    if k is None or k == MOONSHOT_USERS_PER_CLIENT[0]:
+        return stages
+    again = {r: moonshot(0, "validation", r, ema, k) for r in MOONSHOT_ROUNDS if r >= rounds}
+    stages.append((again, choose(rows, again),
+                   lambda r: [moonshot(s, rounds=r, ema=ema, users_per_client=k) for s in SEEDS]))
     return stages
 
 
@@ -137,8 +164,11 @@ def plan(rows: list[dict[str, Any]]) -> list[Run]:
             runs += choose_then_test(rows, candidates((pop, eps), m),
                                      lambda b, m=m, e=eps, n=pop: [run(e, m, s, bands=b, population=n) for s in SEEDS])
     moon = [moonshot(s) for s in SEEDS]  # the recipe as shipped, whatever validation chooses
-    for cands, _, tests in moonshot_stages(rows):
-        moon += choose_then_test(rows, cands, tests)
+    stages = moonshot_stages(rows)
+    for cands, _, _ in stages:
+        moon += cands.values()
+    for _, chosen, tests in (stages[0], stages[-1]):  # test seeds: the rounds' (when they were the one
+        moon += tests(chosen) if chosen is not None else []  # choice made) and the last choice's
     return runs + list({r.key: r for r in moon}.values())
 
 
@@ -206,6 +236,7 @@ def sections(rows: list[dict[str, Any]]) -> dict[str, str]:
             moon.append((_people(setting(first, "privacy.target_population")), f"{MOONSHOT_EPSILON:g}",
                          f"{setting(first, 'privacy.delta'):g}", setting(first, "privacy.rounds"),
                          f"{setting(first, 'federated.server_ema'):g}",
+                         f"{setting(first, 'privacy.users_per_client')} x {setting(first, 'privacy.clients_per_round')}",
                          f"{val_row['metrics'][METRIC]:.4f}" if val_row else "-", "chosen" if value == chosen else "",
                          *_statement(rs or [val_row]), by_seed(rs) if rs else "-", mean_std(rs) if rs else "-"))
     statement = ["z (4,590 users)", "z' (N')", "ε' PLD (N')", "own ε RDP (4,590)", "model noise (x C)"]
@@ -213,7 +244,7 @@ def sections(rows: list[dict[str, Any]]) -> dict[str, str]:
         "correlated-validation": table(["N'", "ε", "mechanism", "b", f"validation {METRIC} (seed 0)", ""], val),
         "correlated-test": table(["N'", "ε", "δ", "mechanism", "b", *statement, f"test {METRIC} by seed",
                                   "mean ± std [n]"], test),
-        "correlated-moonshot": table(["N'", "ε", "δ", "rounds", "server EMA", f"validation {METRIC} (seed 0)", "",
+        "correlated-moonshot": table(["N'", "ε", "δ", "rounds", "server EMA", "K x M", f"validation {METRIC} (seed 0)", "",
                                       *statement, f"test {METRIC} by seed", "mean ± std [n]"], moon),
     }
 
