@@ -18,6 +18,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 from tqdm.auto import tqdm
 
+from dpemb.data.dataset import DataError
 from dpemb.data.glyphs.render import FRAME_EM, Geometry
 
 INVENTED_VERSION = 1  # bump when the same seed would invent other characters
@@ -26,11 +27,11 @@ PEN_EM = 0.07  # the pen's stroke width, in em (a regular-weight font's)
 SUPER = 4  # rasterise at 4x, then average 4x4 blocks (anti-aliasing)
 COLS, ROWS = 4, 5  # the lattice, in a unit square
 WIDTH = (0.45, 0.85)  # a character's lattice width, in frame half-sides
-Y_SPAN = (-0.62, 0.42)  # the lattice's height in frame half-sides (y down: cap height to baseline)
-REACH = 0.9  # no stroke point beyond this many frame half-sides from the centre
+Y_SPAN = (-0.62, 0.42)  # the lattice's rows in frame half-sides (y down: cap height, baseline)
+REACH = 0.9  # no stroke point beyond this many frame half-sides from the centre (fits the canvas)
 STROKES = (3, 5)  # strokes per character, inclusive (a corner is two segments)
 KINDS, KIND_CDF = ("line", "curve", "corner"), (0.5, 0.85, 1.0)
-STRAIGHT = 0.6  # probability that a stroke is horizontal or vertical (before bending)
+STRAIGHT = 0.6  # probability that a stroke joins two points of one row or column
 DOT = 0.1  # probability of an extra dot
 MIN_SPAN = (0.3, 0.5)  # the character spans this much of the lattice's width and height
 THUMB = 10  # side of the thumbnail two identities may not share
@@ -45,9 +46,9 @@ def pen_width(geometry: Geometry) -> float:
 
 def invent_strokes(rng: np.random.Generator) -> list[np.ndarray]:
     """One character: polylines ``(k, 2)`` in frame half-sides (x right, y down), centred
-    horizontally. Strokes join lattice points, most of them start where an earlier one
-    touched the lattice (so most characters are connected) and more than half of them
-    are horizontal or vertical; a character spans at least MIN_SPAN of the lattice's width and height
+    horizontally. Strokes join lattice points; most start where an earlier one touched
+    the lattice (so most characters are connected), and 60% join two points of one row or
+    column. A character spans at least ``MIN_SPAN`` of the lattice's width and height
     (drawn again from the same stream until it does)."""
     while True:
         lattice = np.stack(np.meshgrid(np.linspace(0, 1, COLS), np.linspace(0, 1, ROWS)), -1)
@@ -86,7 +87,8 @@ def invent_strokes(rng: np.random.Generator) -> list[np.ndarray]:
             break
     # the lattice's unit square -> frame half-sides: x centred on the ink, y cap height to baseline
     width = rng.uniform(*WIDTH)
-    scale, shift = np.array([width, Y_SPAN[1] - Y_SPAN[0]]), np.array([-width * (lo[0] + hi[0]) / 2, Y_SPAN[0]])
+    scale = np.array([width, Y_SPAN[1] - Y_SPAN[0]])
+    shift = np.array([-width * (lo[0] + hi[0]) / 2, Y_SPAN[0]])
     return [np.clip(s * scale + shift, -REACH, REACH) for s in strokes]
 
 
@@ -131,12 +133,14 @@ def invent(
     for j in tqdm(range(n), desc="glyphs: inventing characters", unit="char", leave=False,
                   disable=not progress):
         for attempt in range(MAX_ATTEMPTS):
-            canvas, m = rasterise(invent_strokes(np.random.default_rng([seed, STREAM, j, attempt])), geometry)
+            strokes = invent_strokes(np.random.default_rng([seed, STREAM, j, attempt]))
+            canvas, m = rasterise(strokes, geometry)
             key = thumbnail(canvas, geometry)
             if key not in seen:
                 break
         else:
-            raise RuntimeError(f"invented script: no new character after {MAX_ATTEMPTS} attempts at {j}")
+            raise DataError(f"invented script: no new character after {MAX_ATTEMPTS} attempts "
+                            f"at identity {j}")
         seen.add(key)
         rasters[j], meta[j] = canvas, m
     return rasters, meta
