@@ -171,10 +171,16 @@ def _add_glyphs(sources: argparse._SubParsersAction) -> None:
             "Render the built-in glyph benchmark: identities are characters, users "
             "are writers (a font plus a personal style). 'shared': every writer writes "
             "from one shared alphabet (handwriting-like); 'owned': each identity "
-            "belongs to a few users (face-like, the paper's regime)."
+            "belongs to a few users (face-like, the paper's regime). '--script invented': "
+            "made-up characters drawn with one pen instead of fonts, as many as needed "
+            "(docs/GLYPHS.md, \"Invented script\")."
         ),
     )
     p.add_argument("--regime", choices=["shared", "owned"], help=f"(default: {d['regime']})")
+    p.add_argument("--script", choices=["unicode", "invented"],
+                   help="identities: characters of the installed fonts, or invented characters "
+                        "(no font needed; identity j does not depend on --users) "
+                        f"(default: {d['script']})")
     for flag, dest, metavar, what in (
         ("--users", "num_users", "N", "number of users"),
         ("--identities-per-user", "identities_per_user", "K", "characters each user writes"),
@@ -188,14 +194,15 @@ def _add_glyphs(sources: argparse._SubParsersAction) -> None:
                        help=f"{what} (default: {d[dest]})")
     p.add_argument("--max-identities", type=_positive_int, metavar="N",
                    help="cap the identity pool (in the shared regime, a cap above the 764 non-CJK "
-                        "characters adds CJK characters when CJK fonts are installed)")
+                        "characters adds CJK characters when CJK fonts are installed; with "
+                        "--script invented: the shared alphabet's size, default 764)")
     p.add_argument("--jitter", type=float, metavar="J",
                    help=f"scale of per-image variation, 0..3 (default: {d['jitter']})")
     p.add_argument("--occlusion", type=float, metavar="P",
                    help="probability an image is partly erased and (separately) blurred; makes "
                         f"within-identity variation harder (default: {d['occlusion']})")
     p.add_argument("--font", dest="extra_font_paths", action="append", metavar="PATH",
-                   help="an extra font file to use (repeatable)")
+                   help="an extra font file to use (repeatable; unicode script only)")
     _add_splits(p, defaults=GLYPH_DEFAULTS, importer=False)
     _add_out(p)
     p.set_defaults(func=guarded(_run_glyphs, "data"))

@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 REGIMES = ("shared", "owned")
+SCRIPTS = ("unicode", "invented")
+INVENTED_ALPHABET = 764  # the invented script's alphabet in the shared regime (as many as the basic tier)
 CJK_FONT_PACKAGES = ("fonts-wqy-zenhei", "fonts-wqy-microhei", "fonts-arphic-uming",
                      "fonts-arphic-ukai", "fonts-ipafont-gothic", "fonts-unfonts-core",
                      "fonts-noto-cjk")
@@ -32,15 +34,18 @@ def _held(fraction: float, n: int) -> int:
 
 @dataclass(frozen=True)
 class GlyphConfig:
-    """The glyph benchmark: identities are Unicode characters, users are writers.
+    """The glyph benchmark: identities are characters, users are writers.
 
-    The two regimes (``shared``: many writers per character; ``owned``: groups of
+    ``script``: ``"unicode"`` (characters the installed fonts draw) or ``"invented"``
+    (made-up characters drawn with one pen, as many as needed; no font is used, see
+    docs/GLYPHS.md, "Invented script"). The two regimes (``shared``: many writers per character; ``owned``: groups of
     ``users_per_identity`` own their identities), what is held out and every field's
     meaning and range: docs/GLYPHS.md, "Two regimes" and "Config". Test and validation
     identities come with their own users, who are never trained on.
     """
 
     regime: str = "shared"
+    script: str = "unicode"
     num_users: int = 300
     identities_per_user: int = 40
     users_per_identity: int = 1
@@ -64,6 +69,8 @@ class GlyphConfig:
 
         if self.regime not in REGIMES:
             raise bad("regime", f"is not one of {REGIMES}")
+        if self.script not in SCRIPTS:
+            raise bad("script", f"is not one of {SCRIPTS}")
         for name, low in (
             ("num_users", 2),
             ("identities_per_user", 1),
@@ -103,6 +110,14 @@ class GlyphConfig:
         if isinstance(paths, (str, bytes)) or not all(isinstance(p, str) for p in paths):
             raise bad("extra_font_paths", "must be a tuple of path strings")
         object.__setattr__(self, "extra_font_paths", tuple(paths))
+        if self.script == "invented":
+            if self.extra_font_paths:
+                raise bad("extra_font_paths", "applies to the unicode script only (the invented "
+                          "script draws with a pen, not with fonts); leave it empty")
+            if self.regime == "owned" and self.max_identities is not None:
+                raise bad("max_identities", "does not apply to the invented script in the owned "
+                          "regime (it invents as many identities as the owner groups need); "
+                          "leave it None")
 
         if self.regime == "shared":
             if self.users_per_identity != 1:
@@ -116,6 +131,12 @@ class GlyphConfig:
                     "identities_per_user",
                     f"exceeds max_identities={self.max_identities}: a user writes "
                     "distinct characters",
+                )
+            if self.script == "invented" and self.identities_per_user > self.invented_identities():
+                raise bad(
+                    "identities_per_user",
+                    f"exceeds the invented alphabet of {self.invented_identities()} characters "
+                    "(a user writes distinct characters); raise max_identities",
                 )
             for name, frac in (
                 ("eval_user_fraction", self.eval_identity_fraction),
@@ -188,7 +209,18 @@ class GlyphConfig:
         """Owned regime: identities the build assigns (each to one owner group)."""
         return (self.num_users // self.users_per_identity) * self.identities_per_user
 
+    def invented_identities(self) -> int:
+        """Invented script: how many characters are invented (owned: one per identity
+        the owner groups hold; shared: the alphabet, ``max_identities`` or 764)."""
+        if self.regime == "owned":
+            return self.identities_needed()
+        return INVENTED_ALPHABET if self.max_identities is None else self.max_identities
+
     def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON values; ``script`` only when it is not ``"unicode"`` (so the
+        metadata of a unicode build is what it was before the field existed)."""
         d = asdict(self)
         d["extra_font_paths"] = list(self.extra_font_paths)
+        if self.script == "unicode":
+            del d["script"]
         return d

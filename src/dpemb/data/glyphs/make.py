@@ -2,20 +2,23 @@
 
 Who writes what follows :class:`~dpemb.data.glyphs.config.GlyphConfig`'s regimes. Every
 user is one font (a writer); in the owned regime a group's identities are drawn by every
-font of the group. No example is wasted: each is in exactly one split.
+font of the group. With the invented script there is no font: the identities are made-up
+characters (:mod:`dpemb.data.glyphs.invented`) and every writer starts from the same pen.
+No example is wasted: each is in exactly one split.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from dpemb.data.dataset import DataError, UserDataset
 from dpemb.data.glyphs.config import CJK_FONT_PACKAGES, GlyphConfig
 from dpemb.data.glyphs.fonts import FontInfo, scan_fonts
+from dpemb.data.glyphs import invented
 from dpemb.data.glyphs.identities import Identity, build_pool, candidate_code_points, label_name
 from dpemb.data.glyphs.render import (
     Geometry,
@@ -109,8 +112,9 @@ def _sorted_parts(perm: np.ndarray, first: int, second: int) -> list[np.ndarray]
 
 
 def assign_shared(
-    pool: list[Identity], fonts: Sequence[FontInfo], cfg: GlyphConfig, rng: np.random.Generator
+    pool: list[Identity], fonts: Sequence[object], cfg: GlyphConfig, rng: np.random.Generator
 ) -> Assignment:
+    """Shared regime (``fonts``: only their number is used; the pool's entries name theirs)."""
     n = len(pool)
     n_test = _held_count(cfg.eval_identity_fraction, n)
     n_val = _held_count(cfg.validation_identity_fraction, n)
@@ -216,6 +220,27 @@ def assign_owned(
         for k, f in enumerate(chosen):
             user_font[g * upi + k] = f
             user_ids.append(ids)
+    return _owned_roles(pool, user_font, user_ids, cfg, rng)
+
+
+def assign_invented_owned(cfg: GlyphConfig, rng: np.random.Generator) -> Assignment:
+    """Owned regime, invented script: owner group g holds the invented identities
+    ``g * K .. (g + 1) * K - 1`` (K = identities_per_user), so a group's identities do not
+    depend on the number of groups; held-out groups and public users as in assign_owned."""
+    groups, upi = cfg.num_users // cfg.users_per_identity, cfg.users_per_identity
+    ids = np.arange(cfg.identities_needed(), dtype=np.int64).reshape(groups, -1)
+    pool = [Identity(j, ()) for j in range(ids.size)]
+    user_ids = [ids[g] for g in range(groups) for _ in range(upi)]
+    return _owned_roles(pool, np.zeros(cfg.num_users, dtype=np.int64), user_ids, cfg, rng)
+
+
+def _owned_roles(
+    pool: list[Identity], user_font: np.ndarray, user_ids: list[np.ndarray], cfg: GlyphConfig,
+    rng: np.random.Generator,
+) -> Assignment:
+    """The owned regime's held-out groups (test, validation) and public users."""
+    upi = cfg.users_per_identity
+    groups = cfg.num_users // upi
     n_eval, n_val = cfg.eval_groups(groups), cfg.validation_groups(groups)
     eval_groups, val_groups, _ = _sorted_parts(rng.permutation(groups), n_eval, n_val)
 
@@ -261,21 +286,94 @@ def _examples(asg: Assignment, cfg: GlyphConfig) -> tuple[np.ndarray, np.ndarray
     return np.repeat(np.arange(len(counts), dtype=np.int64), counts), idents, counts
 
 
+@dataclasses.dataclass(frozen=True)
+class _Drawn:
+    """What a script hands the renderer."""
+
+    asg: Assignment
+    users: np.ndarray  # (N,) user of each example, grouped by user
+    idents: np.ndarray  # (N,) pool index of each example
+    counts: np.ndarray  # (U,) examples per user
+    rasters: np.ndarray  # StrokeCache.arrays()
+    meta: np.ndarray
+    source: np.ndarray  # (N,) raster of each example
+    font_stroke: np.ndarray  # (U,) each user's base stroke width, canvas px
+    name: Callable[[int], str]  # label name of a pool index
+    info: dict[str, Any]  # the script's entries of UserDataset.source
+
+
 def make_glyphs(cfg: GlyphConfig, *, progress: bool = True) -> UserDataset:
     """Build the glyph benchmark described by ``cfg`` (deterministic from ``cfg.seed``
-    and the installed fonts: the same config on the same machine gives a
-    byte-identical dataset). The returned :class:`UserDataset` (uint8 ``(N, S, S, 1)``,
-    ink bright on black, roles and ``source`` set): docs/GLYPHS.md, after the example.
+    and, for the unicode script, the installed fonts: the same config on the same
+    machine gives a byte-identical dataset; the invented script needs no font). The
+    returned :class:`UserDataset` (uint8 ``(N, S, S, 1)``, ink bright on black, roles and
+    ``source`` set): docs/GLYPHS.md, after the example.
     """
     if not isinstance(cfg, GlyphConfig):
         raise TypeError(f"make_glyphs expects a GlyphConfig, got {type(cfg).__name__}")
+    geometry = Geometry(cfg.image_size)
+    draw = _draw_invented if cfg.script == "invented" else _draw_unicode
+    d = draw(cfg, geometry, progress)
+    asg, users, idents, counts = d.asg, d.users, d.idents, d.counts
+
+    # labels: the identities that occur, numbered in pool order (code point order)
+    used, labels = np.unique(idents, return_inverse=True)
+    label_names = [d.name(int(j)) for j in used]
+    eval_labels = np.searchsorted(used, np.intersect1d(asg.eval_identities, used))
+    validation_labels = np.searchsorted(used, np.intersect1d(asg.validation_identities, used))
+    for what, labs, frac in (
+        ("test", eval_labels, cfg.eval_identity_fraction),
+        ("validation", validation_labels, cfg.validation_identity_fraction),
+    ):
+        if frac > 0 and len(labs) < 2:
+            raise DataError(
+                f"glyphs: only {len(labs)} {what} identities were written; raise num_users, "
+                f"identities_per_user or the {what} fraction"
+            )
+    n_train = len(used) - len(eval_labels) - len(validation_labels)
+    if n_train < 1:
+        raise DataError("glyphs: no training identity was written; lower the held-out fractions")
+
+    styles = draw_writer_styles(
+        cfg.num_users, np.random.default_rng([cfg.seed, _STYLE]), d.font_stroke, geometry
+    )
+    params = draw_image_params(
+        d.source,
+        users,
+        styles,
+        np.random.default_rng([cfg.seed, _JITTER]),
+        jitter=cfg.jitter,
+        occlusion=cfg.occlusion,
+        max_thicken=geometry.max_thicken,
+    )
+    images = render_images(d.rasters, d.meta, params, geometry, seed=cfg.seed, progress=progress)
+
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    prefix = "w" if cfg.regime == "shared" else "p"
+    src = {"kind": "glyphs", "generator_version": GENERATOR_VERSION, "config": cfg.to_dict(), **d.info}
+    return UserDataset(
+        images=images,
+        labels=labels,
+        offsets=offsets,
+        user_names=[f"{prefix}{u:05d}" for u in range(cfg.num_users)],
+        label_names=label_names,
+        eval_labels=[int(x) for x in eval_labels],
+        public_users=[int(x) for x in asg.public_users],
+        source=src,
+        validation_labels=[int(x) for x in validation_labels],
+        eval_users=[int(x) for x in asg.test_users],
+        validation_users=[int(x) for x in asg.validation_users],
+    )
+
+
+def _draw_unicode(cfg: GlyphConfig, geometry: Geometry, progress: bool) -> _Drawn:
+    """Unicode script: the fonts' characters, one font per user."""
     fonts = available_fonts(cfg.extra_font_paths, progress=progress)
     if not fonts:
         raise DataError(
             "glyphs: no usable font found (searched fc-list, /usr/share/fonts and "
             "matplotlib's fonts); install fonts-dejavu-core or " + widen_hint()
         )
-    geometry = Geometry(cfg.image_size)
     cache = StrokeCache(fonts, geometry)
     for _attempt in range(5):
         full = build_pool(fonts)
@@ -299,65 +397,34 @@ def make_glyphs(cfg: GlyphConfig, *, progress: bool = True) -> UserDataset:
     else:
         raise DataError("glyphs: fonts keep producing empty glyphs; pass other fonts")
 
-    # labels: the identities that occur, numbered in code point order
-    used, labels = np.unique(idents, return_inverse=True)
-    label_names = [label_name(pool[j].cp) for j in used]
-    eval_labels = np.searchsorted(used, np.intersect1d(asg.eval_identities, used))
-    validation_labels = np.searchsorted(used, np.intersect1d(asg.validation_identities, used))
-    for what, labs, frac in (
-        ("test", eval_labels, cfg.eval_identity_fraction),
-        ("validation", validation_labels, cfg.validation_identity_fraction),
-    ):
-        if frac > 0 and len(labs) < 2:
-            raise DataError(
-                f"glyphs: only {len(labs)} {what} identities were written; raise num_users, "
-                f"identities_per_user or the {what} fraction"
-            )
-    n_train = len(used) - len(eval_labels) - len(validation_labels)
-    if n_train < 1:
-        raise DataError("glyphs: no training identity was written; lower the held-out fractions")
-
     font_stroke = np.array([cache.stroke_width(int(f)) for f in asg.user_font])
     rasters, meta = cache.arrays()
     source = np.array(
         [cache.index[(int(f), int(cp))] for f, cp in zip(asg.user_font[users], pool_cp[idents])],
         dtype=np.int64,
     )
-    styles = draw_writer_styles(
-        cfg.num_users, np.random.default_rng([cfg.seed, _STYLE]), font_stroke, geometry
-    )
-    params = draw_image_params(
-        source,
-        users,
-        styles,
-        np.random.default_rng([cfg.seed, _JITTER]),
-        jitter=cfg.jitter,
-        occlusion=cfg.occlusion,
-        max_thicken=geometry.max_thicken,
-    )
-    images = render_images(rasters, meta, params, geometry, seed=cfg.seed, progress=progress)
-
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    prefix = "w" if cfg.regime == "shared" else "p"
-    src = {
-        "kind": "glyphs",
-        "generator_version": GENERATOR_VERSION,
-        "config": cfg.to_dict(),
+    info = {
         "fonts": [f.describe() for f in fonts],
         "pool_size": len(pool),
         "pool_size_all_tiers": len(full),
         "user_fonts": asg.user_font.tolist(),
     }
-    return UserDataset(
-        images=images,
-        labels=labels,
-        offsets=offsets,
-        user_names=[f"{prefix}{u:05d}" for u in range(cfg.num_users)],
-        label_names=label_names,
-        eval_labels=[int(x) for x in eval_labels],
-        public_users=[int(x) for x in asg.public_users],
-        source=src,
-        validation_labels=[int(x) for x in validation_labels],
-        eval_users=[int(x) for x in asg.test_users],
-        validation_users=[int(x) for x in asg.validation_users],
-    )
+    return _Drawn(asg, users, idents, counts, rasters, meta, source, font_stroke,
+                  lambda j: label_name(pool[j].cp), info)
+
+
+def _draw_invented(cfg: GlyphConfig, geometry: Geometry, progress: bool) -> _Drawn:
+    """Invented script: identity j is invented character j; every user starts from the pen."""
+    rng = np.random.default_rng([cfg.seed, _ASSIGN])
+    if cfg.regime == "owned":
+        asg = assign_invented_owned(cfg, rng)
+    else:
+        pool = [Identity(j, (0,)) for j in range(cfg.invented_identities())]
+        asg = assign_shared(pool, ("pen",), cfg, rng)
+    users, idents, counts = _examples(asg, cfg)
+    rasters, meta = invented.invent(len(asg.pool), cfg.seed, geometry, progress=progress)
+    font_stroke = np.full(cfg.num_users, invented.pen_width(geometry))
+    info = {"script": "invented", "invented_version": invented.INVENTED_VERSION, "fonts": [],
+            "pool_size": len(asg.pool)}
+    return _Drawn(asg, users, idents, counts, rasters, meta, idents, font_stroke,
+                  invented.label_name, info)
