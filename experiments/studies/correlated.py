@@ -10,7 +10,7 @@ chosen on validation at epsilon 2 by the study moonshot) at epsilon 1, 3 test se
 rounds chosen at epsilon 1 on validation (400, 600 or 1,200; seed 0), then 3 test seeds of the
 chosen; then its server EMA at those rounds (0.99, 0.995 or 0.998), then its users per client
 (8, 4 or 2 in 16, 32 or 64 clients a round) and, for smaller clients, its rounds again
-(600 or 1,200), the same way, with 3 test seeds of the last choice (docs/RESULTS_CORRELATED.md).
+(600 or 1,200), the same way, each choice with its 3 test seeds (docs/RESULTS_CORRELATED.md).
 
     .venv/bin/python experiments/harness.py correlated --work runs/studies --jobs 2
     # 16 runs of about 10 minutes (one thread each) per cell: about 80 minutes on 2 cores;
@@ -164,11 +164,8 @@ def plan(rows: list[dict[str, Any]]) -> list[Run]:
             runs += choose_then_test(rows, candidates((pop, eps), m),
                                      lambda b, m=m, e=eps, n=pop: [run(e, m, s, bands=b, population=n) for s in SEEDS])
     moon = [moonshot(s) for s in SEEDS]  # the recipe as shipped, whatever validation chooses
-    stages = moonshot_stages(rows)
-    for cands, _, _ in stages:
-        moon += cands.values()
-    for _, chosen, tests in (stages[0], stages[-1]):  # test seeds: the rounds' (when they were the one
-        moon += tests(chosen) if chosen is not None else []  # choice made) and the last choice's
+    for cands, _, tests in moonshot_stages(rows):  # each choice's test seeds (a later choice of the
+        moon += choose_then_test(rows, cands, tests)  # same configuration adds no run)
     return runs + list({r.key: r for r in moon}.values())
 
 
