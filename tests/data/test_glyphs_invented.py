@@ -39,8 +39,10 @@ def test_identities_are_distinct_even_at_low_resolution():
     assert len({invented.thumbnail(r, GEOMETRY) for r in rasters}) == 1500
 
 
-def test_a_character_like_an_earlier_one_is_drawn_again(monkeypatch):
-    """Every other candidate repeats identity 0's strokes: invent must redraw them."""
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_character_like_an_earlier_one_is_drawn_again(monkeypatch, workers):
+    """Every other candidate repeats identity 0's strokes: invent must redraw them (also
+    when the first attempts are drawn in forked processes)."""
     first = invented.invent_strokes(np.random.default_rng([0, invented.STREAM, 0, 0]))
     real, calls = invented.invent_strokes, []
 
@@ -49,9 +51,19 @@ def test_a_character_like_an_earlier_one_is_drawn_again(monkeypatch):
         return first if len(calls) % 2 == 0 else real(rng)
 
     monkeypatch.setattr(invented, "invent_strokes", copycat)
-    rasters, _ = invented.invent(30, 0, GEOMETRY)
+    rasters, _ = invented.invent(30, 0, GEOMETRY, workers=workers)
     assert len({r.tobytes() for r in rasters}) == 30
-    assert len(calls) > 30  # the copies were rejected and redrawn
+    assert len(calls) > (30 if workers == 1 else 0)  # the copies were rejected and redrawn (here: the redraws)
+
+
+@pytest.mark.parametrize("script", ["invented", "unicode"])
+def test_workers_draw_byte_identical_data(script):
+    """3 processes draw the images (several 512-image chunks each with its own noise) and
+    invent the characters exactly as one process does."""
+    cfg = GlyphConfig(num_users=150, **{**FACES, "images_per_identity": 8, "script": script})
+    one, three = (make_glyphs(cfg, progress=False, workers=w) for w in (1, 3))
+    assert len(one.images) == 1200 and one.images.tobytes() == three.images.tobytes()
+    assert np.array_equal(one.labels, three.labels) and one.source == three.source
 
 
 def test_rasters_follow_the_stroke_cache_format():
@@ -175,7 +187,8 @@ def test_cli_script_flag_round_trip(tmp_path, capsys):
     out = tmp_path / "inv"
     assert run(["data", "make", "glyphs", "--script", "invented", "--regime", "owned", "--users", "24",
                 "--identities-per-user", "1", "--images-per-identity", "2", "--eval-identity-fraction",
-                "0.1", "--validation-identity-fraction", "0.1", "--out", str(out), "--no-progress"]) == 0
+                "0.1", "--validation-identity-fraction", "0.1", "--workers", "2", "--out", str(out),
+                "--no-progress"]) == 0
     ds = UserDataset.load(out)
     assert ds.source["config"]["script"] == "invented" and ds.label_names[0] == "inv000000"
     assert ds.num_users == ds.num_classes == 24

@@ -203,6 +203,9 @@ def _add_glyphs(sources: argparse._SubParsersAction) -> None:
                         f"within-identity variation harder (default: {d['occlusion']})")
     p.add_argument("--font", dest="extra_font_paths", action="append", metavar="PATH",
                    help="an extra font file to use (repeatable; unicode script only)")
+    p.add_argument("--workers", type=_positive_int, default=1, metavar="P",
+                   help="processes that draw the images (and invent the characters); the data do "
+                        "not depend on it (default: 1)")
     _add_splits(p, defaults=GLYPH_DEFAULTS, importer=False)
     _add_out(p)
     p.set_defaults(func=guarded(_run_glyphs, "data"))
@@ -371,7 +374,7 @@ def _run_glyphs(args: argparse.Namespace) -> None:
     except ValueError as e:
         raise UsageError(str(e)) from e
     _check_out(args.out)
-    _save(make_glyphs(cfg, progress=not args.no_progress), args.out)
+    _save(make_glyphs(cfg, progress=not args.no_progress, workers=args.workers), args.out)
 
 
 def _save(ds: UserDataset, out: str) -> None:

@@ -19,7 +19,7 @@ from PIL import Image, ImageDraw
 from tqdm.auto import tqdm
 
 from dpemb.data.dataset import DataError
-from dpemb.data.glyphs.render import FRAME_EM, Geometry
+from dpemb.data.glyphs.render import FRAME_EM, Geometry, in_order
 
 INVENTED_VERSION = 1  # bump when the same seed would invent other characters
 STREAM = 7  # random stream of the invented characters (make.py uses 1 to 6)
@@ -121,21 +121,28 @@ def thumbnail(canvas: np.ndarray, geometry: Geometry) -> bytes:
     return np.packbits(np.asarray(small) >= 40).tobytes()
 
 
+def candidate(j: int, attempt: int, seed: int, geometry: Geometry) -> tuple[np.ndarray, tuple[float, ...], bytes]:
+    """Identity ``j``'s ``attempt``-th drawing: its canvas, meta and thumbnail."""
+    canvas, m = rasterise(invent_strokes(np.random.default_rng([seed, STREAM, j, attempt])), geometry)
+    return canvas, m, thumbnail(canvas, geometry)
+
+
 def invent(
-    n: int, seed: int, geometry: Geometry, *, progress: bool = False
+    n: int, seed: int, geometry: Geometry, *, progress: bool = False, workers: int = 1
 ) -> tuple[np.ndarray, np.ndarray]:
     """Identities ``0 .. n-1``: rasters uint8 ``(n, C, C)`` and meta float64 ``(n, 7)``.
-    Deterministic; ``invent(m, ...)`` is the first ``m`` of ``invent(n, ...)`` for m < n."""
+    Deterministic; ``invent(m, ...)`` is the first ``m`` of ``invent(n, ...)`` for m < n.
+    ``workers`` > 1 draws every identity's first attempt in that many forked processes; the
+    redraws, in identity order, are this process's: the result is ``workers=1``'s."""
     c = geometry.canvas
     rasters = np.empty((n, c, c), dtype=np.uint8)
     meta = np.empty((n, 7), dtype=np.float64)
     seen: set[bytes] = set()
-    for j in tqdm(range(n), desc="glyphs: inventing characters", unit="char", leave=False,
-                  disable=not progress):
+    firsts = in_order(lambda j: candidate(j, 0, seed, geometry), range(n), workers)
+    for j, first in tqdm(firsts, total=n, desc="glyphs: inventing characters", unit="char", leave=False,
+                         disable=not progress):
         for attempt in range(MAX_ATTEMPTS):
-            strokes = invent_strokes(np.random.default_rng([seed, STREAM, j, attempt]))
-            canvas, m = rasterise(strokes, geometry)
-            key = thumbnail(canvas, geometry)
+            canvas, m, key = first if attempt == 0 else candidate(j, attempt, seed, geometry)
             if key not in seen:
                 break
         else:

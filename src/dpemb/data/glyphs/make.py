@@ -302,18 +302,19 @@ class _Drawn:
     info: dict[str, Any]  # the script's entries of UserDataset.source
 
 
-def make_glyphs(cfg: GlyphConfig, *, progress: bool = True) -> UserDataset:
+def make_glyphs(cfg: GlyphConfig, *, progress: bool = True, workers: int = 1) -> UserDataset:
     """Build the glyph benchmark described by ``cfg`` (deterministic from ``cfg.seed``
     and, for the unicode script, the installed fonts: the same config on the same
     machine gives a byte-identical dataset; the invented script needs no font). The
     returned :class:`UserDataset` (uint8 ``(N, S, S, 1)``, ink bright on black, roles and
-    ``source`` set): docs/GLYPHS.md, after the example.
+    ``source`` set): docs/GLYPHS.md, after the example. ``workers``: processes that draw the
+    images (and invent the characters); the dataset does not depend on it.
     """
     if not isinstance(cfg, GlyphConfig):
         raise TypeError(f"make_glyphs expects a GlyphConfig, got {type(cfg).__name__}")
     geometry = Geometry(cfg.image_size)
     draw = _draw_invented if cfg.script == "invented" else _draw_unicode
-    d = draw(cfg, geometry, progress)
+    d = draw(cfg, geometry, progress, workers)
     asg, users, idents, counts = d.asg, d.users, d.idents, d.counts
 
     # labels: the identities that occur, numbered in pool order (code point order)
@@ -346,7 +347,8 @@ def make_glyphs(cfg: GlyphConfig, *, progress: bool = True) -> UserDataset:
         occlusion=cfg.occlusion,
         max_thicken=geometry.max_thicken,
     )
-    images = render_images(d.rasters, d.meta, params, geometry, seed=cfg.seed, progress=progress)
+    images = render_images(d.rasters, d.meta, params, geometry, seed=cfg.seed, progress=progress,
+                           workers=workers)
 
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     prefix = "w" if cfg.regime == "shared" else "p"
@@ -366,8 +368,9 @@ def make_glyphs(cfg: GlyphConfig, *, progress: bool = True) -> UserDataset:
     )
 
 
-def _draw_unicode(cfg: GlyphConfig, geometry: Geometry, progress: bool) -> _Drawn:
-    """Unicode script: the fonts' characters, one font per user."""
+def _draw_unicode(cfg: GlyphConfig, geometry: Geometry, progress: bool, workers: int = 1) -> _Drawn:
+    """Unicode script: the fonts' characters, one font per user (rasterised in this process
+    whatever ``workers``)."""
     fonts = available_fonts(cfg.extra_font_paths, progress=progress)
     if not fonts:
         raise DataError(
@@ -413,7 +416,7 @@ def _draw_unicode(cfg: GlyphConfig, geometry: Geometry, progress: bool) -> _Draw
                   lambda j: label_name(pool[j].cp), info)
 
 
-def _draw_invented(cfg: GlyphConfig, geometry: Geometry, progress: bool) -> _Drawn:
+def _draw_invented(cfg: GlyphConfig, geometry: Geometry, progress: bool, workers: int = 1) -> _Drawn:
     """Invented script: identity j is invented character j; every user starts from the pen."""
     rng = np.random.default_rng([cfg.seed, _ASSIGN])
     if cfg.regime == "owned":
@@ -422,7 +425,7 @@ def _draw_invented(cfg: GlyphConfig, geometry: Geometry, progress: bool) -> _Dra
         pool = [Identity(j, (0,)) for j in range(cfg.invented_identities())]
         asg = assign_shared(pool, ("pen",), cfg, rng)
     users, idents, counts = _examples(asg, cfg)
-    rasters, meta = invented.invent(len(asg.pool), cfg.seed, geometry, progress=progress)
+    rasters, meta = invented.invent(len(asg.pool), cfg.seed, geometry, progress=progress, workers=workers)
     font_stroke = np.full(cfg.num_users, invented.pen_width(geometry))
     info = {"script": "invented", "invented_version": invented.INVENTED_VERSION, "fonts": [],
             "pool_size": len(asg.pool)}

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import multiprocessing
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -358,8 +359,12 @@ def render_images(
     *,
     seed: int,
     progress: bool = False,
+    workers: int = 1,
 ) -> np.ndarray:
-    """Draw every example; returns uint8 ``(N, S, S, 1)``, ink bright on black."""
+    """Draw every example; returns uint8 ``(N, S, S, 1)``, ink bright on black.
+
+    ``workers`` > 1 draws the fixed-size chunks in that many forked processes: every chunk
+    has its own noise stream, so the images are byte-identical to ``workers=1``'s."""
     s = geometry.image_size
     n_out = s * SUPERSAMPLE
     c = geometry.canvas
@@ -392,16 +397,42 @@ def render_images(
     bx, by = base[..., 0], base[..., 1]
     bank_x, bank_y = bank[..., 0].contiguous(), bank[..., 1].contiguous()
 
+    def draw(ci: int) -> np.ndarray:
+        sl = slice(ci * CHUNK, min((ci + 1) * CHUNK, n))
+        return _draw_chunk(rasters, params, sl, geometry, bank_x, bank_y, bx, by, mat_g[sl], ctr_g[sl],
+                           np.random.default_rng([seed, 5, ci]))
+
     bar = tqdm(total=n, desc="glyphs: drawing images", unit="img", leave=False, disable=not progress)
     with _threads(RENDER_THREADS), bar:
-        for ci, start in enumerate(range(0, n, CHUNK)):
-            sl = slice(start, min(start + CHUNK, n))
-            out[sl] = _draw_chunk(
-                rasters, params, sl, geometry, bank_x, bank_y, bx, by, mat_g[sl], ctr_g[sl],
-                np.random.default_rng([seed, 5, ci]),
-            )
-            bar.update(sl.stop - sl.start)
+        for ci, img in in_order(draw, range(-(-n // CHUNK)), workers):
+            out[ci * CHUNK: ci * CHUNK + len(img)] = img
+            bar.update(len(img))
     return out
+
+
+def in_order(fn: Callable[[int], Any], items: range, workers: int) -> Iterator[tuple[int, Any]]:
+    """``(i, fn(i))`` for each ``i`` of ``items``, in order; ``workers`` > 1 computes them in
+    that many forked processes (``fn`` and what it reads are inherited, not pickled), one
+    contiguous block of ``items`` each at a time. Deterministic when ``fn`` is."""
+    if workers <= 1 or len(items) < 2:
+        yield from ((i, fn(i)) for i in items)
+        return
+    global _FORKED
+    _FORKED = fn
+    step = max(1, min(64, -(-len(items) // workers)))
+    blocks = [items[k:k + step] for k in range(0, len(items), step)]
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        for block, results in zip(blocks, pool.imap(_forked_block, blocks)):
+            yield from zip(block, results)
+    _FORKED = None
+
+
+_FORKED: Callable[[int], Any] | None = None  # in_order's function, for its forked workers
+
+
+def _forked_block(block: range) -> list[Any]:
+    assert _FORKED is not None
+    return [_FORKED(i) for i in block]
 
 
 @contextlib.contextmanager
