@@ -9,9 +9,8 @@ them, the moonshot "100k users at epsilon 1": the recipe as shipped (1,200 round
 chosen on validation at epsilon 2 by the study moonshot) at epsilon 1, 3 test seeds; and its
 rounds chosen at epsilon 1 on validation (400, 600 or 1,200; seed 0), then 3 test seeds of the
 chosen; then its server EMA at those rounds (0.99, 0.995 or 0.998), then its users per client
-(8, 4, 2 or 1 in 16, 32, 64 or 128 clients a round; one user: sensitivity C, not 2C) and, for
-smaller clients, its rounds again (600 or 1,200), the same way, each choice with its 3 test
-seeds (docs/RESULTS_CORRELATED.md).
+(8, 4 or 2 in 16, 32 or 64 clients a round) and, for smaller clients, its rounds again
+(600 or 1,200), the same way, each choice with its 3 test seeds (docs/RESULTS_CORRELATED.md).
 
     .venv/bin/python experiments/harness.py correlated --work runs/studies --jobs 2
     # 16 runs of about 10 minutes (one thread each) per cell: about 80 minutes on 2 cores;
@@ -45,7 +44,7 @@ DELTA = {100_000: 1e-6, 1_000_000: 1e-7}  # below 1 / N' (the recipe's own delta
 MOONSHOT_EPSILON = 1.0  # the recipe at its own population (100,000), at this epsilon
 MOONSHOT_ROUNDS = (400, 600, 1200)  # the moonshot's rounds, scored on validation; 1,200: the recipe's own
 MOONSHOT_EMA = (0.99, 0.995, 0.998)  # then its server EMA at the chosen rounds; 0.99: the recipe's own
-MOONSHOT_USERS_PER_CLIENT = (8, 4, 2, 1)  # then its users per client K there, M = 128 / K; 8: the recipe's own
+MOONSHOT_USERS_PER_CLIENT = (8, 4, 2)  # then its users per client K there, M = 128 / K; 8: the recipe's own
 MOONSHOT_USERS_A_ROUND = 128  # K x M, the recipe's (8 x 16): the smaller clients keep the users a round
 MECHANISMS = ("gaussian", "tree", "bandmf", "blt")  # gaussian: DP-FedEmb; the others DP-FTRL-FedEmb's
 BANDS = {"bandmf": (1, 4), "blt": (35, 16)}  # the candidates for b, scored on validation
