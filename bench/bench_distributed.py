@@ -74,12 +74,11 @@ def run(procs: int, data: Path, out: Path, a: argparse.Namespace) -> dict:
     wall = time.perf_counter() - t0
     print(f"{procs} process(es): {wall:.1f} s", file=sys.stderr, flush=True)
     recs = [json.loads(line) for line in (out / "private" / "diagnostics.jsonl").read_text().splitlines()]
-    secs = [r["seconds"] for r in recs if "seconds" in r]
-    secs = secs[1:-1] or secs  # without warm-up and the evaluating last round, when there are more
-    waits = [r.get("collective_seconds", 0.0) for r in recs if "seconds" in r]
-    waits = waits[1:-1] or waits
-    ranks = [r["client_seconds"] for r in recs if "seconds" in r]
-    ranks = ranks[1:-1] or ranks
+    rounds = [r for r in recs if "seconds" in r]
+    rounds = rounds[1:-1] or rounds  # without warm-up and the evaluating last round, when there are more
+    secs = [r["seconds"] for r in rounds]
+    waits = [r.get("collective_seconds", 0.0) for r in rounds]
+    ranks = [r["client_seconds"] for r in rounds]
     return {"procs": procs, "round_s": statistics.median(secs), "wait_s": statistics.median(waits), "wall_s": wall,
             "rank0_s": statistics.median(t[0] for t in ranks), "slowest_s": statistics.median(max(t) for t in ranks),
             "fastest_s": statistics.median(min(t) for t in ranks),

@@ -129,7 +129,7 @@ def moonshot_stages(rows: list[dict[str, Any]]) -> list[tuple[dict[Any, Run], An
         return stages
     by_k = users_candidates(rounds, ema)
     k = choose(rows, by_k)
-    stages.append((by_k, k, lambda k: [moonshot(s, rounds=rounds, ema=ema, users_per_client=k) for s in SEEDS]))
+    stages.append((by_k, k, lambda u: [moonshot(s, rounds=rounds, ema=ema, users_per_client=u) for s in SEEDS]))
     if k is None or k == MOONSHOT_USERS_PER_CLIENT[0]:
         return stages
     again = {r: moonshot(0, "validation", r, ema, k) for r in MOONSHOT_ROUNDS if r >= rounds}

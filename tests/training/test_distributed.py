@@ -10,7 +10,6 @@ killed rank stops the job with a clear error and an intact checkpoint to resume 
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -22,7 +21,7 @@ from dpemb.training.checkpoint import load_checkpoint
 from dpemb.training.executor import DistributedEnv, assign_clients, collective_backend, rank_device
 from dpemb.training.modelinit import build_model
 from tests.training.dist_ranks import launch
-from tests.training.test_federated import MODEL, crash_in_round_3, setup
+from tests.training.test_federated import MODEL, crash_in_round_3, diagnostics, setup
 
 ATOL = 1e-5  # float summation order of the partial sums
 
@@ -97,8 +96,7 @@ def test_two_processes_train_the_same_model_as_one(tmp_path, algorithm):
         assert rep2["final"][k] == pytest.approx(v, abs=1e-3), k
     assert rep2["rounds"] == rep1["rounds"] == spec.rounds
     for name, ranks in (("one", 1), ("two", 2)):  # each rank's time on its clients, in the private file
-        recs = [json.loads(line) for line in (tmp_path / name / "private" / "diagnostics.jsonl").read_text().splitlines()]
-        times = [r["client_seconds"] for r in recs if "seconds" in r]
+        times = [r["client_seconds"] for r in diagnostics(tmp_path / name)]
         assert len(times) == spec.rounds and all(len(t) == ranks and min(t) > 0 for t in times), times
 
 

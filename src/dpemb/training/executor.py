@@ -124,9 +124,7 @@ class DistributedExecutor(LocalExecutor):
         self._collective(f"round {rnd + 1}", lambda: dist.broadcast_object_list([msg], src=0))
         buf = start.detach().to(self.comm_device).clone()
         self._collective(f"round {rnd + 1}", lambda: dist.broadcast(buf, src=0))
-        t0 = time.perf_counter()
-        tally = self._run(rnd, start, work[0], acc)
-        return self._merge(rnd, acc, tally, time.perf_counter() - t0)
+        return self._merge(rnd, acc, *self._run(rnd, start, work[0], acc))
 
     def _merge(self, rnd: int, acc: ClipAndSum, tally: ClientTally, seconds: float) -> ClientTally:
         """Reduce the clipped sums to rank 0 and gather there the counts and each rank's
@@ -193,9 +191,7 @@ class DistributedExecutor(LocalExecutor):
             self._collective(f"round {rnd + 1}", lambda: dist.broadcast(start, src=0))
             clip_norm, sensitivity, relation = msg["clip"]
             acc = ClipAndSum(self.template, clip_norm, sensitivity, relation)
-            t0 = time.perf_counter()
-            tally = self._run(rnd, start.to(self.data.device), msg["work"][self.rank], acc)
-            self._merge(rnd, acc, tally, time.perf_counter() - t0)
+            self._merge(rnd, acc, *self._run(rnd, start.to(self.data.device), msg["work"][self.rank], acc))
             served += 1
 
     def _serve_embed(self, msg: dict[str, Any]) -> None:
@@ -214,10 +210,13 @@ class DistributedExecutor(LocalExecutor):
 
     # ------------------------------------------------------------------ both
     def _run(self, rnd: int, start: torch.Tensor, work: list[tuple[np.ndarray, tuple[int, int]]],
-             acc: ClipAndSum) -> ClientTally:
+             acc: ClipAndSum) -> tuple[ClientTally, float]:
+        """This rank's share of the round's clients, clipped into ``acc``; and the seconds it took."""
         slots = [np.asarray(u, dtype=np.int64) for u, _ in work]
         keys = [tuple(k) for _, k in work]
-        return self._train(rnd, start, slots, keys, acc)
+        t0 = time.perf_counter()
+        tally = self._train(rnd, start, slots, keys, acc)
+        return tally, time.perf_counter() - t0
 
     def _collective(self, where: str, call: Any) -> None:
         """Run one collective; a failure becomes ``RankFailure`` naming ``where`` it happened."""

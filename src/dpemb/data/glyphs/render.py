@@ -421,10 +421,12 @@ def in_order(fn: Callable[[int], Any], items: range, workers: int) -> Iterator[t
     _FORKED = fn
     step = max(1, min(64, -(-len(items) // workers)))
     blocks = [items[k:k + step] for k in range(0, len(items), step)]
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        for block, results in zip(blocks, pool.imap(_forked_block, blocks)):
-            yield from zip(block, results)
-    _FORKED = None
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            for block, results in zip(blocks, pool.imap(_forked_block, blocks)):
+                yield from zip(block, results)
+    finally:
+        _FORKED = None
 
 
 _FORKED: Callable[[int], Any] | None = None  # in_order's function, for its forked workers
