@@ -63,7 +63,7 @@ BEFORE = {"long": {
     "correlated-test": ["0.824, 0.826, 0.834 | 0.828 ± 0.005 [3]", "0.738, 0.736, 0.737 | 0.737 ± 0.001 [3]",
                         "| 1 | 0.0890 | 1.941 | 1.000 | 6,245 | 0.112 | 0.829, 0.821, 0.829 | 0.826 ± 0.005 [3]",
                         "| 35 | 0.1937 | 4.225 | 1.000 | 39 | 0.177 | 0.805, 0.831, 0.816 | 0.817 ± 0.013 [3]"],
-    "correlated-moonshot": []}}
+    "correlated-moonshot": [], "correlated-moonshot-10k": []}}
 
 
 def rows_of(study) -> list[dict]:
@@ -118,9 +118,10 @@ def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
     for pop, eps in correlated.CELLS:
         def at(c) -> bool:
             return (c.privacy.target_epsilon, c.privacy.target_population, c.privacy.rounds) == (eps, pop, 200)
-        cell = {r.key for r in planned if at(r.config)}
+        cell = {r.key for r in planned if at(r.config) and not r.name.startswith("moonshot/")}
         exported = {x["key"] for x in rows if (h.setting(x, "privacy.target_epsilon"), h.setting(
-            x, "privacy.target_population"), h.setting(x, "privacy.rounds")) == (eps, pop, 200)}
+            x, "privacy.target_population"), h.setting(x, "privacy.rounds")) == (eps, pop, 200)
+            and not x["name"].startswith("moonshot/")}
         chosen = all(h.choose(rows, correlated.candidates((pop, eps), m)) is not None for m in correlated.BANDS)
         assert exported <= cell and len(cell) == (16 if chosen else 10), (pop, eps)
         if not chosen:
@@ -130,7 +131,8 @@ def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
         exported_runs += len(exported)
     moon = {r.key for r in planned if r.name.startswith("moonshot/")}
     shipped = {correlated.moonshot(s).key for s in correlated.SEEDS}
-    stages = correlated.moonshot_stages(rows)  # rounds, server EMA, users per client, [rounds again], on validation
+    stages = correlated.moonshot_stages(rows)  # rounds, server EMA, users per client, [rounds again], public start
+    first, small = stages[:-1], stages[-1]  # and server lr, on validation; then the 10k moonshot's server lr
     rounds, ema = stages[0][1], stages[1][1]
     assert (rounds, ema) == (600, 0.99) and len(stages) >= 3
     assert list(stages[1][0]) == list(correlated.MOONSHOT_EMA) and list(stages[2][0]) == list(
@@ -138,9 +140,32 @@ def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
     assert moon == shipped | {c.key for cands, _, _ in stages for c in cands.values()} | {
         r.key for _, chosen, tests in stages if chosen is not None for r in tests(chosen)}  # each choice's test seeds
     assert {correlated.moonshot(s, rounds=rounds).key for s in correlated.SEEDS} <= moon
-    candidates = [c.config for cands, _, _ in stages for c in cands.values()]
+    candidates = [c.config for cands, _, _ in first for c in cands.values()]
     assert all(c.data.eval_split == "validation" and c.seed == 0 and c.privacy.target_epsilon == 1.0
                and c.privacy.users_per_client * c.privacy.clients_per_round == 128 for c in candidates)
+    starts = first[-1][0]  # the public start stage: the recipe's start is the run the stages before chose
+    assert list(starts) == list(correlated.STARTS) and stages[2][1] == 8
+    assert starts["the recipe's start"].key == correlated.moonshot(0, "validation", rounds, ema, 8).key
+    assert [(c.config.model.init, c.config.federated.server_lr, c.config.privacy.rounds, c.config.model.trainable)
+            for c in starts.values()] == [
+        ("runs/face-pretrain", 0.5, 600, "all"), ("runs/face-pretrain-arcface", 0.5, 600, "all"),
+        ("runs/face-pretrain-arcface", 0.1, 600, "all"), ("runs/face-pretrain-arcface", 0.5, 200, "all"),
+        ("runs/face-pretrain-arcface", 0.5, 600, "features")]
+    assert list(small[0]) == list(correlated.SMALL_LEVERS) and all(
+        (c.config.privacy.target_epsilon, c.config.privacy.target_population, c.config.model.init,
+         c.config.data.eval_split, c.config.seed) == (2.0, 10_000, "runs/face-pretrain-arcface", "validation", 0)
+        for c in small[0].values())
+    assert [h.settings_of(c.config).get(k) for c, k in zip(small[0].values(), (
+        "federated.server_lr", "federated.server_lr", "federated.client_lr", "model.trainable"))] == [
+        None, 0.1, 0.01, "features"]  # the recipe's server lr (0.5) is the default
+    tiny = correlated.small_moonshot(1, lever="server lr 0.1").config  # `dpemb train --recipe face-100k-eps2 --data data/faces
+    flags = {  # --init runs/face-pretrain-arcface --target-epsilon 2 --target-population 10000
+        **h.settings_of(recipe := load_recipe("face-100k-eps2")[0]), "data.path": "data/faces",  # --clients-per-round
+        "model.init": "runs/face-pretrain-arcface", "privacy.target_epsilon": 2.0,  # 128 --users-per-client 2
+        "privacy.target_population": 10_000, "privacy.clients_per_round": 128,  # --rounds 200 --eval-every 200
+        "privacy.users_per_client": 2, "privacy.rounds": 200, "eval_every": 200,  # --server-ema 0.95
+        "federated.server_ema": 0.95, "federated.server_lr": 0.1, "seed": 1}  # --server-lr 0.1 --seed 1`
+    assert h.settings_of(tiny) == {k: v for k, v in flags.items() if h.DEFAULTS[k] != v}  # 200: the defaults
     assert [c.config.federated.server_ema for c in stages[1][0].values()] == list(correlated.MOONSHOT_EMA)
     assert [(c.config.privacy.rounds, c.config.federated.server_ema, c.config.privacy.users_per_client)
             for c in stages[2][0].values()] == [(600, 0.99, k) for k in correlated.MOONSHOT_USERS_PER_CLIENT]
@@ -150,7 +175,8 @@ def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
     assert complete[:2] == [(100_000, 1.0), (100_000, 0.5)]
     assert len(rows) == exported_runs + len(moon & {x["key"] for x in rows})
     assert len(correlated.plan([])) == 10 * len(correlated.CELLS) + len(correlated.SEEDS) + len(
-        correlated.MOONSHOT_ROUNDS)  # before validation: no test seed of a chosen b or of the chosen rounds
+        correlated.MOONSHOT_ROUNDS) + len(correlated.SMALL_LEVERS)  # before validation: no test seed of a
+    # chosen b, of the chosen rounds or of the 10k moonshot's chosen lever
     assert all(r.config.data.eval_split == "validation" for c in correlated.CELLS for m in correlated.BANDS
                for r in correlated.candidates(c, m).values())
     assert [h.choose(rows, correlated.candidates((100_000, e), m)) for e in (1.0, 0.5) for m in correlated.BANDS] == [
@@ -163,7 +189,6 @@ def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
     assert (big.privacy.target_population, big.privacy.delta, big.algorithm) == (1_000_000, 1e-7, "dp-fedemb")
     assert all(correlated.DELTA[n] < 1 / n for n, _ in correlated.CELLS)
     shot = correlated.moonshot(1).config  # `dpemb train --recipe face-100k-eps2 ... --target-epsilon 1 --seed 1`
-    recipe = load_recipe("face-100k-eps2")[0]
     assert h.settings_of(shot) == {**h.settings_of(recipe), "data.path": "data/faces", "model.init": "runs/face-pretrain",
                                    "privacy.target_epsilon": 1.0, "seed": 1} and shot.data.eval_split == "test"
     short = correlated.moonshot(2, rounds=600).config  # ... --target-epsilon 1 --rounds 600 --eval-every 600 --seed 2

@@ -10,23 +10,28 @@ chosen on validation at epsilon 2 by the study moonshot) at epsilon 1, 3 test se
 rounds chosen at epsilon 1 on validation (400, 600 or 1,200; seed 0), then 3 test seeds of the
 chosen; then its server EMA at those rounds (0.99, 0.995 or 0.998), then its users per client
 (8, 4 or 2 in 16, 32 or 64 clients a round) and, for smaller clients, its rounds again
-(600 or 1,200), the same way, each choice with its 3 test seeds (docs/RESULTS_CORRELATED.md).
+(600 or 1,200), then its public start (the recipe's, or the stronger ArcFace start of the
+recipe face-pretrain-arcface with a lever or two), the same way, each choice with its 3 test
+seeds. And the second moonshot, "10k users at epsilon 2", from the ArcFace start: its lever
+chosen on validation, then 3 test seeds (docs/RESULTS_CORRELATED.md).
 
     .venv/bin/python experiments/harness.py correlated --work runs/studies --jobs 2
     # 16 runs of about 10 minutes (one thread each) per cell: about 80 minutes on 2 cores;
-    # the moonshot's 1,200-round runs about 55 minutes each, its 600-round runs about 25
+    # the moonshot's 1,200-round runs about 55 minutes each, its 600-round runs about 25,
+    # the 10k moonshot's about 11 to 15
 
 The face-like glyph data needs the CJK fonts (``make cjk-fonts``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import (METRIC, ROOT, Run, by_seed, choose, choose_then_test, figure, mean_std, select, setting, stats,
-                     table)
+from harness import (METRIC, ROOT, Run, bar_plot, by_seed, choose, choose_then_test, figure, mean_std, select, setting,
+                     stats, table)
 
 from dpemb.training.recipes import load_recipe
 from dpemb.training.run_config import TrainConfig, with_settings
@@ -34,8 +39,9 @@ from studies import long
 
 NAME = "correlated"
 PAGES = (ROOT / "docs" / "RESULTS_CORRELATED.md",)
-RECIPE, PRETRAIN = "face-100k-eps2", "face-pretrain"
+RECIPE, PRETRAIN, ARCFACE_PRETRAIN = "face-100k-eps2", "face-pretrain", "face-pretrain-arcface"
 DATA, INIT = "data/faces", "runs/face-pretrain"  # the recipes' own paths, under the work folder
+ARCFACE_INIT = "runs/face-pretrain-arcface"  # the stronger public start: face-pretrain fine-tuned with ArcFace
 SEEDS = (0, 1, 2)
 #: the cells (N', epsilon), in the order trained; each run trains 4,590 users, 200 rounds
 CELLS = ((100_000, 1.0), (100_000, 0.5), (100_000, 2.0), (1_000_000, 1.0), (1_000_000, 0.5), (1_000_000, 2.0))
@@ -46,6 +52,17 @@ MOONSHOT_ROUNDS = (400, 600, 1200)  # the moonshot's rounds, scored on validatio
 MOONSHOT_EMA = (0.99, 0.995, 0.998)  # then its server EMA at the chosen rounds; 0.99: the recipe's own
 MOONSHOT_USERS_PER_CLIENT = (8, 4, 2)  # then its users per client K there, M = 128 / K; 8: the recipe's own
 MOONSHOT_USERS_A_ROUND = 128  # K x M, the recipe's (8 x 16): the smaller clients keep the users a round
+#: then its public start, with a lever or two (moonshot's arguments over the choices so far)
+STARTS = {"the recipe's start": {}, "ArcFace start": {"init": ARCFACE_INIT},
+          "ArcFace start, server lr 0.1": {"init": ARCFACE_INIT, "server_lr": 0.1},
+          "ArcFace start, 200 rounds": {"init": ARCFACE_INIT, "rounds": 200},
+          "ArcFace start, convolutions only": {"init": ARCFACE_INIT, "trainable": "features"}}
+SMALL = (10_000, 2.0)  # the second moonshot (N', epsilon): 10k users at epsilon 2
+SMALL_COHORT = {"privacy.clients_per_round": 128, "privacy.users_per_client": 2, "privacy.rounds": 200,
+                "eval_every": 200, "federated.server_ema": 0.95}  # its cohort: 0.0145 x C on the average
+#: its levers, from the ArcFace start, each one validation run (the recipe's knobs otherwise)
+SMALL_LEVERS = {"none": {}, "server lr 0.1": {"federated.server_lr": 0.1},
+                "client lr 0.01": {"federated.client_lr": 0.01}, "convolutions only": {"model.trainable": "features"}}
 MECHANISMS = ("gaussian", "tree", "bandmf", "blt")  # gaussian: DP-FedEmb; the others DP-FTRL-FedEmb's
 BANDS = {"bandmf": (1, 4), "blt": (35, 16)}  # the candidates for b, scored on validation
 LABEL = {"gaussian": "DP-FedEmb (Gaussian)", "tree": "DP-FTRL-FedEmb, tree", "bandmf": "DP-FTRL-FedEmb, BandMF",
@@ -77,23 +94,45 @@ def run(epsilon: float, mechanism: str, seed: int, split: str = "test", bands: i
 
 
 def moonshot(seed: int, split: str = "test", rounds: int | None = None, ema: float | None = None,
-             users_per_client: int | None = None) -> Run:
-    """The recipe at epsilon 1 with ``rounds`` rounds, server EMA ``ema`` and ``users_per_client``
-    K in 128 / K clients a round (None: the recipe's 1,200, 0.99 and 8 in 16): `dpemb train
-    --recipe face-100k-eps2 --data data/faces --init runs/face-pretrain --target-epsilon 1
-    --rounds R --eval-every R [--server-ema E] [--users-per-client K --clients-per-round M]
-    --eval-split SPLIT --seed S`."""
+             users_per_client: int | None = None, init: str = INIT, server_lr: float | None = None,
+             trainable: str | None = None) -> Run:
+    """The recipe at epsilon 1 with ``rounds`` rounds, server EMA ``ema``, ``users_per_client``
+    K in 128 / K clients a round, server lr ``server_lr`` and ``trainable`` parameters (None: the
+    recipe's 1,200, 0.99, 8 in 16, 0.5 and all), from the public start ``init``: `dpemb train
+    --recipe face-100k-eps2 --data data/faces --init INIT --target-epsilon 1 --rounds R
+    --eval-every R [--server-ema E] [--users-per-client K --clients-per-round M] [--server-lr L]
+    [--trainable T] --eval-split SPLIT --seed S`."""
     recipe = load_recipe(RECIPE)[0]
     rounds, ema = rounds or recipe.privacy.rounds, ema or recipe.federated.server_ema
     k = users_per_client or recipe.privacy.users_per_client
-    settings = {"data.path": DATA, "model.init": INIT, "privacy.target_epsilon": MOONSHOT_EPSILON,
+    lr, trainable = server_lr or recipe.federated.server_lr, trainable or recipe.model.trainable
+    settings = {"data.path": DATA, "model.init": init, "privacy.target_epsilon": MOONSHOT_EPSILON,
                 "privacy.rounds": rounds, "eval_every": rounds, "federated.server_ema": ema,
                 "privacy.users_per_client": k, "privacy.clients_per_round": MOONSHOT_USERS_A_ROUND // k,
-                "data.eval_split": split, "seed": seed}
+                "federated.server_lr": lr, "model.trainable": trainable, "data.eval_split": split, "seed": seed}
     at = ("" if rounds == recipe.privacy.rounds else f"r{rounds}/") + (
         "" if ema == recipe.federated.server_ema else f"ema{ema:g}/") + (
-        "" if k == recipe.privacy.users_per_client else f"K{k}/")
+        "" if k == recipe.privacy.users_per_client else f"K{k}/") + (
+        "" if init == INIT else "arcface-start/") + ("" if lr == recipe.federated.server_lr else f"slr{lr:g}/") + (
+        "" if trainable == recipe.model.trainable else f"{trainable}/")
     return Run(f"moonshot/eps{MOONSHOT_EPSILON:g}/{at}{split}/s{seed}", with_settings(recipe, settings))
+
+
+def small_moonshot(seed: int, split: str = "test", lever: str = "none") -> Run:
+    """The second moonshot, 10k users at epsilon 2: the recipe extrapolated to 10,000 users
+    with 128 clients of 2 users a round, 200 rounds, server EMA 0.95 (the cohort that brings
+    the noise on the average down to 0.0145 x C there), from the ArcFace public start, with
+    ``lever`` (SMALL_LEVERS): `dpemb train --recipe face-100k-eps2 --data data/faces --init
+    runs/face-pretrain-arcface --target-epsilon 2 --target-population 10000 --clients-per-round
+    128 --users-per-client 2 --rounds 200 --eval-every 200 --server-ema 0.95 [--server-lr 0.1 |
+    --client-lr 0.01 | --trainable features] --eval-split SPLIT --seed S`."""
+    population, epsilon = SMALL
+    settings = {"data.path": DATA, "model.init": ARCFACE_INIT, "privacy.target_epsilon": epsilon,
+                "privacy.target_population": population, **SMALL_COHORT, **SMALL_LEVERS[lever],
+                "data.eval_split": split, "seed": seed}
+    at = "" if lever == "none" else lever.replace(" ", "-") + "/"
+    return Run(f"moonshot/{_people(population)}/eps{epsilon:g}/arcface-start/{at}{split}/s{seed}",
+               with_settings(load_recipe(RECIPE)[0], settings))
 
 
 def moonshot_candidates() -> dict[int, Run]:
@@ -112,11 +151,23 @@ def users_candidates(rounds: int, ema: float) -> dict[int, Run]:
     return {k: moonshot(0, "validation", rounds, ema, k) for k in MOONSHOT_USERS_PER_CLIENT}
 
 
-def moonshot_stages(rows: list[dict[str, Any]]) -> list[tuple[dict[Any, Run], Any, Callable[[Any], list[Run]]]]:
-    """The moonshot's choices on validation, in order, each once the one before is made: its
-    rounds; its server EMA at those rounds; its users per client there; and, for smaller clients
-    than the recipe's (less noise on the average), its rounds again among those not below the
-    first choice. Each stage: (candidates, the chosen value or None, the test seeds of a value)."""
+Stage = tuple[dict[Any, Run], Any, Callable[[Any], list[Run]]]
+
+
+def moonshot_stages(rows: list[dict[str, Any]]) -> list[Stage]:
+    """The moonshots' choices on validation. The first (100k at epsilon 1), in order, each once
+    the one before is made: its rounds; its server EMA at those rounds; its users per client
+    there; for smaller clients than the recipe's (less noise on the average), its rounds again
+    among those not below the first choice; then its public start and server lr (the recipe's
+    start, or the ArcFace start with the levers of STARTS). The second (10k at epsilon 2), from
+    the ArcFace start: its lever (SMALL_LEVERS). Each stage: (candidates, the chosen value or
+    None, the test seeds of a value)."""
+    levers = {lever: small_moonshot(0, "validation", lever) for lever in SMALL_LEVERS}
+    small = (levers, choose(rows, levers), lambda lever: [small_moonshot(s, lever=lever) for s in SEEDS])
+    return _first_moonshot_stages(rows) + [small]
+
+
+def _first_moonshot_stages(rows: list[dict[str, Any]]) -> list[Stage]:
     by_rounds = moonshot_candidates()
     rounds = choose(rows, by_rounds)
     stages = [(by_rounds, rounds, lambda r: [moonshot(s, rounds=r) for s in SEEDS])]
@@ -130,11 +181,17 @@ def moonshot_stages(rows: list[dict[str, Any]]) -> list[tuple[dict[Any, Run], An
     by_k = users_candidates(rounds, ema)
     k = choose(rows, by_k)
     stages.append((by_k, k, lambda u: [moonshot(s, rounds=rounds, ema=ema, users_per_client=u) for s in SEEDS]))
-    if k is None or k == MOONSHOT_USERS_PER_CLIENT[0]:
+    if k is None:
         return stages
-    again = {r: moonshot(0, "validation", r, ema, k) for r in MOONSHOT_ROUNDS if r >= rounds}
-    stages.append((again, choose(rows, again),
-                   lambda r: [moonshot(s, rounds=r, ema=ema, users_per_client=k) for s in SEEDS]))
+    if k != MOONSHOT_USERS_PER_CLIENT[0]:
+        again = {r: moonshot(0, "validation", r, ema, k) for r in MOONSHOT_ROUNDS if r >= rounds}
+        rounds = choose(rows, again)
+        stages.append((again, rounds, lambda r: [moonshot(s, rounds=r, ema=ema, users_per_client=k) for s in SEEDS]))
+        if rounds is None:
+            return stages
+    at = {"rounds": rounds, "ema": ema, "users_per_client": k}
+    starts = {name: moonshot(0, "validation", **(at | lever)) for name, lever in STARTS.items()}
+    stages.append((starts, choose(rows, starts), lambda name: [moonshot(s, **(at | STARTS[name])) for s in SEEDS]))
     return stages
 
 
@@ -145,15 +202,18 @@ def candidates(cell: tuple[int, float], mechanism: str) -> dict[int, Run]:
 
 def prepare(work: Path) -> None:
     """The face-like data (the study long's, at the recipes' path) and the recipes' public
-    start (the recipe face-pretrain, trained once into ``work``/runs/face-pretrain)."""
+    starts (the recipe face-pretrain, then face-pretrain-arcface from it, each trained once
+    into ``work``/runs/NAME)."""
     from dpemb.data.glyphs import GlyphConfig, make_glyphs
     from dpemb.training.runner import train
 
     if not (work / DATA / "meta.json").exists():
         make_glyphs(GlyphConfig(**long.GLYPHS), progress=False).save(work / DATA)
-    if not (work / INIT / "report.json").exists():
-        pre = with_settings(load_recipe(PRETRAIN)[0], {"data.path": str(work / DATA)})
-        train(pre, str(work / INIT), resume="auto")
+    for name, out, init in ((PRETRAIN, INIT, None), (ARCFACE_PRETRAIN, ARCFACE_INIT, INIT)):
+        if not (work / out / "report.json").exists():
+            pre = with_settings(load_recipe(name)[0], {"data.path": str(work / DATA),
+                                                       **({"model.init": str(work / init)} if init else {})})
+            train(pre, str(work / out), resume="auto")
 
 
 def plan(rows: list[dict[str, Any]]) -> list[Run]:
@@ -172,7 +232,7 @@ def plan(rows: list[dict[str, Any]]) -> list[Run]:
 def _tests(rows: list[dict[str, Any]], cell: tuple[int, float], mechanism: str) -> list[dict[str, Any]]:
     population, epsilon = cell
     rs = select(rows, data__eval_split="test", privacy__target_epsilon=epsilon,
-                privacy__target_population=population, privacy__rounds=ROUNDS)
+                privacy__target_population=population, privacy__rounds=ROUNDS, model__init=INIT)
     return [r for r in rs if (setting(r, "privacy.mechanism") or "gaussian") == mechanism]
 
 
@@ -221,8 +281,9 @@ def sections(rows: list[dict[str, Any]]) -> dict[str, str]:
                 test.append((*at, f"{setting(rs[0], 'privacy.delta'):g}", LABEL[m],
                              setting(rs[0], "privacy.bands") if m in BANDS else "", *_statement(rs), by_seed(rs),
                              mean_std(rs)))
-    moon, listed = [], set()  # a later stage's candidate may be an earlier one's (the recipe's EMA)
-    for cands, chosen, tests in moonshot_stages(rows):
+    moon, small, listed = [], [], set()  # a later stage's candidate may be an earlier one's (the recipe's EMA)
+    stages = moonshot_stages(rows)
+    for i, (cands, chosen, tests) in enumerate(stages):
         for value, cand in cands.items():
             rs = [by_key[x.key] for x in tests(value) if x.key in by_key]
             val_row = by_key.get(cand.key)
@@ -230,24 +291,58 @@ def sections(rows: list[dict[str, Any]]) -> dict[str, str]:
                 continue
             listed.add(cand.key)
             first = (rs or [val_row])[0]
-            moon.append((_people(setting(first, "privacy.target_population")), f"{MOONSHOT_EPSILON:g}",
-                         f"{setting(first, 'privacy.delta'):g}", setting(first, "privacy.rounds"),
-                         f"{setting(first, 'federated.server_ema'):g}",
-                         f"{setting(first, 'privacy.users_per_client')} x {setting(first, 'privacy.clients_per_round')}",
-                         f"{val_row['metrics'][METRIC]:.4f}" if val_row else "-", "chosen" if value == chosen else "",
-                         *_statement(rs or [val_row]), by_seed(rs) if rs else "-", mean_std(rs) if rs else "-"))
+            at = (_people(setting(first, "privacy.target_population")), f"{setting(first, 'privacy.target_epsilon'):g}",
+                  f"{setting(first, 'privacy.delta'):g}")
+            knobs = (setting(first, "privacy.rounds"), f"{setting(first, 'federated.server_ema'):g}",
+                     f"{setting(first, 'privacy.users_per_client')} x {setting(first, 'privacy.clients_per_round')}")
+            scores = (f"{val_row['metrics'][METRIC]:.4f}" if val_row else "-", "chosen" if value == chosen else "",
+                      *_statement(rs or [val_row]), by_seed(rs) if rs else "-", mean_std(rs) if rs else "-")
+            if i == len(stages) - 1:
+                small.append((*at, value, *knobs, *scores))
+            else:
+                moon.append((*at, setting(first, "model.init").removeprefix("runs/"),
+                             f"{setting(first, 'federated.server_lr'):g}", setting(first, "model.trainable"), *knobs,
+                             *scores))
     statement = ["z (4,590 users)", "z' (N')", "ε' PLD (N')", "own ε RDP (4,590)", "model noise (x C)"]
     return {
         "correlated-validation": table(["N'", "ε", "mechanism", "b", f"validation {METRIC} (seed 0)", ""], val),
         "correlated-test": table(["N'", "ε", "δ", "mechanism", "b", *statement, f"test {METRIC} by seed",
                                   "mean ± std [n]"], test),
-        "correlated-moonshot": table(["N'", "ε", "δ", "rounds", "server EMA", "K x M", f"validation {METRIC} (seed 0)", "",
-                                      *statement, f"test {METRIC} by seed", "mean ± std [n]"], moon),
+        "correlated-moonshot": table(["N'", "ε", "δ", "public start", "server lr", "trainable", "rounds", "server EMA",
+                                      "K x M",
+                                      f"validation {METRIC} (seed 0)", "", *statement, f"test {METRIC} by seed",
+                                      "mean ± std [n]"], moon),
+        "correlated-moonshot-10k": table(["N'", "ε", "δ", "lever (ArcFace start)", "rounds", "server EMA", "K x M",
+                                          f"validation {METRIC} (seed 0)", "", *statement, f"test {METRIC} by seed",
+                                          "mean ± std [n]"], small),
     }
 
 
 def figures(rows: list[dict[str, Any]], img: Path) -> None:
-    """Grouped bars: per cell (x), one bar per mechanism, mean ± std over the test seeds."""
+    """correlated.png: per cell (x), one bar per mechanism, mean ± std over the test seeds;
+    moonshots.png: each moonshot choice's test seeds against the ArcFace public start alone."""
+    _moonshot_figure(rows, img)
+    _cells_figure(rows, img)
+
+
+def _moonshot_figure(rows: list[dict[str, Any]], img: Path) -> None:
+    by_key, bars = {r["key"]: r for r in rows}, {}
+    for _, chosen, tests in moonshot_stages(rows):
+        rs = [by_key[x.key] for x in tests(chosen) if x.key in by_key] if chosen is not None else []
+        if rs:
+            r = rs[0]
+            start = "ArcFace start" if setting(r, "model.init") == ARCFACE_INIT else "the recipe's start"
+            only = "\nconvolutions only" if setting(r, "model.trainable") == "features" else ""
+            bars[f"{_people(setting(r, 'privacy.target_population'))}, ε {setting(r, 'privacy.target_epsilon'):g}\n"
+                 f"{start}{only}"] = stats(rs)
+    start = [r["initial"][METRIC] for r in select(rows, data__eval_split="test", model__init=ARCFACE_INIT)
+             if r["initial"]][:1]  # every such run scores the same start first
+    if bars:
+        bar_plot(img / "moonshots.png", bars, "Moonshots, test split, 3 seeds (goals: 100k ε 1 0.904, 10k ε 2 0.857)",
+                 ("the ArcFace public start alone (no private data)", (start[0], math.nan, 1)) if start else None)
+
+
+def _cells_figure(rows: list[dict[str, Any]], img: Path) -> None:
     tests = {(c, m): _tests(rows, c, m) for c in sorted(CELLS) for m in MECHANISMS}
     cells = [c for c in sorted(CELLS) if any(tests[c, m] for m in MECHANISMS)]
     if not cells:
@@ -261,8 +356,8 @@ def figures(rows: list[dict[str, Any]], img: Path) -> None:
             ax.bar([x + (i - (len(MECHANISMS) - 1) / 2) * width for x, _ in got], [st[0] for _, st in got], width,
                    yerr=[st[1] if st[2] > 1 else 0 for _, st in got], capsize=3, alpha=0.85,
                    label=LABEL[m].replace("DP-FTRL-FedEmb, ", "FTRL ").replace(" (Gaussian)", ""))
-        start = [r["initial"][METRIC] for r in select(rows, data__eval_split="test") if r["initial"]]
-        if start:  # every run starts from the same public model (scored on the test split)
+        start = [r["initial"][METRIC] for r in select(rows, data__eval_split="test", model__init=INIT) if r["initial"]]
+        if start:  # every run of the cells starts from the same public model (scored on the test split)
             ax.axhline(sum(start) / len(start), color="black", linestyle="--", linewidth=1, label="public start")
         seeds = [max(len(tests[c, m]) for m in MECHANISMS) for c in cells]
         ax.set_xticks(range(len(cells)), [f"{_people(p)}, ε {e:g}\n({n} seed{'s' * (n > 1)})"

@@ -77,6 +77,12 @@ def test_dpemb_recipes_lists_every_recipe_and_shows_each(capsys):
     assert "target_population = 100000" in shown
     assert main(["recipes", "hand-1m-eps2", "--toml"]) == 0
     assert capsys.readouterr().out == recipe_text("hand-1m-eps2")
+    assert main(["recipes", "face-pretrain-arcface"]) == 0  # a pretraining that starts from another: the chain
+    lines = capsys.readouterr().out.split("run it:\n", 1)[1].splitlines()[:3]
+    assert [ln.strip() for ln in lines] == [load_recipe("face-pretrain")[1].data_command,
+                                            "dpemb train --recipe face-pretrain --data data/faces --out runs/face-pretrain",
+                                            "dpemb train --recipe face-pretrain-arcface --data data/faces --init "
+                                            "runs/face-pretrain --out runs/face-pretrain-arcface"]
 
 
 def test_the_docs_list_every_recipe_with_its_result():
@@ -187,6 +193,15 @@ def test_the_recipes_encode_the_experiments_and_their_calibrated_noise():
             assert differ == {"noise_multiplier", "target_epsilon", "target_population", "report_populations"}
             assert p.report_populations == (100_000,) and config.privacy.extrapolate_to == ran.privacy.extrapolate_to
             assert z == pytest.approx(p.noise_multiplier, rel=0.0042)
+    # issue #36's moonshots (PLD, calibrated by today's accountant): the study's seed-0 test runs,
+    # setting for setting, and the noise they trained with
+    for name, run in (("face-10k-eps2", "moonshot/10k/eps2/arcface-start/convolutions-only/test/s0"),
+                      ("face-100k-eps1", "moonshot/eps1/r600/arcface-start/features/test/s0")):
+        row = next(r for r in (json.loads(x) for x in (ROOT / "docs" / "data" / "correlated.jsonl").read_text()
+                               .splitlines()) if r["name"] == run)
+        config, info = load_recipe(name)
+        assert same_run(with_settings(TrainConfig(), row["settings"]), config) == {} and info.population == FACE_TRAIN_USERS
+        assert z_of(config, FACE_TRAIN_USERS) == pytest.approx(row["privacy"]["spec"]["noise_multiplier"], rel=1e-6)
     # the face-like reference: the long study's centralized/64000 run, setting for setting
     ran = with_settings(TrainConfig(), next(r for r in (json.loads(x) for x in (
         ROOT / "docs" / "data" / "long.jsonl").read_text().splitlines()) if r["name"] == "centralized/64000/s0")["settings"])

@@ -118,16 +118,16 @@ def _info(name: str, table: dict[str, Any], config: TrainConfig) -> RecipeInfo:
 
 
 def run_command(info: RecipeInfo, out: str | None = None) -> list[str]:
-    """The command lines that run the recipe from nothing: its data, its public
-    pretraining (when it starts from one), itself."""
-    out = out or f"runs/{info.name}"
-    lines = [info.data_command]
-    init = ""
-    if info.init_recipe:
-        _, pre = load_recipe(info.init_recipe)
-        lines.append(f"dpemb train --recipe {pre.name} --data {info.data_dir} --out runs/{pre.name}")
-        init = f" --init runs/{pre.name}"
-    lines.append(f"dpemb train --recipe {info.name} --data {info.data_dir}{init} --out {out}")
+    """The command lines that run the recipe from nothing: its data, the public pretraining
+    it starts from (and the one that starts from, and so on), itself."""
+    chain = [info]
+    while chain[-1].init_recipe:
+        chain.append(load_recipe(chain[-1].init_recipe)[1])
+    lines, init = [info.data_command], ""
+    for step in reversed(chain):
+        dest = out if step is info and out else f"runs/{step.name}"
+        lines.append(f"dpemb train --recipe {step.name} --data {info.data_dir}{init} --out {dest}")
+        init = f" --init runs/{step.name}"
     return lines
 
 
