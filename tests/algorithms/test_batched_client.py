@@ -177,8 +177,11 @@ def test_drop_in_update_and_an_empty_client(data):
 def test_resnet_gn(data):
     check(FederatedConfig(local_batch_size=4, client_lr=0.1, client_momentum=0.9, local_epochs=2,
                           head_init="glorot"), data, name="resnet-gn")
+    # ArcFace's margin on the resnet: on an AMD EPYC with AVX-512 (2026-12-07) the batched and the
+    # one-client kernels' rounding, carried through the local steps, reached 2.2e-5 x the delta's
+    # norm (13 of 78,248 entries above 1e-5; on the Intel and the earlier AMD machines it passed 1e-5)
     check(FederatedConfig(local_batch_size=4, client_lr=0.1, loss="arcface", local_head="local"), data,
-          name="resnet-gn")
+          name="resnet-gn", tol=1e-4)
 
 
 def test_batchnorm_is_refused_unless_its_statistics_are_frozen(data):
