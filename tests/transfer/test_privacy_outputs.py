@@ -78,4 +78,4 @@ def test_released_summary_holds_no_exact_counts_of_the_training_data():
     assert private["private"].startswith("private: un-noised statistics of the training data")
     assert (private["num_train_examples"], private["num_train_units"]) == (300, 50)
     assert private["num_clipped_features"] == run.num_clipped_features
-    assert private["train_seconds"] == round(run.train_seconds, 3) > 0
+    assert private["train_seconds"] == round(run.train_seconds, 3) and run.train_seconds > 0  # DP-FC: < 1 ms
