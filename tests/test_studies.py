@@ -132,7 +132,7 @@ def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
     moon = {r.key for r in planned if r.name.startswith("moonshot/")}
     shipped = {correlated.moonshot(s).key for s in correlated.SEEDS}
     stages = correlated.moonshot_stages(rows)  # rounds, server EMA, users per client, [rounds again], public start
-    first, small = stages[:-1], stages[-1]  # and server lr, on validation; then the 10k moonshot's server lr
+    first, small = stages[:-1], stages[-1]  # and lever, on validation; then the 10k moonshot's lever
     rounds, ema = stages[0][1], stages[1][1]
     assert (rounds, ema) == (600, 0.99) and len(stages) >= 3
     assert list(stages[1][0]) == list(correlated.MOONSHOT_EMA) and list(stages[2][0]) == list(

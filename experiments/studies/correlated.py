@@ -162,12 +162,17 @@ def moonshot_stages(rows: list[dict[str, Any]]) -> list[Stage]:
     start, or the ArcFace start with the levers of STARTS). The second (10k at epsilon 2), from
     the ArcFace start: its lever (SMALL_LEVERS). Each stage: (candidates, the chosen value or
     None, the test seeds of a value)."""
+    return first_moonshot_stages(rows) + [small_moonshot_stage(rows)]
+
+
+def small_moonshot_stage(rows: list[dict[str, Any]]) -> Stage:
+    """The second moonshot's one choice: its lever (SMALL_LEVERS) on validation."""
     levers = {lever: small_moonshot(0, "validation", lever) for lever in SMALL_LEVERS}
-    small = (levers, choose(rows, levers), lambda lever: [small_moonshot(s, lever=lever) for s in SEEDS])
-    return _first_moonshot_stages(rows) + [small]
+    return levers, choose(rows, levers), lambda lever: [small_moonshot(s, lever=lever) for s in SEEDS]
 
 
-def _first_moonshot_stages(rows: list[dict[str, Any]]) -> list[Stage]:
+def first_moonshot_stages(rows: list[dict[str, Any]]) -> list[Stage]:
+    """The first moonshot's stages, in order (``moonshot_stages``)."""
     by_rounds = moonshot_candidates()
     rounds = choose(rows, by_rounds)
     stages = [(by_rounds, rounds, lambda r: [moonshot(s, rounds=r) for s in SEEDS])]
@@ -282,8 +287,8 @@ def sections(rows: list[dict[str, Any]]) -> dict[str, str]:
                              setting(rs[0], "privacy.bands") if m in BANDS else "", *_statement(rs), by_seed(rs),
                              mean_std(rs)))
     moon, small, listed = [], [], set()  # a later stage's candidate may be an earlier one's (the recipe's EMA)
-    stages = moonshot_stages(rows)
-    for i, (cands, chosen, tests) in enumerate(stages):
+    for out, (cands, chosen, tests) in [*((moon, st) for st in first_moonshot_stages(rows)),
+                                        (small, small_moonshot_stage(rows))]:
         for value, cand in cands.items():
             rs = [by_key[x.key] for x in tests(value) if x.key in by_key]
             val_row = by_key.get(cand.key)
@@ -297,7 +302,7 @@ def sections(rows: list[dict[str, Any]]) -> dict[str, str]:
                      f"{setting(first, 'privacy.users_per_client')} x {setting(first, 'privacy.clients_per_round')}")
             scores = (f"{val_row['metrics'][METRIC]:.4f}" if val_row else "-", "chosen" if value == chosen else "",
                       *_statement(rs or [val_row]), by_seed(rs) if rs else "-", mean_std(rs) if rs else "-")
-            if i == len(stages) - 1:
+            if out is small:  # the lever names what differs
                 small.append((*at, value, *knobs, *scores))
             else:
                 moon.append((*at, setting(first, "model.init").removeprefix("runs/"),
@@ -335,11 +340,11 @@ def _moonshot_figure(rows: list[dict[str, Any]], img: Path) -> None:
             only = "\nconvolutions only" if setting(r, "model.trainable") == "features" else ""
             bars[f"{_people(setting(r, 'privacy.target_population'))}, ε {setting(r, 'privacy.target_epsilon'):g}\n"
                  f"{start}{only}"] = stats(rs)
-    start = [r["initial"][METRIC] for r in select(rows, data__eval_split="test", model__init=ARCFACE_INIT)
-             if r["initial"]][:1]  # every such run scores the same start first
+    start = next((r["initial"][METRIC] for r in select(rows, data__eval_split="test", model__init=ARCFACE_INIT)
+                  if r["initial"]), None)  # every such run scores the same start first
     if bars:
         bar_plot(img / "moonshots.png", bars, "Moonshots, test split, 3 seeds (goals: 100k ε 1 0.904, 10k ε 2 0.857)",
-                 ("the ArcFace public start alone (no private data)", (start[0], math.nan, 1)) if start else None)
+                 None if start is None else ("the ArcFace public start alone (no private data)", (start, math.nan, 1)))
 
 
 def _cells_figure(rows: list[dict[str, Any]], img: Path) -> None:

@@ -176,9 +176,13 @@ def test_the_recipes_encode_the_experiments_and_their_calibrated_noise():
             d["privacy"].pop("noise_seed")
         return {k: (da[k], db[k]) for k in da if da[k] != db[k]}
 
+    def exported(export: str, run: str) -> dict:
+        """The row of the run named ``run`` in docs/data/``export``."""
+        return next(r for r in (json.loads(x) for x in (ROOT / "docs" / "data" / export).read_text().splitlines())
+                    if r["name"] == run)
+
     for name, (export, run) in RECORDS.items():
-        rows = [json.loads(line) for line in (ROOT / "docs" / "data" / export).read_text().splitlines()]
-        row = next(r for r in rows if r["name"] == run)
+        row = exported(export, run)
         ran, (config, info) = with_settings(TrainConfig(), row["settings"]), load_recipe(name)
         assert info.population == FACE_TRAIN_USERS
         diff = same_run(ran, config)
@@ -197,17 +201,14 @@ def test_the_recipes_encode_the_experiments_and_their_calibrated_noise():
     # setting for setting, and the noise they trained with
     for name, run in (("face-10k-eps2", "moonshot/10k/eps2/arcface-start/convolutions-only/test/s0"),
                       ("face-100k-eps1", "moonshot/eps1/r600/arcface-start/features/test/s0")):
-        row = next(r for r in (json.loads(x) for x in (ROOT / "docs" / "data" / "correlated.jsonl").read_text()
-                               .splitlines()) if r["name"] == run)
+        row = exported("correlated.jsonl", run)
         config, info = load_recipe(name)
         assert same_run(with_settings(TrainConfig(), row["settings"]), config) == {} and info.population == FACE_TRAIN_USERS
         assert z_of(config, FACE_TRAIN_USERS) == pytest.approx(row["privacy"]["spec"]["noise_multiplier"], rel=1e-6)
     # the face-like reference: the long study's centralized/64000 run, setting for setting
-    ran = with_settings(TrainConfig(), next(r for r in (json.loads(x) for x in (
-        ROOT / "docs" / "data" / "long.jsonl").read_text().splitlines()) if r["name"] == "centralized/64000/s0")["settings"])
+    ran = with_settings(TrainConfig(), exported("long.jsonl", "centralized/64000/s0")["settings"])
     assert same_run(ran, load_recipe("face-reference")[0]) == {}
-    ran = with_settings(TrainConfig(), next(r for r in (json.loads(x) for x in (
-        ROOT / "docs" / "data" / "references.jsonl").read_text().splitlines()) if r["name"] == "hand/centralized/8000/test/s0")["settings"])
+    ran = with_settings(TrainConfig(), exported("references.jsonl", "hand/centralized/8000/test/s0")["settings"])
     assert same_run(ran, load_recipe("hand-reference")[0]) == {}
     # the retired study's calibration (experiments/fedemb_glyphs.py's make_spec and calibrate at
     # commit 9d06b53): z for the run extrapolated to 1M users, scaled back to its 1,620 users
