@@ -24,7 +24,7 @@ from dpemb.algorithms.round import RoundStats  # noqa: E402
 from dpemb.training.config import OptimConfig  # noqa: E402
 from dpemb.training.recipes import load_recipe  # noqa: E402
 from dpemb.training.round_log import diagnostics  # noqa: E402
-from dpemb.training.run_config import DataConfig, PrivacyRequest, TrainConfig  # noqa: E402
+from dpemb.training.run_config import DataConfig, PrivacyRequest, TrainConfig, changed_settings  # noqa: E402
 from tests.conftest import make_tiny_dataset  # noqa: E402
 
 DOCS = ROOT / "docs"
@@ -143,14 +143,22 @@ def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
     candidates = [c.config for cands, _, _ in first for c in cands.values()]
     assert all(c.data.eval_split == "validation" and c.seed == 0 and c.privacy.target_epsilon == 1.0
                and c.privacy.users_per_client * c.privacy.clients_per_round == 128 for c in candidates)
-    starts = first[-1][0]  # the public start stage: the recipe's start is the run the stages before chose
-    assert list(starts) == list(correlated.STARTS) and stages[2][1] == 8
+    # the public start stage: the recipe's start is the run the stages before chose
+    starts, start = next((cands, chosen) for cands, chosen, _ in first if list(cands) == list(correlated.STARTS))
+    assert stages[2][1] == 8
     assert starts["the recipe's start"].key == correlated.moonshot(0, "validation", rounds, ema, 8).key
     assert [(c.config.model.init, c.config.federated.server_lr, c.config.privacy.rounds, c.config.model.trainable)
             for c in starts.values()] == [
         ("runs/face-pretrain", 0.5, 600, "all"), ("runs/face-pretrain-arcface", 0.5, 600, "all"),
         ("runs/face-pretrain-arcface", 0.1, 600, "all"), ("runs/face-pretrain-arcface", 0.5, 200, "all"),
         ("runs/face-pretrain-arcface", 0.5, 600, "features")]
+    if start is not None:  # then the levers on the chosen start, each differing from it in one setting
+        levers = first[-1][0]
+        assert list(levers) == list(correlated.START_LEVERS) and levers["none"].key == starts[start].key
+        assert [changed_settings(starts[start].config, c.config) for c in levers.values()] == [
+            {}, {"federated.server_lr": 0.25}, {"federated.server_lr": 1.0}, {"federated.local_epochs": 4},
+            {"privacy.rounds": 1200, "eval_every": 1200}, {"federated.client_lr": 0.03},
+            {"privacy.users_per_client": 16, "privacy.clients_per_round": 8}]
     assert list(small[0]) == list(correlated.SMALL_LEVERS) and all(
         (c.config.privacy.target_epsilon, c.config.privacy.target_population, c.config.model.init,
          c.config.data.eval_split, c.config.seed) == (2.0, 10_000, "runs/face-pretrain-arcface", "validation", 0)
@@ -158,6 +166,9 @@ def test_correlated_plans_exactly_the_exported_runs_choosing_b_on_validation():
     assert [h.settings_of(c.config).get(k) for c, k in zip(small[0].values(), (
         "federated.server_lr", "federated.server_lr", "federated.client_lr", "model.trainable"))] == [
         None, 0.1, 0.01, "features"]  # the recipe's server lr (0.5) is the default
+    k4 = small[0]["convolutions only, K 4, 50 rounds"].config  # the convolutions-only lever, its cohort changed
+    assert changed_settings(small[0]["convolutions only"].config, k4) == {
+        "privacy.users_per_client": 4, "privacy.rounds": 50, "eval_every": 50, "federated.server_ema": 0.9}
     tiny = correlated.small_moonshot(1, lever="server lr 0.1").config  # `dpemb train --recipe face-100k-eps2 --data data/faces
     flags = {  # --init runs/face-pretrain-arcface --target-epsilon 2 --target-population 10000
         **h.settings_of(recipe := load_recipe("face-100k-eps2")[0]), "data.path": "data/faces",  # --clients-per-round

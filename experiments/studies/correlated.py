@@ -11,7 +11,8 @@ rounds chosen at epsilon 1 on validation (400, 600 or 1,200; seed 0), then 3 tes
 chosen; then its server EMA at those rounds (0.99, 0.995 or 0.998), then its users per client
 (8, 4 or 2 in 16, 32 or 64 clients a round) and, for smaller clients, its rounds again
 (600 or 1,200), then its public start (the recipe's, or the stronger ArcFace start of the
-recipe face-pretrain-arcface with a lever or two), the same way, each choice with its 3 test
+recipe face-pretrain-arcface with a lever or two), then a lever on that start (server lr,
+local epochs, rounds, client lr, users per client), the same way, each choice with its 3 test
 seeds. And the second moonshot, "10k users at epsilon 2", from the ArcFace start: its lever
 chosen on validation, then 3 test seeds (docs/RESULTS_CORRELATED.md).
 
@@ -57,12 +58,22 @@ STARTS = {"the recipe's start": {}, "ArcFace start": {"init": ARCFACE_INIT},
           "ArcFace start, server lr 0.1": {"init": ARCFACE_INIT, "server_lr": 0.1},
           "ArcFace start, 200 rounds": {"init": ARCFACE_INIT, "rounds": 200},
           "ArcFace start, convolutions only": {"init": ARCFACE_INIT, "trainable": "features"}}
+#: then a lever on the chosen start, each one validation run (moonshot's arguments over the
+#: choices so far; "none" is the chosen start's own run)
+START_LEVERS = {"none": {}, "server lr 0.25": {"server_lr": 0.25}, "server lr 1": {"server_lr": 1.0},
+                "4 local epochs": {"local_epochs": 4}, "1,200 rounds": {"rounds": 1200},
+                "client lr 0.03": {"client_lr": 0.03}, "K 16 in 8 clients": {"users_per_client": 16}}
 SMALL = (10_000, 2.0)  # the second moonshot (N', epsilon): 10k users at epsilon 2
 SMALL_COHORT = {"privacy.clients_per_round": 128, "privacy.users_per_client": 2, "privacy.rounds": 200,
                 "eval_every": 200, "federated.server_ema": 0.95}  # its cohort: 0.0145 x C on the average
 #: its levers, from the ArcFace start, each one validation run (the recipe's knobs otherwise)
 SMALL_LEVERS = {"none": {}, "server lr 0.1": {"federated.server_lr": 0.1},
-                "client lr 0.01": {"federated.client_lr": 0.01}, "convolutions only": {"model.trainable": "features"}}
+                "client lr 0.01": {"federated.client_lr": 0.01}, "convolutions only": {"model.trainable": "features"},
+                # convolutions only, in 128 clients of 4 users (a client's people to contrast) over 50
+                # rounds: 0.0151 x C on the average, as low as the 100k moonshot's 0.0175
+                "convolutions only, K 4, 50 rounds": {"model.trainable": "features", "privacy.users_per_client": 4,
+                                                      "privacy.rounds": 50, "eval_every": 50,
+                                                      "federated.server_ema": 0.9}}
 MECHANISMS = ("gaussian", "tree", "bandmf", "blt")  # gaussian: DP-FedEmb; the others DP-FTRL-FedEmb's
 BANDS = {"bandmf": (1, 4), "blt": (35, 16)}  # the candidates for b, scored on validation
 LABEL = {"gaussian": "DP-FedEmb (Gaussian)", "tree": "DP-FTRL-FedEmb, tree", "bandmf": "DP-FTRL-FedEmb, BandMF",
@@ -95,26 +106,31 @@ def run(epsilon: float, mechanism: str, seed: int, split: str = "test", bands: i
 
 def moonshot(seed: int, split: str = "test", rounds: int | None = None, ema: float | None = None,
              users_per_client: int | None = None, init: str = INIT, server_lr: float | None = None,
-             trainable: str | None = None) -> Run:
+             trainable: str | None = None, local_epochs: int | None = None, client_lr: float | None = None) -> Run:
     """The recipe at epsilon 1 with ``rounds`` rounds, server EMA ``ema``, ``users_per_client``
-    K in 128 / K clients a round, server lr ``server_lr`` and ``trainable`` parameters (None: the
-    recipe's 1,200, 0.99, 8 in 16, 0.5 and all), from the public start ``init``: `dpemb train
-    --recipe face-100k-eps2 --data data/faces --init INIT --target-epsilon 1 --rounds R
-    --eval-every R [--server-ema E] [--users-per-client K --clients-per-round M] [--server-lr L]
-    [--trainable T] --eval-split SPLIT --seed S`."""
+    K in 128 / K clients a round, server lr ``server_lr``, ``trainable`` parameters,
+    ``local_epochs`` and client lr ``client_lr`` (None: the recipe's 1,200, 0.99, 8 in 16, 0.5,
+    all, 2 and 0.1), from the public start ``init``: `dpemb train --recipe face-100k-eps2 --data
+    data/faces --init INIT --target-epsilon 1 --rounds R --eval-every R [--server-ema E]
+    [--users-per-client K --clients-per-round M] [--server-lr L] [--trainable T] [--local-epochs
+    E] [--client-lr L] --eval-split SPLIT --seed S`."""
     recipe = load_recipe(RECIPE)[0]
     rounds, ema = rounds or recipe.privacy.rounds, ema or recipe.federated.server_ema
     k = users_per_client or recipe.privacy.users_per_client
     lr, trainable = server_lr or recipe.federated.server_lr, trainable or recipe.model.trainable
+    epochs, clr = local_epochs or recipe.federated.local_epochs, client_lr or recipe.federated.client_lr
     settings = {"data.path": DATA, "model.init": init, "privacy.target_epsilon": MOONSHOT_EPSILON,
                 "privacy.rounds": rounds, "eval_every": rounds, "federated.server_ema": ema,
                 "privacy.users_per_client": k, "privacy.clients_per_round": MOONSHOT_USERS_A_ROUND // k,
-                "federated.server_lr": lr, "model.trainable": trainable, "data.eval_split": split, "seed": seed}
+                "federated.server_lr": lr, "model.trainable": trainable, "federated.local_epochs": epochs,
+                "federated.client_lr": clr, "data.eval_split": split, "seed": seed}
     at = ("" if rounds == recipe.privacy.rounds else f"r{rounds}/") + (
         "" if ema == recipe.federated.server_ema else f"ema{ema:g}/") + (
         "" if k == recipe.privacy.users_per_client else f"K{k}/") + (
         "" if init == INIT else "arcface-start/") + ("" if lr == recipe.federated.server_lr else f"slr{lr:g}/") + (
-        "" if trainable == recipe.model.trainable else f"{trainable}/")
+        "" if trainable == recipe.model.trainable else f"{trainable}/") + (
+        "" if epochs == recipe.federated.local_epochs else f"le{epochs}/") + (
+        "" if clr == recipe.federated.client_lr else f"clr{clr:g}/")
     return Run(f"moonshot/eps{MOONSHOT_EPSILON:g}/{at}{split}/s{seed}", with_settings(recipe, settings))
 
 
@@ -125,12 +141,13 @@ def small_moonshot(seed: int, split: str = "test", lever: str = "none") -> Run:
     ``lever`` (SMALL_LEVERS): `dpemb train --recipe face-100k-eps2 --data data/faces --init
     runs/face-pretrain-arcface --target-epsilon 2 --target-population 10000 --clients-per-round
     128 --users-per-client 2 --rounds 200 --eval-every 200 --server-ema 0.95 [--server-lr 0.1 |
-    --client-lr 0.01 | --trainable features] --eval-split SPLIT --seed S`."""
+    --client-lr 0.01 | --trainable features [--users-per-client 4 --rounds 50 --eval-every 50
+    --server-ema 0.9]] --eval-split SPLIT --seed S` (a later flag overrides an earlier)."""
     population, epsilon = SMALL
     settings = {"data.path": DATA, "model.init": ARCFACE_INIT, "privacy.target_epsilon": epsilon,
                 "privacy.target_population": population, **SMALL_COHORT, **SMALL_LEVERS[lever],
                 "data.eval_split": split, "seed": seed}
-    at = "" if lever == "none" else lever.replace(" ", "-") + "/"
+    at = "" if lever == "none" else lever.replace(",", "").replace(" ", "-") + "/"
     return Run(f"moonshot/{_people(population)}/eps{epsilon:g}/arcface-start/{at}{split}/s{seed}",
                with_settings(load_recipe(RECIPE)[0], settings))
 
@@ -159,9 +176,10 @@ def moonshot_stages(rows: list[dict[str, Any]]) -> list[Stage]:
     the one before is made: its rounds; its server EMA at those rounds; its users per client
     there; for smaller clients than the recipe's (less noise on the average), its rounds again
     among those not below the first choice; then its public start and server lr (the recipe's
-    start, or the ArcFace start with the levers of STARTS). The second (10k at epsilon 2), from
-    the ArcFace start: its lever (SMALL_LEVERS). Each stage: (candidates, the chosen value or
-    None, the test seeds of a value)."""
+    start, or the ArcFace start with the levers of STARTS); then a lever on that start
+    (START_LEVERS: server lr, local epochs, rounds, client lr, users per client). The second
+    (10k at epsilon 2), from the ArcFace start: its lever (SMALL_LEVERS). Each stage:
+    (candidates, the chosen value or None, the test seeds of a value)."""
     return first_moonshot_stages(rows) + [small_moonshot_stage(rows)]
 
 
@@ -196,7 +214,14 @@ def first_moonshot_stages(rows: list[dict[str, Any]]) -> list[Stage]:
             return stages
     at = {"rounds": rounds, "ema": ema, "users_per_client": k}
     starts = {name: moonshot(0, "validation", **(at | lever)) for name, lever in STARTS.items()}
-    stages.append((starts, choose(rows, starts), lambda name: [moonshot(s, **(at | STARTS[name])) for s in SEEDS]))
+    start = choose(rows, starts)
+    stages.append((starts, start, lambda name: [moonshot(s, **(at | STARTS[name])) for s in SEEDS]))
+    if start is None:
+        return stages
+    base = at | STARTS[start]
+    levers = {name: moonshot(0, "validation", **(base | lever)) for name, lever in START_LEVERS.items()}
+    stages.append((levers, choose(rows, levers),
+                   lambda name: [moonshot(s, **(base | START_LEVERS[name])) for s in SEEDS]))
     return stages
 
 
@@ -306,15 +331,16 @@ def sections(rows: list[dict[str, Any]]) -> dict[str, str]:
                 small.append((*at, value, *knobs, *scores))
             else:
                 moon.append((*at, setting(first, "model.init").removeprefix("runs/"),
-                             f"{setting(first, 'federated.server_lr'):g}", setting(first, "model.trainable"), *knobs,
-                             *scores))
+                             f"{setting(first, 'federated.server_lr'):g}", setting(first, "model.trainable"),
+                             setting(first, "federated.local_epochs"), f"{setting(first, 'federated.client_lr'):g}",
+                             *knobs, *scores))
     statement = ["z (4,590 users)", "z' (N')", "ε' PLD (N')", "own ε RDP (4,590)", "model noise (x C)"]
     return {
         "correlated-validation": table(["N'", "ε", "mechanism", "b", f"validation {METRIC} (seed 0)", ""], val),
         "correlated-test": table(["N'", "ε", "δ", "mechanism", "b", *statement, f"test {METRIC} by seed",
                                   "mean ± std [n]"], test),
-        "correlated-moonshot": table(["N'", "ε", "δ", "public start", "server lr", "trainable", "rounds", "server EMA",
-                                      "K x M",
+        "correlated-moonshot": table(["N'", "ε", "δ", "public start", "server lr", "trainable", "local epochs",
+                                      "client lr", "rounds", "server EMA", "K x M",
                                       f"validation {METRIC} (seed 0)", "", *statement, f"test {METRIC} by seed",
                                       "mean ± std [n]"], moon),
         "correlated-moonshot-10k": table(["N'", "ε", "δ", "lever (ArcFace start)", "rounds", "server EMA", "K x M",
