@@ -124,13 +124,12 @@ def moonshot(seed: int, split: str = "test", rounds: int | None = None, ema: flo
                 "privacy.users_per_client": k, "privacy.clients_per_round": MOONSHOT_USERS_A_ROUND // k,
                 "federated.server_lr": lr, "model.trainable": trainable, "federated.local_epochs": epochs,
                 "federated.client_lr": clr, "data.eval_split": split, "seed": seed}
-    at = ("" if rounds == recipe.privacy.rounds else f"r{rounds}/") + (
-        "" if ema == recipe.federated.server_ema else f"ema{ema:g}/") + (
-        "" if k == recipe.privacy.users_per_client else f"K{k}/") + (
-        "" if init == INIT else "arcface-start/") + ("" if lr == recipe.federated.server_lr else f"slr{lr:g}/") + (
-        "" if trainable == recipe.model.trainable else f"{trainable}/") + (
-        "" if epochs == recipe.federated.local_epochs else f"le{epochs}/") + (
-        "" if clr == recipe.federated.client_lr else f"clr{clr:g}/")
+    # the run's name: a part for each knob that differs from the recipe's (its public start from INIT)
+    parts = ((rounds, recipe.privacy.rounds, f"r{rounds}"), (ema, recipe.federated.server_ema, f"ema{ema:g}"),
+             (k, recipe.privacy.users_per_client, f"K{k}"), (init, INIT, "arcface-start"),
+             (lr, recipe.federated.server_lr, f"slr{lr:g}"), (trainable, recipe.model.trainable, trainable),
+             (epochs, recipe.federated.local_epochs, f"le{epochs}"), (clr, recipe.federated.client_lr, f"clr{clr:g}"))
+    at = "".join(f"{part}/" for value, default, part in parts if value != default)
     return Run(f"moonshot/eps{MOONSHOT_EPSILON:g}/{at}{split}/s{seed}", with_settings(recipe, settings))
 
 
@@ -358,14 +357,16 @@ def figures(rows: list[dict[str, Any]], img: Path) -> None:
 
 def _moonshot_figure(rows: list[dict[str, Any]], img: Path) -> None:
     by_key, bars = {r["key"]: r for r in rows}, {}
-    for _, chosen, tests in moonshot_stages(rows):
+    for cands, chosen, tests in moonshot_stages(rows):
         rs = [by_key[x.key] for x in tests(chosen) if x.key in by_key] if chosen is not None else []
         if rs:
             r = rs[0]
             start = "ArcFace start" if setting(r, "model.init") == ARCFACE_INIT else "the recipe's start"
             only = "\nconvolutions only" if setting(r, "model.trainable") == "features" else ""
+            # a lever chosen on the start names itself (its "none" is the start stage's bar)
+            lever = f"\n+ {chosen}" if list(cands) == list(START_LEVERS) and chosen != "none" else ""
             bars[f"{_people(setting(r, 'privacy.target_population'))}, ε {setting(r, 'privacy.target_epsilon'):g}\n"
-                 f"{start}{only}"] = stats(rs)
+                 f"{start}{only}{lever}"] = stats(rs)
     start = next((r["initial"][METRIC] for r in select(rows, data__eval_split="test", model__init=ARCFACE_INIT)
                   if r["initial"]), None)  # every such run scores the same start first
     if bars:
