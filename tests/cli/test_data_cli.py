@@ -467,3 +467,32 @@ def test_generic_imports_default_to_the_glyph_image_size():
     assert GLYPH_DEFAULTS["image_size"] == DEFAULT_IMAGE_SIZE == 28
     for cmd in (["data", "make", "manifest", "x.csv", "--out", "o"], ["data", "make", "tree", "d", "--out", "o"]):
         assert build_parser().parse_args(cmd).image_size == DEFAULT_IMAGE_SIZE
+
+
+def test_subsample_command_writes_a_new_dataset_and_refuses_an_existing_one(tmp_path, capsys):
+    from dpemb.data.splits import assign_splits
+    from tests.data.test_splits import make_owned
+
+    src = assign_splits(make_owned(num_ids=50), eval_identity_fraction=0.1,
+                        validation_identity_fraction=0.1, public_user_fraction=0.1, seed=0)
+    src.save(tmp_path / "ds")
+    before = (tmp_path / "ds" / "images.npy").read_bytes()
+    n = src.split().train.num_users
+    assert n == 36
+    assert run(["data", "subsample", str(tmp_path / "ds"), "--train-users", "7",
+                "--out", str(tmp_path / "sub")]) == 0
+    out = capsys.readouterr().out
+    assert "train: 7 users" in out and f"subsample=(training_users=7, of={n}, seed=0)" in out
+    sub = UserDataset.load(tmp_path / "sub").split()
+    assert (sub.train.num_users, sub.test.num_users, sub.public.num_users) == (7, 5, 4)
+    # an existing --out, the source itself included, is refused and left as it was
+    for out_dir in ("sub", "ds"):
+        assert run(["data", "subsample", str(tmp_path / "ds"), "--train-users", "3",
+                    "--out", str(tmp_path / out_dir)]) != 0
+        assert "exists; the subsample goes to a new directory" in capsys.readouterr().err
+    assert UserDataset.load(tmp_path / "sub").split().train.num_users == 7
+    assert (tmp_path / "ds" / "images.npy").read_bytes() == before
+    assert run(["data", "subsample", str(tmp_path / "ds"), "--train-users", str(n + 1),
+                "--out", str(tmp_path / "big")]) != 0
+    assert f"has {n} private training users; ask for 1 to {n} of them" in capsys.readouterr().err
+    assert not (tmp_path / "big").exists()

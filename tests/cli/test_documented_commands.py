@@ -73,6 +73,7 @@ STAND_INS = {
     "DS": "data/glyphs",
     "DIR": "data/glyphs",
     "NEW": "data/resplit",
+    "SUB": "data/subsample",
     "F.npz": "train.npz",
     "T.npz": "test.npz",
     "data/api-glyphs": "data/glyphs",  # docs/API.md's Python code saves it
@@ -160,6 +161,8 @@ def toy(argv: list[str]) -> list[str]:
         _set(argv, "--identities-per-user", str(min(ipu, TOY_IDENTITIES)))
     if argv[:2] == ["data", "make"]:
         _set(argv, "--no-progress")
+    if argv[:2] == ["data", "subsample"]:
+        _set(argv, "--train-users", "5")
     if argv[0] in ("train", "audit"):
         recipe = _flags(argv).get("--recipe")
         algorithm = "centralized"

@@ -261,3 +261,75 @@ def test_parse_label_spec():
     for bad in ("a-b", "5-3", "", ",", "x", "-1"):
         with pytest.raises(ValueError):
             parse_label_spec(bad)
+
+
+# ---------------------------------------------------------------- subsample_training_users
+def _split_users(ds: UserDataset) -> dict[str, set[str]]:
+    parts = ds.split()
+    return {name: {ds.user_names[u] for u in np.unique(ds.user_of_example()[parts.mask(name)])}
+            for name in ("train", "public", "validation", "test")}
+
+
+def _user_examples(ds: UserDataset) -> dict[str, tuple[bytes, list[str]]]:
+    out = {}
+    for u, name in enumerate(ds.user_names):
+        images, labels = ds.user_examples(u)
+        out[name] = (np.asarray(images).tobytes(), [ds.label_names[i] for i in labels])
+    return out
+
+
+@pytest.mark.parametrize("name", ["faces", "mixed"])
+def test_subsample_keeps_every_held_out_and_public_user_and_n_training_users(name):
+    from dpemb.data.splits import subsample_training_users
+
+    ds = assign_splits(DATASETS[name](), eval_identity_fraction=0.2, validation_identity_fraction=0.2,
+                       public_user_fraction=0.2, seed=1)
+    before = _split_users(ds)
+    sub = subsample_training_users(ds, 5, seed=0)
+    after = _split_users(sub)
+    for part in ("public", "validation", "test"):
+        assert after[part] == before[part], part
+    assert len(after["train"]) == 5 and after["train"] <= before["train"]
+    # every kept user keeps exactly its examples (images and identities)
+    full, kept = _user_examples(ds), _user_examples(sub)
+    assert set(kept) == set().union(*after.values()) and all(kept[u] == full[u] for u in kept)
+    assert sub.split().test.num_examples == ds.split().test.num_examples
+    assert sub.source["subsample"] == {"training_users": 5, "of": len(before["train"]), "seed": 0}
+    check_roles(sub)
+
+
+def test_subsample_draw_is_seeded_uniform_and_blind_to_the_data():
+    from dpemb.data.splits import subsample_training_users
+
+    ds = assign_splits(make_owned(num_ids=60), eval_identity_fraction=0.1,
+                       validation_identity_fraction=0.1, public_user_fraction=0.1, seed=0)
+    train = sorted(_split_users(ds)["train"])
+    pick = lambda d, seed: _split_users(subsample_training_users(d, 10, seed=seed))["train"]  # noqa: E731
+    assert pick(ds, 3) == pick(ds, 3) and pick(ds, 3) != pick(ds, 4)
+    # other pixels, same users: the same draw (it looks at roles, never at the data)
+    other = UserDataset.from_arrays(np.full_like(np.asarray(ds.images), 255), ds.labels,
+                                    ds.user_of_example(), label_names=ds.label_names,
+                                    user_names=ds.user_names)
+    other = assign_splits(other, eval_identity_fraction=0.1, validation_identity_fraction=0.1,
+                          public_user_fraction=0.1, seed=0)
+    assert pick(other, 3) == pick(ds, 3)
+    # uniform: over 600 draws each training user is kept 600 x 10 / n times on average
+    counts = {u: 0 for u in train}
+    for seed in range(600):
+        for u in pick(ds, seed):
+            counts[u] += 1
+    expected = 600 * 10 / len(train)
+    sd = math.sqrt(600 * (10 / len(train)) * (1 - 10 / len(train)))
+    assert all(abs(c - expected) < 5 * sd for c in counts.values()), (expected, counts)
+
+
+def test_subsample_refuses_more_users_than_it_has():
+    from dpemb.data.splits import subsample_training_users
+
+    ds = assign_splits(make_owned(), eval_identity_fraction=0.1, validation_identity_fraction=0.1,
+                       public_user_fraction=0.1, seed=0)
+    n = len(_split_users(ds)["train"])
+    assert subsample_training_users(ds, n).split().train.num_users == n
+    for bad in (0, n + 1):
+        with pytest.raises(DataError, match=f"ask for 1 to {n:,}"):
+            subsample_training_users(ds, bad)

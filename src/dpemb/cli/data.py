@@ -55,7 +55,8 @@ DIR_HELP = "dataset directory made by `dpemb data make`"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add `data make ...`, `data split` and `data inspect` to the `dpemb` parser."""
+    """Add `data make ...`, `data split`, `data subsample` and `data inspect` to the `dpemb`
+    parser."""
     data = subparsers.add_parser(
         "data",
         help="build and inspect user-partitioned image datasets",
@@ -100,6 +101,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="write the re-split dataset here (default: replace DIR)")
     _add_splits(split, defaults=IMPORT_SPLIT_DEFAULTS, importer=True)
     split.set_defaults(func=guarded(_run_split, "data"))
+
+    sub = actions.add_parser(
+        "subsample",
+        help="keep N of a dataset's private training users (a cheaper simulation of it)",
+        description=(
+            "Write a copy of DIR with N of its private training users, drawn at random, "
+            "and all of its test, validation and public users: the DP-FedEmb paper's "
+            "simulation of a large population (train on the subsample, state epsilon for "
+            "the whole population with `dpemb train --target-population`), scored on the "
+            "same held-out people as a run on everyone. See docs/DATA.md, \"Subsample\"."
+        ),
+    )
+    sub.add_argument("dir", metavar="DIR", help=DIR_HELP)
+    sub.add_argument("--train-users", type=_positive_int, required=True, metavar="N",
+                     help="private training users to keep")
+    sub.add_argument("--out", metavar="DIR", required=True,
+                     help="write the subsample here (a new directory)")
+    sub.add_argument("--seed", type=int, default=0,
+                     help="seed of the draw of users (default: 0)")
+    sub.set_defaults(func=guarded(_run_subsample, "data"))
 
     inspect = actions.add_parser(
         "inspect",
@@ -356,6 +377,16 @@ def _assign(ds: UserDataset, args: argparse.Namespace) -> UserDataset:
 
 def _run_split(args: argparse.Namespace) -> None:
     _save(_assign(UserDataset.load(args.dir), args), args.out or args.dir)
+
+
+def _run_subsample(args: argparse.Namespace) -> None:
+    from dpemb.data.splits import subsample_training_users
+
+    if Path(args.out).exists():  # never over a dataset, least of all DIR itself
+        raise DataError(f"{args.out} exists; the subsample goes to a new directory (choose "
+                        "another --out or remove it)")
+    _save(subsample_training_users(UserDataset.load(args.dir), args.train_users, args.seed),
+          args.out)
 
 
 def _run_glyphs(args: argparse.Namespace) -> None:

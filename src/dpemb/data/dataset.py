@@ -223,7 +223,7 @@ class UserDataset:
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike) -> Path:
         """Write atomically: into a temporary sibling directory, then rename."""
-        _role_arrays(self)  # refuse to write overlapping roles
+        role_arrays(self)  # refuse to write overlapping roles
         path = Path(path)
         check_replaceable(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -329,7 +329,7 @@ class Splits:
 
     def __init__(self, ds: UserDataset):
         self.ds = ds
-        self.label_role, self.user_role = _role_arrays(ds, derive_strict=True)
+        self.label_role, self.user_role = role_arrays(ds, derive_strict=True)
         ex_label = self.label_role[ds.labels]
         ex_user = self.user_role[ds.user_of_example()]
         self._masks = {
@@ -408,7 +408,7 @@ def _index_list(values: Sequence[int], size: int, what: str, ds: UserDataset) ->
     return arr
 
 
-def _role_arrays(ds: UserDataset, *, derive_strict: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def role_arrays(ds: UserDataset, *, derive_strict: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(label role per identity, user role per user); see the module docstring.
 
     Overlapping roles raise :class:`DataError`. Without recorded ``eval_users``

@@ -14,7 +14,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dpemb.data.dataset import TEST, TRAIN, VALIDATION, DataError, UserDataset, split_counts
+from dpemb.data.dataset import (TEST, TRAIN, VALIDATION, DataError, UserDataset, role_arrays,
+                                split_counts)
 
 # held out by `dpemb data make` and assign_splits unless told otherwise
 DEFAULT_EVAL_IDENTITY_FRACTION = 0.1
@@ -247,6 +248,31 @@ def assign_splits(
     parts = split_counts(out)
     if isinstance(parts, dict) and parts["train"]["examples"] == 0:
         raise DataError("no private training example would remain; lower the held-out shares")
+    return out
+
+
+def subsample_training_users(ds: UserDataset, users: int, seed: int = 0) -> UserDataset:
+    """``ds`` with ``users`` of its private training users, drawn uniformly at random, and
+    every test, validation and public user kept as they are.
+
+    This is the DP-FedEmb paper's simulation protocol on a population one holds: train on a
+    subsample, then state epsilon for the whole population by extrapolation (docs/PRIVACY.md,
+    "Calibration and extrapolation"), scored on the same held-out people and pretrained on
+    the same public users as a run on everyone. The draw (``numpy.random.default_rng([seed,
+    3])`` over the training users' indices) looks at which users hold the role, never at
+    their data. The subsample is recorded in ``source["subsample"]``.
+    """
+    _, user_role = role_arrays(ds)
+    train_users = np.flatnonzero(user_role == TRAIN)
+    if not 0 < users <= len(train_users):
+        raise DataError(
+            f"{ds.origin or 'the dataset'} has {len(train_users):,} private training users; "
+            f"ask for 1 to {len(train_users):,} of them (got {users:,})"
+        )
+    keep = user_role != TRAIN
+    keep[np.random.default_rng([seed, 3]).choice(train_users, users, replace=False)] = True
+    out = ds.select(keep[ds.user_of_example()])
+    out.source["subsample"] = {"training_users": users, "of": len(train_users), "seed": seed}
     return out
 
 
