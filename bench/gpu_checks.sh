@@ -18,14 +18,10 @@
 #                                      # (M = 349 clients of K = 8 users, the recipe face-100k-eps2) on the GPU
 #                                      # with B = 1, 64 and 349 clients at once, and on 16 CPU processes;
 #                                      # FACES: the recipe's data, INIT: its public pretraining (face-pretrain)
-#   bench/gpu_checks.sh part6 OUTDIR [CARRIED]  # issue #36 item 6: DP-FedEmb on a real population of
-#                                      # 100,000 users at epsilon 2 for that population (no extrapolation),
-#                                      # 200 rounds; CARRIED: an earlier lease's OUTDIR, resumed (a CPU try at
-#                                      # toy size: DEVICE=cpu USERS=3000 M=8 ROUNDS=2)
 #
 # Needs python with torch (CUDA build) and dpemb's dependencies; dpemb runs from src/.
 set -u
-part=${1:?part1 to part6}
+part=${1:?part1 to part5}
 out=${2:?OUTDIR}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -86,27 +82,6 @@ f'median without the first {statistics.median(s[1:] or s):.2f} s')" "$out/run_$n
   real_round gpu_b1 90 2 "$PY" --device cuda --client-batch 1
   real_round cpu_16procs 90 3 "$PY -m torch.distributed.run --nproc-per-node 16 --master-addr 127.0.0.1 \
 --master-port 29517" --device cpu
-elif [ "$part" = part6 ]; then  # issue #36 item 6: a real population of 100,000 trained users, no extrapolation
-  # Invented face-like data made here (no font needed): 118,247 users, 300 test and 300 validation people (the
-  # simulation's protocol), 15% of the rest public, 100,000 trained. The public pretraining (face-pretrain), then
-  # DP-FedEmb at epsilon 2 (PLD, delta 1e-6) computed for those 100,000 users: the recipe face-100k-eps2 without its
-  # extrapolation, at the correlated study's shared 200 rounds, M = 349 clients of K = 8 (the cohort the
-  # simulation's extrapolation assumes). CARRIED: OUTDIR of an earlier lease (its pretrain/ and real/), resumed
-  # (--resume auto); OUTDIR must be the same path on every lease (the run records its --init path).
-  data=/tmp/faces100k run=$out/real
-  [ -n "${3:-}" ] && cp -r "$3/pretrain" "$3/real" "$out/"
-  nproc
-  step make_data 420 $PY -m dpemb data make glyphs --out "$data" --script invented --regime owned --users "${USERS:-118247}" \
-    --identities-per-user 1 --images-per-identity 8 --eval-identity-fraction 0.0025371 \
-    --validation-identity-fraction 0.0025371 --public-user-fraction 0.15 --occlusion 0.3 --seed 0 --workers 16 \
-    --no-progress
-  [ -e "$out/pretrain/report.json" ] || step pretrain 240 $PY -m dpemb train --recipe face-pretrain --data "$data" \
-    --out "$out/pretrain" --device "${DEVICE:-cuda}" --no-progress
-  $PY -m dpemb recipes face-100k-eps2 --toml | grep -v '^target_population' > "$out/real.toml"
-  TAIL=40 step real_200 "${REAL_SECONDS:-420}" $PY -m dpemb train --config "$out/real.toml" --data "$data" \
-    --init "$out/pretrain" --out "$run" --resume auto --clients-per-round "${M:-349}" --rounds "${ROUNDS:-200}" \
-    --eval-every "${ROUNDS:-200}" --eval-split test --seed 0 --device "${DEVICE:-cuda}" --client-batch "${M:-349}" \
-    --checkpoint-interval 60 --no-progress
 else
   echo "unknown part $part" >&2
   exit 2

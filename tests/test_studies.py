@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
 
 import harness as h  # noqa: E402
-from studies import correlated, long, moonshot, references  # noqa: E402
+from studies import correlated, long, moonshot, population, references  # noqa: E402
 
 from dpemb.algorithms.round import RoundStats  # noqa: E402
 from dpemb.training.config import OptimConfig  # noqa: E402
@@ -247,7 +247,8 @@ def test_every_committed_export_holds_only_what_the_release_table_allows():
     assert set(table) == {"study row"} and set(re.findall(r"`([^`]+)`", table["study row"])) == set(h.ROW_FIELDS)
     assert {"train_loss", "preclip_norm_mean", "fraction_clipped"} <= PRIVATE_NAMES
     files = sorted(p for p in DOCS.rglob("*") if p.suffix in (".json", ".jsonl", ".csv"))
-    assert [p.name for p in files] == ["correlated.jsonl", "long.jsonl", "moonshot.jsonl", "references.jsonl"]  # the studies' exports
+    assert [p.name for p in files] == ["correlated.jsonl", "long.jsonl", "moonshot.jsonl", "population.jsonl",
+                                    "references.jsonl"]  # the studies' exports
     for path in files:
         for row in map(json.loads, path.read_text().splitlines()):
             assert tuple(sorted(row)) == tuple(sorted(h.ROW_FIELDS)) and not keys_in(row) & PRIVATE_NAMES, row["name"]
@@ -328,3 +329,36 @@ def test_the_references_study_chose_on_validation_and_renders_its_export():
     assert len(tests) == 3 and {h.setting(r, "optim.steps") for r in tests} == {chosen}
     page = h.marked_sections((DOCS / "RESULTS.md").read_text())
     assert all(page[name] == text for name, text in references.sections(rows).items())
+
+
+def test_the_population_study_trains_its_own_100k_users_without_extrapolation_beside_its_simulation():
+    from dpemb.training.runner import resolve_privacy
+
+    rows = rows_of(population)
+    planned = {r.key: r for r in population.plan(rows)}
+    assert set(planned) == {r["key"] for r in rows} and len(rows) == 11  # finished: nothing left to run
+    assert all(planned[r["key"]].config.data.eval_split == "test" for r in rows)  # nothing was chosen
+    reals = [r for r in rows if r["key"] in {population.real_run(m).key for m in ("gaussian", "bandmf")}]
+    spec = reals[0]["privacy"]["spec"]
+    # the real runs: epsilon 2 at their own 100,000 users, the cohort the simulation assumes; BandMF with
+    # one band has DP-FedEmb's noise exactly
+    for r in reals:
+        s = r["privacy"]["spec"]
+        assert (s["population"], s["clients_per_round"], s["users_per_client"]) == (100_000, 349, 8)
+        assert s["noise_multiplier"] == spec["noise_multiplier"] and abs(r["privacy"]["epsilon_pld"] - 2.0) < 0.01
+        assert all(e["population"] > 100_000 for e in r["privacy"]["extrapolated"] or [])  # nothing at or below it
+    assert {r["privacy"]["spec"]["mechanism"] for r in reals} == {"gaussian", "bandmf"}
+    # the simulations: 4,590 users, extrapolated to exactly the real runs' z and clients per round
+    for r in rows:
+        if r not in reals:
+            ext = next(e for e in r["privacy"]["extrapolated"] if e["population"] == 100_000)
+            assert r["privacy"]["spec"]["population"] == 4_590 and ext["clients_per_round"] == 349
+            assert abs(ext["noise_multiplier"] / spec["noise_multiplier"] - 1) < 1e-3
+            assert abs(ext["epsilon_pld"] - 2) < 0.01
+    # every run resolves again to its recorded z; all start from one public start, scored on the same people
+    for r in rows:
+        z = resolve_privacy(planned[r["key"]].config, r["privacy"]["spec"]["population"]).noise_multiplier
+        assert abs(z / r["privacy"]["spec"]["noise_multiplier"] - 1) < 1e-9, r["name"]
+    assert len({r["initial"]["recall_at_far_0.001"] for r in rows}) == 1
+    page = h.marked_sections((DOCS / "RESULTS_CORRELATED.md").read_text())
+    assert page["population-table"] == population.sections(rows)["population-table"]
