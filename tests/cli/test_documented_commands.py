@@ -159,6 +159,9 @@ def toy(argv: list[str]) -> list[str]:
         _set(argv, "--users", TOY_USERS)
         ipu = int(_flags(argv).get("--identities-per-user", TOY_IDENTITIES))
         _set(argv, "--identities-per-user", str(min(ipu, TOY_IDENTITIES)))
+        for flag in ("--eval-identity-fraction", "--validation-identity-fraction", "--public-user-fraction"):
+            if flag in argv:  # a share sized for 100,000 users holds no one of 40
+                _set(argv, flag, str(max(float(_flags(argv)[flag]), 0.1)))
     if argv[:2] == ["data", "make"]:
         _set(argv, "--no-progress")
     if argv[:2] == ["data", "subsample"]:
