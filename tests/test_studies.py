@@ -336,9 +336,10 @@ def test_the_population_study_trains_its_own_100k_users_without_extrapolation_be
 
     rows = rows_of(population)
     planned = {r.key: r for r in population.plan(rows)}
-    assert set(planned) == {r["key"] for r in rows} and len(rows) == 11  # finished: nothing left to run
+    assert set(planned) == {r["key"] for r in rows} and len(rows) == 13  # finished: nothing left to run
     assert all(planned[r["key"]].config.data.eval_split == "test" for r in rows)  # nothing was chosen
-    reals = [r for r in rows if r["key"] in {population.real_run(m).key for m in ("gaussian", "bandmf")}]
+    reals = [r for r in rows if r["key"] in {population.real_run(m, s).key for m in ("gaussian", "bandmf")
+                                                  for s in population.REAL_SEEDS}]
     spec = reals[0]["privacy"]["spec"]
     # the real runs: epsilon 2 at their own 100,000 users, the cohort the simulation assumes; BandMF with
     # one band has DP-FedEmb's noise exactly
@@ -347,7 +348,7 @@ def test_the_population_study_trains_its_own_100k_users_without_extrapolation_be
         assert (s["population"], s["clients_per_round"], s["users_per_client"]) == (100_000, 349, 8)
         assert s["noise_multiplier"] == spec["noise_multiplier"] and abs(r["privacy"]["epsilon_pld"] - 2.0) < 0.01
         assert all(e["population"] > 100_000 for e in r["privacy"]["extrapolated"] or [])  # nothing at or below it
-    assert {r["privacy"]["spec"]["mechanism"] for r in reals} == {"gaussian", "bandmf"}
+    assert len(reals) == 4 and {r["privacy"]["spec"]["mechanism"] for r in reals} == {"gaussian", "bandmf"}
     # the simulations: 4,590 users, extrapolated to exactly the real runs' z and clients per round
     for r in rows:
         if r not in reals:
