@@ -327,8 +327,10 @@ def bar_plot(path: Path, bars: dict[str, tuple[float, float, int]], title: str,
                 ax.axhspan(m - s, m + s, color="gray", alpha=0.2)
             ax.legend(fontsize=8, loc="upper center")
         ax.set_xticks(list(xs), list(bars), fontsize=8)
-        low = min([v[0] for v in vals] + ([reference[1][0] - 0.05] if reference else []))  # the reference shows
-        ax.set_ylim(max(0.0, min(low, min(v[0] for v in vals) - 0.1)), 1.02)
+        low = min(v[0] for v in vals) - 0.1
+        if reference:  # a reference below the bars shows too
+            low = min(low, reference[1][0] - 0.05)
+        ax.set_ylim(max(0.0, low), 1.02)
         ax.grid(axis="y", alpha=0.3)
     return path
 

@@ -84,6 +84,17 @@ def _people(population: int) -> str:
     return f"{population // 1_000_000}M" if population >= 1_000_000 else f"{population // 1000}k"
 
 
+def mechanism_settings(mechanism: str, bands: int | None = None) -> dict[str, Any]:
+    """The settings of ``mechanism``'s noise (and its b): none for DP-FedEmb's Gaussian noise,
+    else DP-FTRL-FedEmb with that mechanism (`--algorithm dp-ftrl-fedemb --mechanism M [--bands B]`)."""
+    settings: dict[str, Any] = {}
+    if mechanism != "gaussian":
+        settings.update({"algorithm": "dp-ftrl-fedemb", "privacy.mechanism": mechanism})
+    if bands is not None:
+        settings["privacy.bands"] = bands
+    return settings
+
+
 def run(epsilon: float, mechanism: str, seed: int, split: str = "test", bands: int | None = None,
         population: int = 100_000) -> Run:
     """The recipe at ``epsilon`` for ``population`` users, 200 rounds, with ``mechanism``
@@ -95,10 +106,7 @@ def run(epsilon: float, mechanism: str, seed: int, split: str = "test", bands: i
                                 "privacy.target_population": population, "privacy.delta": DELTA[population],
                                 "privacy.rounds": ROUNDS,
                                 "eval_every": ROUNDS, "data.eval_split": split, "seed": seed}
-    if mechanism != "gaussian":
-        settings.update({"algorithm": "dp-ftrl-fedemb", "privacy.mechanism": mechanism})
-    if bands is not None:
-        settings["privacy.bands"] = bands
+    settings.update(mechanism_settings(mechanism, bands))
     b = "" if bands is None else f"/b{bands}"
     at = "" if population == 100_000 else f"{_people(population)}/"
     return Run(f"{at}eps{epsilon:g}/{mechanism}{b}/{split}/s{seed}", with_settings(load_recipe(RECIPE)[0], settings))

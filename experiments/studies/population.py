@@ -39,6 +39,7 @@ from harness import ROOT, Run, bar_plot, by_seed, mean_std, setting, stats, tabl
 
 from dpemb.training.recipes import load_recipe
 from dpemb.training.run_config import with_settings
+from studies import correlated
 
 NAME = "population"
 PAGES = (ROOT / "docs" / "RESULTS_CORRELATED.md",)
@@ -77,11 +78,14 @@ def prepare(work: Path) -> None:
               resume="auto")
 
 
-def _mechanism(mechanism: str) -> dict[str, Any]:
-    """DP-FedEmb's Gaussian noise, or DP-FTRL-FedEmb with BandMF at b = 1 (the correlated
-    study's choice at 100,000 users and epsilon 2)."""
-    return {} if mechanism == "gaussian" else {"algorithm": "dp-ftrl-fedemb", "privacy.mechanism": "bandmf",
-                                               "privacy.bands": 1}
+def _run(name: str, data: str, head: str, seed: int, mechanism: str, **settings: Any) -> Run:
+    """The recipe at epsilon 2 and 200 rounds from the public start, on the test split, with
+    ``head``, ``mechanism`` (DP-FedEmb's Gaussian noise, or DP-FTRL-FedEmb with BandMF at b = 1,
+    the correlated study's choice at 100,000 users and epsilon 2) and ``settings``."""
+    base = {"data.path": data, "model.init": INIT, "privacy.target_epsilon": EPSILON, "privacy.rounds": ROUNDS,
+            "eval_every": ROUNDS, "federated.local_head": head, "data.eval_split": "test", "seed": seed,
+            **correlated.mechanism_settings(mechanism, None if mechanism == "gaussian" else 1)}
+    return Run(name, with_settings(load_recipe(RECIPE)[0], base | settings))
 
 
 def real_run(mechanism: str = "gaussian", seed: int = 0) -> Run:
@@ -91,22 +95,16 @@ def real_run(mechanism: str = "gaussian", seed: int = 0) -> Run:
     --mechanism bandmf --bands 1]`, real.toml being `dpemb recipes face-100k-eps2 --toml` less
     its `target_population` line (on 2 cores: `python -m torch.distributed.run
     --nproc-per-node 2 -m dpemb train ... --device cpu --threads 1`)."""
-    settings = {"data.path": DATA, "model.init": INIT, "privacy.target_epsilon": EPSILON,
-                "privacy.target_population": None, "privacy.clients_per_round": REAL_CLIENTS,
-                "privacy.rounds": ROUNDS, "eval_every": ROUNDS, "federated.local_head": "local",
-                "data.eval_split": "test", "seed": seed, **_mechanism(mechanism)}
-    return Run(f"real/100k/{mechanism}/local/test/s{seed}", with_settings(load_recipe(RECIPE)[0], settings))
+    return _run(f"real/100k/{mechanism}/local/test/s{seed}", DATA, "local", seed, mechanism,
+                **{"privacy.target_population": None, "privacy.clients_per_round": REAL_CLIENTS})
 
 
 def simulation(seed: int, head: str, mechanism: str = "gaussian") -> Run:
-    """4,590 of the users, epsilon 2 extrapolated to 100,000: `dpemb train --recipe
-    face-100k-eps2 --data data/faces100k-sim4590 --init runs/population-pretrain --target-epsilon
-    2 --rounds 200 --eval-every 200 --eval-split test --local-head HEAD --seed S [--algorithm
-    dp-ftrl-fedemb --mechanism bandmf --bands 1]`."""
-    settings = {"data.path": SIM_DATA, "model.init": INIT, "privacy.target_epsilon": EPSILON,
-                "privacy.rounds": ROUNDS, "eval_every": ROUNDS, "federated.local_head": head,
-                "data.eval_split": "test", "seed": seed, **_mechanism(mechanism)}
-    return Run(f"simulation/4590/{mechanism}/{head}/test/s{seed}", with_settings(load_recipe(RECIPE)[0], settings))
+    """4,590 of the users, epsilon 2 extrapolated to 100,000 (the recipe's own population):
+    `dpemb train --recipe face-100k-eps2 --data data/faces100k-sim4590 --init
+    runs/population-pretrain --target-epsilon 2 --rounds 200 --eval-every 200 --eval-split test
+    --local-head HEAD --seed S [--algorithm dp-ftrl-fedemb --mechanism bandmf --bands 1]`."""
+    return _run(f"simulation/4590/{mechanism}/{head}/test/s{seed}", SIM_DATA, head, seed, mechanism)
 
 
 def groups() -> list[tuple[str, str, list[Run]]]:
@@ -162,9 +160,8 @@ def figures(rows: list[dict[str, Any]], img: Path) -> None:
         rs = _rows(rows, runs)
         if rs:
             bars[short] = stats(rs)
-    real = _rows(rows, [real_run()])
-    if not real:
+    if not bars:
         return
-    start = real[0]["initial"]["recall_at_far_0.001"]
+    start = _rows(rows, plan(rows))[0]["initial"]["recall_at_far_0.001"]  # every run's start is the same one
     bar_plot(img / "population.png", bars, "100,000 users at epsilon 2: real vs simulated (test)",
              reference=("the public start (810 public users)", (start, 0.0, 1)))
